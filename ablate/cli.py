@@ -73,6 +73,13 @@ def _progress(quiet: bool) -> Progress:
     )
 
 
+StorageOpt = Annotated[Optional[str], typer.Option(
+    "--storage", help="Optuna storage URL shared by workers, e.g. postgresql://user:pw@host/db "
+                      "[default: runs/<study>/optuna.journal].")]
+TrackingOpt = Annotated[Optional[str], typer.Option(
+    "--tracking-uri", help="MLflow tracking URI, e.g. http://host:5000 [default: sqlite runs/<study>/mlflow.db].")]
+
+
 @app.command()
 def run(
     study_file: StudyArg,
@@ -80,21 +87,91 @@ def run(
     reports: ReportsOpt = Path("reports"),
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     retry_failed: Annotated[bool, typer.Option(help="Run again trials that failed (not only interrupted ones).")] = False,
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Worker processes on this machine.")] = 1,
+    storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
 ) -> None:
-    """Train every (variant, seed) of a study, resuming where it stopped, then write the report."""
+    """Train every (variant, seed) of a study (searching first if it has a search: section),
+    resuming where it stopped, then write the report."""
     from .drive import Stores, run_study
     from .spec import load_study
 
     study = load_study(study_file)
-    stores = Stores.for_study(study, output)
+    stores = Stores.for_study(study, output, tracking_uri, storage)
+    if workers == 1:
+        with _progress(quiet) as progress:
+            summary = run_study(study, stores, BarReporter(progress), retry_failed=retry_failed)
+        skipped, failed = summary.skipped, summary.failed
+    else:
+        skipped, failed = _run_workers(study_file, study, stores, workers, quiet, retry_failed)
+    if skipped:
+        err.print(f"resumed: {skipped} trial(s) were already complete and were not retrained")
+    paths = _report(stores.tracking_uri, study.name, reports / study.name, study)
+    for variant, seed, reason in failed:
+        err.print(f"[red]failed[/red] {variant}{f' seed {seed}' if seed >= 0 else ''}: {escape(reason)}")
+    out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _run_workers(study_file: Path, study, stores, workers: int, quiet: bool, retry_failed: bool):
+    """N ``ablate worker`` processes on this machine, sharing the study's stores."""
+    import subprocess
+    import time
+
+    from .drive import prepare, progress
+
+    prepare(study, stores)  # create the stores and queues once: schema creation must not race
+    before = sum(r.done for r in progress(study, stores).values())
+    cmd = [sys.executable, "-m", "ablate.cli", "worker", str(study_file), "--output", str(stores.output_dir),
+           "--storage", stores.optuna_url, "--tracking-uri", stores.tracking_uri, "--quiet"]
+    if retry_failed:
+        cmd.append("--retry-failed")
+    procs = [subprocess.Popen(cmd) for _ in range(workers)]
+    total = len(study.variants) * len(study.spec.seeds)
+    try:
+        with _progress(quiet) as bars:
+            task = bars.add_task(f"trials ({workers} workers)", total=total, completed=before)
+            while any(p.poll() is None for p in procs):
+                time.sleep(1.0)
+                bars.update(task, completed=sum(r.done for r in progress(study, stores).values()))
+            bars.update(task, completed=sum(r.done for r in progress(study, stores).values()))
+    except BaseException:
+        for p in procs:
+            p.terminate()
+        raise
+    crashed = [p.returncode for p in procs if p.returncode not in (0, 1)]
+    if crashed:
+        raise AblateError(f"{len(crashed)} of {workers} workers exited with status {crashed[0]}; "
+                          f"run the study again to resume")
+    failed = [(v, seed, reason) for v, r in progress(study, stores).items() for seed, reason in r.failures]
+    return before, failed
+
+
+@app.command()
+def worker(
+    study_file: StudyArg,
+    storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
+    output: OutputOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    retry_failed: Annotated[bool, typer.Option(help="Run again trials that failed (not only interrupted ones).")] = False,
+    heartbeat: Annotated[int, typer.Option(min=1, help="Seconds between heartbeats on a shared database.")] = 20,
+    grace: Annotated[int, typer.Option(min=2, help="Seconds without a heartbeat after which a trial is re-queued.")] = 120,
+) -> None:
+    """Take trials from a study's shared queue until none is left (start one per machine or GPU,
+    all with the same --storage and --tracking-uri); writes no report (run `ablate report`)."""
+    from .drive import Stores, run_study
+    from .spec import load_study
+
+    study = load_study(study_file)
+    stores = Stores.for_study(study, output, tracking_uri, storage)
+    stores.heartbeat_s, stores.grace_s = heartbeat, grace
     with _progress(quiet) as progress:
         summary = run_study(study, stores, BarReporter(progress), retry_failed=retry_failed)
-    if summary.skipped:
-        err.print(f"resumed: {summary.skipped} trial(s) were already complete and were not retrained")
-    paths = _report(stores.tracking_uri, study.name, reports / study.name, study)
+    err.print(f"worker done: {summary.finished} trial(s) and {summary.searched} search trial(s) trained here")
     for variant, seed, reason in summary.failed:
-        err.print(f"[red]failed[/red] {variant} seed {seed}: {reason}")
-    out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
+        err.print(f"[red]failed[/red] {variant}{f' seed {seed}' if seed >= 0 else ''}: {escape(reason)}")
     if summary.failed:
         raise typer.Exit(1)
 
@@ -139,30 +216,43 @@ def report(
 
 
 @app.command()
-def status(study_file: StudyArg, output: OutputOpt = None) -> None:
-    """Trials complete / failed / waiting per variant."""
-    from optuna.trial import TrialState
-
-    from .drive import Stores, open_optuna
+def status(study_file: StudyArg, output: OutputOpt = None, storage: StorageOpt = None) -> None:
+    """Trials done / running / failed / left per variant (and search progress), with an ETA."""
+    from .drive import Stores, eta_seconds, progress
     from .spec import load_study
 
     study = load_study(study_file, check_files=False)
-    stores = Stores.for_study(study, output)
-    if not (stores.output_dir / "optuna.db").is_file():
-        out.print(f"{study.name}: not started ({len(study.variants) * len(study.spec.seeds)} trials planned)")
+    stores = Stores.for_study(study, output, storage=storage)
+    planned = len(study.variants) * len(study.spec.seeds)
+    if not stores.started():
+        out.print(f"{study.name}: not started ({planned} trials planned)")
         return
-    counts: dict[str, dict[str, int]] = {v: {} for v in study.variants}
-    for t in open_optuna(study, stores).get_trials(deepcopy=False):
-        v = t.user_attrs.get("variant")
-        if v in counts:
-            counts[v][t.state.name] = counts[v].get(t.state.name, 0) + 1
-    table = Table(title=study.name)
-    states = [s.name for s in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING, TrialState.FAIL)]
-    for column in ["variant", "seeds", *[s.lower() for s in states]]:
-        table.add_column(column)
-    for v, c in counts.items():
-        table.add_row(v, str(len(study.spec.seeds)), *[str(c.get(s, 0)) for s in states])
+    rows = progress(study, stores)
+    searching = study.spec.search.enabled
+    table = Table(title=f"{study.name}: {sum(r.done for r in rows.values())}/{planned} trials done")
+    for column in ["variant", *(["search"] if searching else []), "done", "running", "failed", "left"]:
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    for name, r in rows.items():
+        search = [f"{r.searched}/{r.search_budget}"] if searching else []
+        table.add_row(escape(name), *search, str(r.done), str(r.running), str(r.failed), str(r.left))
     out.print(table)
+    eta = eta_seconds(rows)
+    left = sum(r.left + r.running for r in rows.values())
+    if left == 0:
+        out.print("finished")
+    elif eta is None:
+        out.print("ETA: unknown until a trial finishes")
+    else:
+        out.print(f"ETA: {_duration(eta)} (mean wall time of finished trials × trials left ÷ running workers)")
+    for name, r in rows.items():
+        for seed, reason in r.failures:
+            out.print(f"failed: {name} seed {seed}: {reason}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
 
 
 @app.command()

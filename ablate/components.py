@@ -136,6 +136,9 @@ class Component(nn.Module):
     ordered_only: ClassVar[bool] = False
     # True for kinds defined on unordered token sets (no causal use: graphs over features/channels).
     unordered_only: ClassVar[bool] = False
+    # The option that sets this kind's width (e.g. an FFN's hidden size), which
+    # ``match_params`` scales to equalise parameter counts; None: the kind has none.
+    width_option: ClassVar[str | None] = None
 
     def __init__(self, options: Options, ctx: BuildContext):
         super().__init__()

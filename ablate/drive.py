@@ -1,10 +1,20 @@
-"""The study driver: one Optuna study per ablation study, one trial per (variant, seed).
+"""The study driver: Optuna queues per ablation study, one trial per (variant, seed).
 
-Every planned (variant, seed) is enqueued once as a fixed-parameter Optuna trial; the
-driver pops them with ``ask`` and reports with ``tell``. Re-running the same study
-continues it: complete trials are never retrained, a trial left RUNNING by a process that
-died is marked failed ("interrupted") and enqueued again, and its unfinished MLflow run is
-closed as KILLED so the report only ever sees one finished run per (variant, seed).
+Every planned (variant, seed) is enqueued once as a fixed-parameter Optuna trial; workers pop
+them with ``ask`` and report with ``tell``. With a ``search:`` section each variant first gets
+its own Optuna study (``<study>.search.<variant>``) with the same budget of search slots, each
+slot enqueued once; when a variant's search is over, its best parameters are trained over the
+study's seeds in the main study, which the report compares.
+
+Exactly once, across any number of worker processes:
+
+* every enqueue happens under a queue lock (a file lock on one host); on shared databases,
+  where two hosts may enqueue the same key, the higher-numbered duplicate steps aside when asked;
+* a trial RUNNING for a worker that is gone is failed as "interrupted" and enqueued again: on
+  one host a worker is alive while it holds its lock file in ``workers/``; on a database shared
+  by many machines Optuna's heartbeat finds it (``RetryHeartbeatStaleTrialCallback``);
+* MLflow runs of a (variant, seed) left RUNNING, or FINISHED by a worker killed before it told
+  Optuna, are closed as KILLED when the key is trained again, so the report sees one per key.
 """
 
 from __future__ import annotations
@@ -13,22 +23,37 @@ import fcntl
 import hashlib
 import json
 import math
-from contextlib import contextmanager
-from dataclasses import dataclass
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import optuna
+import torch
+from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from .errors import AblateError
-from .spec import Study
+from . import match as matching
+from .errors import AblateError, StudyError
+from .faults import fault_point
+from .spec import Categorical, FloatRange, IntRange, Study, Variant, grid_points
 from .track import Tracker, default_uri
 from .train import TrialFailed, TrialResult, resolve_device, train_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 INTERRUPTED = "interrupted"
+# Trials failed for bookkeeping, not because training failed: never shown as failures.
+BOOKKEEPING = {INTERRUPTED, "duplicate", "nothing queued", "no longer in the study file"}
+HEARTBEAT_S, GRACE_S = 20, 120  # shared databases: beat every 20 s, stale after 2 min
+POLL_S = 1.0  # idle workers look for new work this often while others still run trials
 
 
 class Reporter:
@@ -42,16 +67,102 @@ class Reporter:
     def failed(self, variant: str, seed: int, reason: str) -> None: ...
 
 
+# ---------------------------------------------------------------------------------- stores
+
+
 @dataclass
 class Stores:
     output_dir: Path
-    optuna_url: str
+    optuna_url: str  # a journal file path, sqlite:///…, or postgresql://…
     tracking_uri: str
+    heartbeat_s: int = HEARTBEAT_S
+    grace_s: int = GRACE_S
 
     @classmethod
-    def for_study(cls, study: Study, output: str | Path | None = None, tracking_uri: str | None = None) -> "Stores":
+    def for_study(cls, study: Study, output: str | Path | None = None, tracking_uri: str | None = None,
+                  storage: str | None = None) -> "Stores":
         out = study.output_dir(output)
-        return cls(out, f"sqlite:///{out / 'optuna.db'}", tracking_uri or default_uri(out))
+        legacy = out / "optuna.db"  # studies started before the journal default keep their store
+        local = f"sqlite:///{legacy}" if legacy.is_file() and not (out / "optuna.journal").exists() \
+            else str(out / "optuna.journal")
+        return cls(out, storage or local, tracking_uri or default_uri(out))
+
+    @property
+    def shared(self) -> bool:
+        """A database server other hosts may use: liveness by heartbeat, not local locks."""
+        return "://" in self.optuna_url and not self.optuna_url.startswith("sqlite")
+
+    def started(self) -> bool:
+        if self.shared:
+            return True
+        url = self.optuna_url
+        return Path(url.removeprefix("sqlite:///")).is_file()
+
+    def storage(self) -> optuna.storages.BaseStorage:
+        url = self.optuna_url
+        if self.shared:
+            try:
+                return RDBStorage(url, heartbeat_interval=self.heartbeat_s, grace_period=self.grace_s,
+                                  heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(),
+                                  engine_kwargs={"pool_pre_ping": True})
+            except Exception as exc:  # noqa: BLE001 - driver errors vary (psycopg, sqlalchemy)
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise AblateError(f"cannot reach the Optuna storage {_redact(url)}: {first}") from None
+        if url.startswith("sqlite:///"):
+            return RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(url))
+
+    @contextmanager
+    def queue_lock(self) -> Iterator[None]:
+        """Serialises enqueue and pop on one host (a no-op for shared databases)."""
+        if self.shared:
+            yield
+            return
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.output_dir / ".queue.lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+
+    @contextmanager
+    def worker(self) -> Iterator[str]:
+        """This process's worker id; on one host it holds ``workers/<id>.lock`` while alive."""
+        worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        if self.shared:
+            yield worker_id
+            return
+        folder = self.output_dir / "workers"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{worker_id}.lock"
+        with open(path, "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield worker_id
+            finally:
+                path.unlink(missing_ok=True)
+
+    def worker_alive(self, worker_id: str | None) -> bool:
+        if not worker_id:
+            return False
+        path = self.output_dir / "workers" / f"{worker_id}.lock"
+        try:
+            with open(path, "r+") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except FileNotFoundError:
+            return False
+        except BlockingIOError:
+            return True
+        path.unlink(missing_ok=True)  # a dead worker's leftover
+        return False
+
+
+def _redact(url: str) -> str:
+    """Hide a password in a database URL."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        cred, host = rest.rsplit("@", 1)
+        return f"{scheme}://{cred.split(':')[0]}:***@{host}" if ":" in cred else url
+    return url
 
 
 @dataclass
@@ -59,36 +170,34 @@ class RunSummary:
     finished: int  # trials finished by this invocation
     skipped: int  # already complete before it started
     failed: list[tuple[str, int, str]]
+    searched: int = 0  # search trials run by this invocation
 
 
-def open_optuna(study: Study, stores: Stores) -> optuna.Study:
-    higher = study.task.metric_higher_is_better(study.metrics[0])
-    return optuna.create_study(
-        storage=stores.optuna_url,
-        study_name=study.name,
-        direction="maximize" if higher else "minimize",
-        load_if_exists=True,
-    )
+def direction(study: Study) -> str:
+    return "maximize" if study.task.metric_higher_is_better(study.metrics[0]) else "minimize"
 
 
-def _key(trial: optuna.trial.FrozenTrial) -> tuple[str, int] | None:
-    attrs = trial.user_attrs
-    if "variant" in attrs and "seed" in attrs:
-        return attrs["variant"], int(attrs["seed"])
-    return None
+def open_optuna(study: Study, stores: Stores, storage: Any = None) -> optuna.Study:
+    return optuna.create_study(storage=storage or stores.storage(), study_name=study.name,
+                               direction=direction(study), load_if_exists=True)
 
 
-@contextmanager
-def _exclusive(output_dir: Path) -> Iterator[None]:
-    """One ``ablate run`` per output folder: RUNNING trials found at start are then
-    known to be left over from a dead process, not another live one."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    with open(output_dir / ".lock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise AblateError(f"another 'ablate run' is using {output_dir}; wait for it to finish") from None
-        yield
+def search_name(study: Study, variant: str) -> str:
+    return f"{study.name}.search.{variant}"
+
+
+def open_search(study: Study, variant: str, storage: Any) -> optuna.Study:
+    search = study.spec.search
+    seed = search.seed if search.seed is not None else study.spec.seeds[0]
+    samplers = {"tpe": lambda: optuna.samplers.TPESampler(seed=seed),
+                "random": lambda: optuna.samplers.RandomSampler(seed=seed),
+                "grid": lambda: optuna.samplers.RandomSampler(seed=seed)}  # grid points are enqueued
+    pruners = {"none": optuna.pruners.NopPruner, "median": lambda: optuna.pruners.MedianPruner(n_warmup_steps=1),
+               "hyperband": lambda: optuna.pruners.HyperbandPruner(min_resource=1,
+                                                                   max_resource=study.spec.train.epochs)}
+    return optuna.create_study(storage=storage, study_name=search_name(study, variant), direction=direction(study),
+                               sampler=samplers[search.sampler](), pruner=pruners[search.pruner](),
+                               load_if_exists=True)
 
 
 def plan(study: Study) -> list[tuple[str, int]]:
@@ -105,125 +214,524 @@ def fingerprint(study: Study, variant: str) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def sync_queue(study: Study, ostudy: optuna.Study, tracker: Tracker, retry_failed: bool = False,
-               output_dir: Path | None = None) -> int:
-    """Enqueue every planned (variant, seed) that is not complete or already waiting.
-    Returns the number of complete trials."""
-    done, waiting, changed = set(), set(), set()
-    for t in ostudy.get_trials(deepcopy=False):
-        key = _key(t)
-        if key is None:
-            continue
-        if t.state == TrialState.COMPLETE:
-            done.add(key)
-            stored = t.user_attrs.get("fingerprint")
-            if key[0] in study.variants and stored and stored != fingerprint(study, key[0]):
-                changed.add(key[0])
-        elif t.state == TrialState.WAITING:
-            waiting.add(key)
-        elif t.state == TrialState.RUNNING:  # its process died (we hold the folder lock)
-            ostudy._storage.set_trial_user_attr(t._trial_id, "failure", INTERRUPTED)
-            ostudy.tell(t.number, state=TrialState.FAIL)
-            tracker.close_unfinished(*key)
-    if changed:
-        raise AblateError(
-            f"{output_dir or 'the output folder'} holds finished trials of "
-            f"variant(s) {', '.join(sorted(changed))} trained with different settings than the study file has "
-            f"now (model, train, task or metrics changed); give a new --output folder, or delete that one"
-        )
-    failed_for_good = set()
-    if not retry_failed:
-        failed_for_good = {
-            _key(t) for t in ostudy.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-            if t.user_attrs.get("failure") != INTERRUPTED
-        } - done
-    for variant, seed in plan(study):
-        key = (variant, seed)
-        if key in done or key in waiting or key in failed_for_good:
-            continue
-        ostudy.enqueue_trial({},
-                             user_attrs={"variant": variant, "seed": seed, "fingerprint": fingerprint(study, variant)})
-    return len(done & set(plan(study)))
+def search_fingerprint(study: Study, variant: str) -> str:
+    content = {"base": fingerprint(study, variant), "search": study.spec.search.model_dump(),
+               "match": study.spec.match_params}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def search_budget(study: Study) -> int:
+    search = study.spec.search
+    if not search.enabled:
+        return 0
+    if search.sampler == "grid":
+        size = math.prod(len(grid_points(d)) for d in search.space.values())
+        return min(search.trials, size) if search.trials else size
+    return search.trials
+
+
+def grid_order(study: Study) -> list[dict[str, Any]]:
+    """Grid points in a seeded random order (a budget below the grid's size samples it evenly)."""
+    import itertools
+    import random
+
+    space = study.spec.search.space
+    points = [dict(zip(space, values)) for values in itertools.product(*(grid_points(d) for d in space.values()))]
+    random.Random(study.spec.search.seed or 0).shuffle(points)
+    return points
+
+
+def failure_of(trial: optuna.trial.FrozenTrial) -> str | None:
+    """Why a FAIL trial failed; None for bookkeeping (interrupted, duplicate, …).
+    A FAIL with no reason recorded was failed by Optuna's heartbeat: its worker died."""
+    reason = trial.user_attrs.get("failure")
+    return None if reason is None or reason in BOOKKEEPING else reason
+
+
+def _key(trial: optuna.trial.FrozenTrial) -> tuple[str, int] | None:
+    """(variant, seed) of a final trial, (variant, slot) of a search trial."""
+    attrs = trial.user_attrs
+    for index in ("seed", "slot"):
+        if "variant" in attrs and index in attrs:
+            return attrs["variant"], int(attrs[index])
+    return None
+
+
+def elapsed(trial: optuna.trial.FrozenTrial) -> float | None:
+    if trial.datetime_start and trial.datetime_complete:
+        return (trial.datetime_complete - trial.datetime_start).total_seconds()
+    return None
+
+
+# ---------------------------------------------------------------------------------- driver
+
+
+@dataclass
+class _Config:
+    """What one variant's final trials are trained with (search result and matching applied)."""
+
+    study: Study
+    variant: Variant
+    params: dict[str, Any] = field(default_factory=dict)
+    matched: matching.Matched | None = None
+
+
+class Driver:
+    """One worker: syncs the queues, pops trials until none is left anywhere, trains them."""
+
+    def __init__(self, study: Study, stores: Stores, reporter: Reporter | None = None,
+                 retry_failed: bool = False):
+        self.study, self.stores = study, stores
+        self.reporter = reporter or Reporter()
+        self.retry_failed = retry_failed
+        self.summary = RunSummary(0, 0, [])
+        self._configs: dict[str, _Config | None] = {}
+        self._data = None
+        self._max_len: int | None = None
+
+    # -- setup ------------------------------------------------------------------------
+    def open(self) -> None:
+        study, stores = self.study, self.stores
+        artifacts = stores.output_dir / "artifacts" if stores.tracking_uri.startswith("sqlite") else None
+        self.tracker = Tracker(stores.tracking_uri, study.name, artifact_root=artifacts)
+        self.parent = self.tracker.study_run(study.name, tags=_study_tags(study), params=_study_params(study))
+        self.storage = stores.storage()
+        self.final = open_optuna(study, stores, self.storage)
+        self.searches = {v: open_search(study, v, self.storage) for v in study.variants} \
+            if study.spec.search.enabled else {}
+
+    @property
+    def data(self):
+        if self._data is None:
+            self._data = self.study.task.load()
+            self._max_len = self.study.task.max_len(self._data)
+        return self._data
+
+    def config(self, variant: str) -> _Config | None:
+        """The final configuration of a variant, or None while its search is unfinished."""
+        if variant in self._configs and self._configs[variant] is not None:
+            return self._configs[variant]
+        study, params = self.study, {}
+        if study.spec.search.enabled:
+            ostudy = self.searches[variant]
+            trials = ostudy.get_trials(deepcopy=False)
+            if not self._search_done(variant, trials):
+                self._configs[variant] = None
+                return None
+            best = [t for t in trials if t.state == TrialState.COMPLETE]
+            if not best:
+                self._configs[variant] = None
+                return None
+            params = ostudy.best_trial.params
+        cfg = self._apply(variant, params)
+        self._configs[variant] = cfg
+        return cfg
+
+    def _apply(self, variant: str, params: dict[str, Any]) -> _Config:
+        study, var = self.study.with_params(variant, params) if params else (self.study, self.study.variants[variant])
+        matched = None
+        if self.study.spec.match_params:
+            self.data  # noqa: B018 - max_len comes from the data
+            base = self.study.variants[self.study.spec.report.baseline]
+            study, var, matched = matching.match(study, variant, self._max_len, base=base)
+        return _Config(study, var, params, matched)
+
+    def _search_done(self, variant: str, trials) -> bool:
+        budget = search_budget(self.study)
+        finished = {_key(t)[1] for t in trials if _key(t) and t.user_attrs.get("variant") == variant
+                    and (t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+                         or (t.state == TrialState.FAIL and failure_of(t)))}
+        return all(slot in finished for slot in range(budget))
+
+    # -- queues -----------------------------------------------------------------------
+    def _reap(self, ostudy: optuna.Study, trials) -> None:
+        """Fail trials whose worker is gone; they are enqueued again by the sync."""
+        if self.stores.shared:
+            optuna.storages.fail_stale_trials(ostudy)  # heartbeat; the callback re-enqueues them
+            return
+        for t in trials:
+            if t.state == TrialState.RUNNING and not self.stores.worker_alive(t.user_attrs.get("worker")):
+                try:
+                    ostudy._storage.set_trial_user_attr(t._trial_id, "failure", INTERRUPTED)
+                    ostudy.tell(t.number, state=TrialState.FAIL)
+                except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
+                    pass  # finished meanwhile
+
+    def sync(self) -> None:
+        """Enqueue every search slot and (variant, seed) not yet complete, queued or running."""
+        study = self.study
+        for variant, ostudy in self.searches.items():
+            self._reap(ostudy, ostudy.get_trials(deepcopy=False))
+            trials = ostudy.get_trials(deepcopy=False)
+            self._check_changed(trials, {variant: search_fingerprint(study, variant)}, ostudy.study_name)
+            taken = self._taken(trials)
+            points = grid_order(study) if study.spec.search.sampler == "grid" else None
+            for slot in range(search_budget(study)):
+                if (variant, slot) not in taken:
+                    attrs = {"variant": variant, "slot": slot, "fingerprint": search_fingerprint(study, variant)}
+                    ostudy.enqueue_trial(points[slot] if points else {}, user_attrs=attrs)
+        self._reap(self.final, self.final.get_trials(deepcopy=False))
+        trials = self.final.get_trials(deepcopy=False)
+        configs = {v: self.config(v) for v in study.variants}
+        self._check_changed(trials, {v: fingerprint(c.study, v) for v, c in configs.items() if c},
+                            "the output folder")
+        taken = self._taken(trials)
+        for variant, seed in plan(study):
+            cfg = configs[variant]
+            if cfg is None or (variant, seed) in taken:
+                continue
+            attrs = {"variant": variant, "seed": seed, "fingerprint": fingerprint(cfg.study, variant)}
+            if cfg.params:
+                attrs["params"] = json.dumps(cfg.params, sort_keys=True, default=str)
+            self.final.enqueue_trial({}, user_attrs=attrs)
+
+    def _taken(self, trials) -> set[tuple[str, int]]:
+        """Keys that need no enqueue: complete, waiting, running, or failed for good."""
+        taken = set()
+        for t in trials:
+            key = _key(t)
+            if key is None:
+                continue
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.WAITING, TrialState.RUNNING):
+                taken.add(key)
+            elif t.state == TrialState.FAIL and failure_of(t) and not self.retry_failed:
+                taken.add(key)
+        return taken
+
+    def _check_changed(self, trials, expected: dict[str, str], where: str) -> None:
+        changed = sorted({t.user_attrs["variant"] for t in trials
+                          if t.state == TrialState.COMPLETE and _key(t) and t.user_attrs.get("variant") in expected
+                          and t.user_attrs.get("fingerprint") not in (None, expected[t.user_attrs["variant"]])})
+        if changed:
+            place = self.stores.output_dir if where == "the output folder" else f"search study '{where}' in {self.stores.output_dir}"
+            raise AblateError(
+                f"{place} holds finished trials of variant(s) {', '.join(changed)} trained with different "
+                f"settings than the study file has now (model, train, task, metrics or search changed); "
+                f"give a new --output folder, or delete that one")
+
+    def _pop(self, worker_id: str):
+        """(optuna study, trial, phase) of the next queued trial, or None."""
+        for phase, ostudy in [*(("search", s) for s in self.searches.values()), ("final", self.final)]:
+            if not ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+                continue
+            trial = ostudy.ask()
+            trial.set_user_attr("worker", worker_id)
+            key = _key(ostudy._storage.get_trial(trial._trial_id))
+            drop = self._drop_reason(ostudy, trial.number, key, phase)
+            if drop:
+                trial.set_user_attr("failure", drop)
+                ostudy.tell(trial, state=TrialState.FAIL)
+                continue
+            if self.stores.shared:
+                self._beat(trial)
+            return ostudy, trial, phase
+        return None
+
+    def _drop_reason(self, ostudy, number: int, key, phase: str) -> str | None:
+        if key is None:  # another worker took the last queued trial; ask() made a fresh one
+            return "nothing queued"
+        if phase == "final" and key not in set(plan(self.study)):
+            return "no longer in the study file"
+        for t in ostudy.get_trials(deepcopy=False):
+            if t.number == number or _key(t) != key:
+                continue
+            if t.state == TrialState.COMPLETE or (t.state in (TrialState.WAITING, TrialState.RUNNING)
+                                                  and t.number < number):
+                return "duplicate"
+        return None
+
+    def _beat(self, trial: optuna.Trial) -> None:
+        storage, trial_id = self.storage, trial._trial_id
+        stop = threading.Event()
+
+        def beat() -> None:
+            while True:
+                try:
+                    storage.record_heartbeat(trial_id)
+                except Exception:  # noqa: BLE001 - a missed beat is retried; the grace period covers it
+                    pass
+                if stop.wait(self.stores.heartbeat_s):
+                    return
+
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        self._heartbeat = (stop, thread)
+
+    def _end_beat(self) -> None:
+        beat = getattr(self, "_heartbeat", None)
+        if beat:
+            beat[0].set()
+            self._heartbeat = None
+
+    def _busy_elsewhere(self) -> bool:
+        """Trials running in other workers (whose completion may unlock more work)."""
+        return any(ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+                   for ostudy in [*self.searches.values(), self.final])
+
+    # -- main loop --------------------------------------------------------------------
+    def run(self, wait_for_others: bool = True) -> RunSummary:
+        with self.stores.worker() as worker_id:
+            self.open()
+            with self.stores.queue_lock():
+                self.sync()
+            complete = {_key(t) for t in self.final.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+            self.summary.skipped = len(complete & set(plan(self.study)))
+            self.reporter.study(total=len(plan(self.study)), done=self.summary.skipped)
+            self.device = resolve_device(self.study.spec.train.device)
+            while True:
+                with self.stores.queue_lock():
+                    self.sync()
+                    popped = self._pop(worker_id)
+                if popped is None:
+                    if wait_for_others and self._busy_elsewhere():
+                        time.sleep(POLL_S)
+                        continue
+                    break
+                ostudy, trial, phase = popped
+                try:
+                    if phase == "search":
+                        self._search_trial(ostudy, trial)
+                    else:
+                        self._final_trial(trial)
+                finally:
+                    self._end_beat()
+            self._report_unsearchable()
+        return self.summary
+
+    def _report_unsearchable(self) -> None:
+        for variant in self.searches:
+            if self.config(variant) is None and self._search_done(variant, self.searches[variant].get_trials(deepcopy=False)):
+                self.summary.failed.append((variant, -1, "every search trial failed; no parameters to train with"))
+
+    # -- trials -----------------------------------------------------------------------
+    def _search_trial(self, ostudy: optuna.Study, trial: optuna.Trial) -> None:
+        study = self.study
+        variant, slot = trial.user_attrs["variant"], int(trial.user_attrs["slot"])
+        seed = study.spec.search.seed if study.spec.search.seed is not None else study.spec.seeds[0]
+        params = {key: _suggest(trial, key, dim) for key, dim in study.spec.search.space.items()}
+        label = f"{variant} · search {slot + 1}/{search_budget(study)}"
+        try:
+            cfg = self._apply(variant, params)
+        except (StudyError, AblateError) as exc:
+            trial.set_user_attr("failure", f"parameters do not fit: {exc}")
+            ostudy.tell(trial, state=TrialState.FAIL)
+            self.reporter.failed(label, seed, str(exc))
+            return
+        tags = {"variant": variant, "slot": str(slot), "seed": str(seed), "trial": str(trial.number),
+                **{f"search.{k}": str(v) for k, v in params.items()}}
+        run_id = self._start_run("search", cfg, variant, seed, tags, params, slot=slot)
+        trial.set_user_attr("mlflow_run_id", run_id)
+        self.reporter.trial(label, seed, study.spec.train.epochs)
+        outcome = self._train(cfg, variant, seed, run_id, trial, prune=True)
+        if outcome is None:
+            return
+        if outcome == "pruned":
+            self.tracker.fail_trial(run_id, "pruned", status="KILLED")
+            ostudy.tell(trial, state=TrialState.PRUNED)
+            self.summary.searched += 1
+            return
+        result = outcome
+        self.tracker.finish_trial(run_id, {**result.summary, **result.costs()}, result.per_unit)
+        ostudy.tell(trial, result.summary[f"valid.{study.metrics[0]}"])
+        self.summary.searched += 1
+        self.reporter.finished(label, seed, result)
+
+    def _final_trial(self, trial: optuna.Trial) -> None:
+        variant, seed = trial.user_attrs["variant"], int(trial.user_attrs["seed"])
+        cfg = self.config(variant)
+        trial.set_user_attr("fingerprint", fingerprint(cfg.study, variant))
+        run_id = self._start_run("trial", cfg, variant, seed, {"trial": str(trial.number)}, cfg.params)
+        trial.set_user_attr("mlflow_run_id", run_id)
+        self.reporter.trial(variant, seed, cfg.study.spec.train.epochs)
+        outcome = self._train(cfg, variant, seed, run_id, trial, prune=False)
+        if outcome is None:
+            return
+        result = outcome
+        fault_point("track")  # test hook, before anything of the result is logged
+        self.tracker.finish_trial(run_id, {**result.summary, **result.costs()}, result.per_unit)
+        for key, value in result.summary.items():
+            trial.set_user_attr(key, value)
+        trial.set_user_attr("wall_s", result.wall_s)
+        fault_point("tell")  # test hook: MLflow says FINISHED, Optuna does not know yet
+        self.final.tell(trial, result.summary[f"valid.{self.study.metrics[0]}"])
+        self.summary.finished += 1
+        self.reporter.finished(variant, seed, result)
+
+    def _start_run(self, role: str, cfg: _Config, variant: str, seed: int, extra_tags: dict[str, str],
+                   params: dict[str, Any], slot: int | None = None) -> str:
+        base = self.study.variants[self.study.spec.report.baseline]
+        # A (variant, seed) is trained by one worker at a time: any run of it still open, or
+        # finished by a worker that died before telling Optuna, is superseded now.
+        self.tracker.close_unfinished(variant, seed if slot is None else slot, role=role,
+                                      index="seed" if slot is None else "slot")
+        tags = {
+            "variant": variant,
+            "seed": str(seed),
+            "differs": cfg.variant.differs_from(base),
+            "device": self.device.type,
+            "ablate.fingerprint": fingerprint(cfg.study, variant),
+            **extra_tags,
+            **{f"component.{s}": label for s, label in cfg.variant.components().items()},
+        }
+        run_params = {"variant": variant, "seed": seed,
+                      "model": json.dumps(cfg.variant.spec.model_dump(), default=str),
+                      **{f"train.{k}": v for k, v in cfg.study.spec.train.model_dump().items()},
+                      **{f"search.{k}": v for k, v in params.items()},
+                      **(cfg.matched.record() if cfg.matched else {})}
+        name = f"{variant}/seed{seed}" if slot is None else f"{variant}/search{slot}"
+        return self.tracker.start_trial(self.parent, name, tags, run_params, role=role)
+
+    def _train(self, cfg: _Config, variant: str, seed: int, run_id: str, trial: optuna.Trial, prune: bool):
+        """Train with one retry at half batch size on GPU out-of-memory. Returns the result,
+        "pruned", or None when the trial failed (already recorded)."""
+        metric = f"valid.{self.study.metrics[0]}"
+
+        def on_epoch(epoch: int, logged: dict[str, float]) -> None:
+            self.tracker.log_metrics(run_id, logged, step=epoch)
+            primary = logged.get(metric)
+            if primary is not None and math.isfinite(primary):
+                trial.report(primary, epoch)
+                if prune and trial.should_prune():
+                    raise optuna.TrialPruned(f"pruned at epoch {epoch}")
+            self.reporter.epoch(epoch, logged)
+            fault_point("train")
+
+        study, batch = cfg.study, cfg.study.spec.train.batch_size
+        for attempt in (1, 2):
+            try:
+                return train_trial(study, cfg.variant, seed, self.data, self.device,
+                                   on_epoch=on_epoch, on_step=self.reporter.step)
+            except optuna.TrialPruned:
+                return "pruned"
+            except torch.OutOfMemoryError as exc:
+                _free_accelerator()
+                if attempt == 1 and batch > 1:
+                    batch //= 2
+                    study, _ = study.with_params(variant, {"train.batch_size": batch})
+                    self.tracker.set_tag(run_id, "ablate.oom_retry", f"batch size {batch}")
+                    trial.set_user_attr("oom_retry_batch_size", batch)
+                    continue
+                reason = (f"out of memory at batch size {batch} (after a retry at half the batch size)"
+                          if attempt == 2 else f"out of memory at batch size {batch}: {str(exc).splitlines()[0]}")
+                return self._fail(trial, run_id, variant, seed, reason)
+            except TrialFailed as exc:
+                return self._fail(trial, run_id, variant, seed, str(exc))
+            except Exception as exc:  # noqa: BLE001 - a crashing variant fails alone; the study goes on
+                message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                return self._fail(trial, run_id, variant, seed, f"{type(exc).__name__}: {message}".rstrip(": "))
+            except BaseException:
+                # Ctrl-C: leave a clean record; the next run re-queues this trial.
+                trial.set_user_attr("failure", INTERRUPTED)
+                self.tracker.fail_trial(run_id, INTERRUPTED, status="KILLED")
+                trial.study.tell(trial, state=TrialState.FAIL)
+                raise
+        return None  # pragma: no cover - the loop always returns
+
+    def _fail(self, trial: optuna.Trial, run_id: str, variant: str, seed: int, reason: str) -> None:
+        trial.set_user_attr("failure", reason)
+        self.tracker.fail_trial(run_id, reason)
+        trial.study.tell(trial, state=TrialState.FAIL)
+        if "slot" not in trial.user_attrs:
+            self.summary.failed.append((variant, seed, reason))
+        self.reporter.failed(variant, seed, reason)
+        return None
+
+
+def _suggest(trial: optuna.Trial, key: str, dim) -> Any:
+    if isinstance(dim, Categorical):
+        return trial.suggest_categorical(key, dim.choices)
+    if isinstance(dim, IntRange):
+        return trial.suggest_int(key, dim.low, dim.high, step=dim.step, log=dim.log)
+    assert isinstance(dim, FloatRange)
+    return trial.suggest_float(key, dim.low, dim.high, step=dim.step, log=dim.log)
+
+
+def _free_accelerator() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def run_study(study: Study, stores: Stores, reporter: Reporter | None = None,
-              retry_failed: bool = False) -> RunSummary:
-    """Train every planned (variant, seed) not yet complete; returns what happened."""
-    reporter = reporter or Reporter()
-    with _exclusive(stores.output_dir):
-        tracker = Tracker(stores.tracking_uri, study.name, artifact_root=stores.output_dir / "artifacts")
-        parent = tracker.study_run(study.name, tags=_study_tags(study), params=_study_params(study))
-        ostudy = open_optuna(study, stores)
-        skipped = sync_queue(study, ostudy, tracker, retry_failed, stores.output_dir)
-        pending = [t for t in ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING,)) if _key(t)]
-        reporter.study(total=skipped + len(pending), done=skipped)
-        if not pending:
-            return RunSummary(0, skipped, [])
-        data = study.task.load()
-        device = resolve_device(study.spec.train.device)
-        summary = RunSummary(0, skipped, [])
-        planned = set(plan(study))
-        for _ in pending:
-            # Enqueued with fixed values as user attributes (not categorical parameters:
-            # Optuna forbids a categorical whose choices change, as they do when a variant is added).
-            trial = ostudy.ask()
-            variant_name, seed = trial.user_attrs["variant"], int(trial.user_attrs["seed"])
-            if (variant_name, seed) not in planned:  # queued by an earlier version of the study file
-                trial.set_user_attr("failure", "no longer in the study file")
-                ostudy.tell(trial, state=TrialState.FAIL)
+              retry_failed: bool = False, wait_for_others: bool = True) -> RunSummary:
+    """Train every planned (variant, seed) not yet complete (searching first when the study
+    has a ``search:`` section); returns what this process did."""
+    return Driver(study, stores, reporter, retry_failed).run(wait_for_others=wait_for_others)
+
+
+def prepare(study: Study, stores: Stores) -> None:
+    """Create the stores and fill the queues once, before N workers start on them (MLflow's
+    and Optuna's first-use schema creation must not race)."""
+    driver = Driver(study, stores)
+    driver.open()
+    with stores.queue_lock():
+        driver.sync()
+
+
+# ---------------------------------------------------------------------------------- status
+
+
+@dataclass
+class VariantStatus:
+    done: int = 0
+    running: int = 0
+    failed: int = 0
+    left: int = 0
+    searched: int = 0  # finished search trials
+    search_budget: int = 0
+    final_running: int = 0
+    failures: list[tuple[int, str]] = field(default_factory=list)  # (seed, reason)
+    walls: list[float] = field(default_factory=list)
+
+
+def progress(study: Study, stores: Stores) -> dict[str, VariantStatus]:
+    """Per variant: final trials done / running / failed / left, search trials finished."""
+    storage = stores.storage()
+    rows = {v: VariantStatus(search_budget=search_budget(study)) for v in study.variants}
+    names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    if study.name in names:
+        final = optuna.load_study(study_name=study.name, storage=storage)
+        done_keys: set = set()
+        for t in final.get_trials(deepcopy=False):
+            key = _key(t)
+            if key is None or key[0] not in rows or key not in set(plan(study)):
                 continue
-            _run_trial(study, ostudy, tracker, parent, trial, variant_name, seed, data, device, reporter, summary)
-        return summary
+            row = rows[key[0]]
+            if t.state == TrialState.COMPLETE and key not in done_keys:
+                done_keys.add(key)
+                row.done += 1
+                wall = t.user_attrs.get("wall_s") or elapsed(t)
+                if wall:
+                    row.walls.append(wall)
+            elif t.state == TrialState.RUNNING:
+                row.running += 1
+                row.final_running += 1
+            elif t.state == TrialState.FAIL and failure_of(t):
+                row.failed += 1
+                row.failures.append((key[1], failure_of(t)))
+    for variant, row in rows.items():
+        name = search_name(study, variant)
+        if name in names:
+            for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False):
+                if t.state in (TrialState.COMPLETE, TrialState.PRUNED) or (t.state == TrialState.FAIL and failure_of(t)):
+                    row.searched += 1
+                    if elapsed(t):
+                        row.walls.append(elapsed(t))
+                elif t.state == TrialState.RUNNING:
+                    row.running += 1
+        row.left = max(len(study.spec.seeds) - row.done - row.failed - row.final_running, 0)
+    return rows
 
 
-def _run_trial(study, ostudy, tracker, parent, trial, variant_name, seed, data, device, reporter, summary):
-    variant = study.variants[variant_name]
-    base = study.variants[study.spec.report.baseline]
-    tags = {
-        "variant": variant_name,
-        "seed": str(seed),
-        "trial": str(trial.number),
-        "differs": variant.differs_from(base),
-        "device": device.type,
-        "ablate.fingerprint": fingerprint(study, variant_name),
-        **{f"component.{slot}": label for slot, label in variant.components().items()},
-    }
-    params = {"variant": variant_name, "seed": seed, "model": json.dumps(variant.spec.model_dump(), default=str),
-              **{f"train.{k}": v for k, v in study.spec.train.model_dump().items()}}
-    run_id = tracker.start_trial(parent, f"{variant_name}/seed{seed}", tags, params)
-    trial.set_user_attr("mlflow_run_id", run_id)
-    trial.set_user_attr("fingerprint", fingerprint(study, variant_name))
-    reporter.trial(variant_name, seed, study.spec.train.epochs)
-
-    def on_epoch(epoch: int, logged: dict[str, float]) -> None:
-        tracker.log_metrics(run_id, logged, step=epoch)
-        primary = logged.get(f"valid.{study.metrics[0]}")
-        if primary is not None and math.isfinite(primary):
-            trial.report(primary, epoch)
-        reporter.epoch(epoch, logged)
-
-    try:
-        result = train_trial(study, variant, seed, data, device, on_epoch=on_epoch, on_step=reporter.step)
-    except TrialFailed as exc:
-        reason = str(exc)
-        trial.set_user_attr("failure", reason)
-        tracker.fail_trial(run_id, reason)
-        ostudy.tell(trial, state=TrialState.FAIL)
-        summary.failed.append((variant_name, seed, reason))
-        reporter.failed(variant_name, seed, reason)
-        return
-    except BaseException:
-        # Ctrl-C or a crash: leave a clean record; the next run re-queues this trial.
-        trial.set_user_attr("failure", INTERRUPTED)
-        tracker.fail_trial(run_id, INTERRUPTED)
-        ostudy.tell(trial, state=TrialState.FAIL)
-        raise
-    tracker.finish_trial(run_id, {**result.summary, **result.costs()}, result.per_unit)
-    for key, value in result.summary.items():
-        trial.set_user_attr(key, value)
-    ostudy.tell(trial, result.summary[f"valid.{study.metrics[0]}"])
-    summary.finished += 1
-    reporter.finished(variant_name, seed, result)
+def eta_seconds(rows: dict[str, VariantStatus]) -> float | None:
+    """Remaining trials × mean wall time of finished trials ÷ trials running now (≥ 1)."""
+    walls = [w for r in rows.values() for w in r.walls]
+    if not walls:
+        return None
+    # A running trial counts as half left.
+    remaining = sum(r.left + 0.5 * r.running + max(r.search_budget - r.searched - r.running + r.final_running, 0)
+                    for r in rows.values())
+    parallel = max(1, sum(r.running for r in rows.values()))
+    return remaining * (sum(walls) / len(walls)) / parallel
 
 
 def _study_tags(study: Study) -> dict[str, str]:

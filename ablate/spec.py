@@ -12,9 +12,9 @@ import copy
 import itertools
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -87,8 +87,43 @@ class TrainSpec(_Strict):
         return v
 
 
+class FloatRange(_Strict):
+    type: Literal["float"]
+    low: float
+    high: float
+    log: bool = False
+    step: float | None = Field(None, gt=0)
+
+
+class IntRange(_Strict):
+    type: Literal["int"]
+    low: int
+    high: int
+    log: bool = False
+    step: int = Field(1, gt=0)
+
+
+class Categorical(_Strict):
+    type: Literal["categorical"]
+    choices: list[Any]
+
+
+Dimension = Annotated[Union[FloatRange, IntRange, Categorical], Field(discriminator="type")]
+SEARCH_ROOTS = ("model", "train")
+
+
 class SearchSpec(_Strict):
-    trials: int = Field(0, ge=0)
+    """Hyper-parameter search per variant, before the seeds are trained (``trials: 0``: none)."""
+
+    trials: int = Field(0, ge=0)  # budget PER VARIANT: every variant gets the same number of trials
+    space: dict[str, Dimension] = {}  # dotted keys under model.* / train.*
+    sampler: Literal["tpe", "random", "grid"] = "tpe"
+    pruner: Literal["none", "median", "hyperband"] = "none"
+    seed: int | None = None  # training seed of search trials; default: the study's first seed
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.space)
 
 
 class MetricsSpec(_Strict):
@@ -116,6 +151,9 @@ class StudySpec(_Strict):
     grid: dict[str, list[Any]] = {}
     train: TrainSpec = TrainSpec()
     search: SearchSpec = SearchSpec()
+    # Scale each variant's declared width knob (the slot's ``width_option``) so its backbone
+    # has the base's parameter count within 2%; ``true`` means the ffn slot.
+    match_params: bool | Literal["attention", "ffn", "norm", "connection"] = False
     seeds: list[int] = Field([0], min_length=1)
     metrics: MetricsSpec
     report: ReportSpec = ReportSpec()
@@ -207,6 +245,30 @@ class Study:
             "variants": list(self.variants),
         }
 
+    def with_params(self, variant: str, params: dict[str, Any]) -> tuple["Study", Variant]:
+        """This study with ``params`` (dotted ``model.*`` / ``train.*`` keys) applied to
+        ``variant`` and to the training settings. Raises :class:`StudyError` naming the key."""
+        model = self.variants[variant].spec.model_dump()
+        train = self.spec.train.model_dump()
+        for dotted, value in params.items():
+            root, *path = dotted.split(".")
+            if root not in SEARCH_ROOTS or not path:
+                raise StudyError(f"{dotted}: not a model.* or train.* key")
+            _set_dotted({"model": model, "train": train}[root], path, value)
+        where = _Bare(self.path, {})
+        try:
+            train_spec = TrainSpec.model_validate(train)
+        except ValidationError as exc:
+            raise where.pydantic(exc, ("train",)) from None
+        try:
+            loss = type(self.loss).model_validate(train_spec.loss)
+        except ValidationError as exc:
+            raise where.pydantic(exc, ("train", "loss")) from None
+        resolved = _resolve_variant(where, variant, model, ("model",), self.task)
+        spec = self.spec.model_copy(update={"train": train_spec})
+        changed = replace(self, spec=spec, loss=loss, variants={**self.variants, variant: resolved})
+        return changed, resolved
+
     def build_context(self, variant: Variant, max_len: int) -> BuildContext:
         return BuildContext(
             dim=variant.spec.dim,
@@ -261,11 +323,13 @@ def load_study(path: str | Path, check_files: bool = True) -> Study:
             ("report", "baseline"),
             f"baseline '{spec.report.baseline}' is not a variant (variants: {', '.join(variants)})",
         )
+    study = Study(spec=spec, path=path.resolve(), task=task, variants=variants, loss=loss, metrics=metrics)
+    _check_search(where, study)
     if check_files:
         problem = task.check_files()
         if problem:
             raise DataError(f"{path}: task.data: {problem}")
-    return Study(spec=spec, path=path.resolve(), task=task, variants=variants, loss=loss, metrics=metrics)
+    return study
 
 
 def _parse(path: Path, text: str) -> tuple[dict, dict[tuple, int]]:
@@ -440,3 +504,77 @@ def _expand(where: _Locator, spec: StudySpec) -> dict[str, dict]:
             raise where.error(("grid",), f"grid variant '{name}' clashes with a named variant")
         variants[name] = patch
     return variants
+
+
+class _Bare(_Locator):
+    """Errors naming only the key path (for keys applied after loading, e.g. search values)."""
+
+    def error(self, key: tuple, message: str, fallback: tuple | None = None) -> StudyError:
+        return StudyError(f"{'.'.join(str(k) for k in key)}: {message}")
+
+
+def _set_dotted(node: dict, path: list[str], value: Any) -> None:
+    for part in path[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            raise StudyError(f"{'.'.join(path)}: '{part}' holds no keys")
+        node = child
+    if path[-1] == "kind":  # a new kind starts from its own defaults (as a variant patch does)
+        node.clear()
+    node[path[-1]] = value
+
+
+def search_values(dim: Any) -> list[Any]:
+    """Values that must all be valid for a dimension: both bounds, or every choice."""
+    return list(dim.choices) if isinstance(dim, Categorical) else [dim.low, dim.high]
+
+
+def grid_points(dim: Any) -> list[Any]:
+    """Every value a grid search visits on one dimension (ranges need a step)."""
+    if isinstance(dim, Categorical):
+        return list(dim.choices)
+    if isinstance(dim, IntRange):
+        return list(range(dim.low, dim.high + 1, dim.step))
+    count = int(round((dim.high - dim.low) / dim.step)) + 1
+    return [dim.low + i * dim.step for i in range(count) if dim.low + i * dim.step <= dim.high + 1e-12]
+
+
+def _check_search(where: _Locator, study: Study) -> None:
+    """Bad search spaces fail here, before any training: unknown keys, empty categoricals,
+    inverted ranges, log ranges reaching 0, values a variant cannot take, a missing budget."""
+    search = study.spec.search
+    for key, dim in search.space.items():
+        at = ("search", "space", key)
+        root = key.split(".")[0]
+        if root not in SEARCH_ROOTS or "." not in key:
+            raise where.error(at, f"search keys are dotted model.* or train.* keys (e.g. train.lr, "
+                                  f"model.ffn.mult), got '{key}'")
+        if isinstance(dim, Categorical):
+            if not dim.choices:
+                raise where.error(at, "an empty categorical: give at least one choice")
+        else:
+            if dim.low > dim.high:
+                raise where.error(at, f"low ({dim.low}) is above high ({dim.high})")
+            if dim.log and dim.low <= 0:
+                raise where.error(at, f"a log range needs bounds > 0 (got low={dim.low})")
+            if isinstance(dim, FloatRange) and dim.log and dim.step is not None:
+                raise where.error(at, "a log range takes no step")
+            if search.sampler == "grid" and isinstance(dim, FloatRange) and dim.step is None:
+                raise where.error(at, "grid search over a float range needs a step")
+        if study.spec.match_params and key.startswith(f"model.{_matched_slot(study)}."):
+            raise where.error(at, "this key is the knob match_params scales; search another key or drop match_params")
+        for name in study.variants:
+            for value in search_values(dim):
+                try:
+                    study.with_params(name, {key: value})
+                except StudyError as exc:
+                    raise where.error(at, f"{value!r} does not fit variant '{name}' ({exc})") from None
+    if search.space and search.trials == 0 and search.sampler != "grid":
+        raise where.error(("search", "trials"), "a search space needs a trial budget per variant (trials: N)")
+    if search.trials and not search.space:
+        raise where.error(("search", "space"), "search.trials is set but no space is given")
+
+
+def _matched_slot(study: Study) -> str:
+    chosen = study.spec.match_params
+    return "ffn" if chosen is True else str(chosen)

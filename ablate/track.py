@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import tempfile
 import time
 from pathlib import Path
@@ -50,22 +51,60 @@ def default_uri(output_dir: Path) -> str:
     return f"sqlite:///{(output_dir / 'mlflow.db').resolve()}"
 
 
+def _locked(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "database is locked" in text or "database table is locked" in text
+
+
+class _Retrying:
+    """An ``MlflowClient`` whose calls retry while a SQLite store is locked by another
+    worker process (writers queue on one file; a busy one can hold it past SQLite's timeout)."""
+
+    ATTEMPTS = 30
+
+    def __init__(self, client: MlflowClient):
+        self._client = client
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            for attempt in range(self.ATTEMPTS):
+                try:
+                    return attr(*args, **kwargs)
+                except Exception as exc:  # noqa: BLE001 - only lock contention is retried
+                    if not _locked(exc) or attempt == self.ATTEMPTS - 1:
+                        raise
+                    time.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
+            raise AssertionError("unreachable")  # pragma: no cover
+
+        return call
+
+
 class Tracker:
     """Thin MLflow client wrapper with the study/trial vocabulary."""
 
     def __init__(self, tracking_uri: str, experiment: str, artifact_root: Path | None = None,
                  create: bool = True):
         self.uri = tracking_uri
-        self.client = MlflowClient(tracking_uri=tracking_uri)
+        self.client = _Retrying(MlflowClient(tracking_uri=tracking_uri))
         try:
             found = self.client.get_experiment_by_name(experiment)
         except MlflowException as exc:
             raise AblateError(f"cannot open MLflow tracking store {tracking_uri}: {exc.message}") from None
+        except Exception as exc:  # noqa: BLE001 - an unreachable server raises from requests
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise AblateError(f"cannot reach MLflow tracking store {tracking_uri}: {first}") from None
         if found is None and not create:
             raise AblateError(f"no experiment '{experiment}' in the tracking store {tracking_uri}")
         if found is None:
             location = artifact_root.resolve().as_uri() if artifact_root else None
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+            try:
+                self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+            except MlflowException:  # another worker created it first
+                self.experiment_id = self.client.get_experiment_by_name(experiment).experiment_id
         else:
             self.experiment_id = found.experiment_id
         self.experiment = experiment
@@ -83,9 +122,11 @@ class Tracker:
         self.client.set_tag(run_id, "ablate.report_settings", tags.get("ablate.report_settings", "{}"))
         return run_id
 
-    def start_trial(self, parent: str, name: str, tags: dict[str, str], params: dict[str, Any]) -> str:
+    def start_trial(self, parent: str, name: str, tags: dict[str, str], params: dict[str, Any],
+                    role: str = "trial") -> str:
+        """A child run: role ``trial`` (what the report compares) or ``search``."""
         run = self.client.create_run(
-            self.experiment_id, tags={PARENT: parent, ROLE: "trial", **tags}, run_name=name
+            self.experiment_id, tags={PARENT: parent, ROLE: role, **tags}, run_name=name
         )
         self.client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
         return run.info.run_id
@@ -102,25 +143,28 @@ class Tracker:
             self.client.log_artifact(run_id, str(path), artifact_path=str(Path(UNITS_ARTIFACT).parent))
         self.client.set_terminated(run_id, "FINISHED")
 
-    def fail_trial(self, run_id: str, reason: str) -> None:
+    def fail_trial(self, run_id: str, reason: str, status: str = "FAILED") -> None:
         self.client.set_tag(run_id, "ablate.failure", reason[:5000])
-        self.client.set_terminated(run_id, "FAILED")
+        self.client.set_terminated(run_id, status)
 
-    def close_unfinished(self, variant: str, seed: int) -> int:
-        """Mark runs of (variant, seed) left RUNNING by a dead process as KILLED."""
-        runs = self.trial_runs(status=None)
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self.client.set_tag(run_id, key, value)
+
+    def close_unfinished(self, variant: str, index: int, role: str = "trial", key: str = "seed") -> int:
+        """Before (variant, seed) — or (variant, search slot) — is trained again: mark its runs
+        left RUNNING by a dead worker, or FINISHED by one that died before Optuna heard of it,
+        as KILLED, so exactly one finished run per key remains."""
+        flt = (f"tags.`{ROLE}` = '{role}' and tags.variant = '{_quote(variant)}' and tags.`{key}` = '{index}'"
+               f" and attributes.status != 'KILLED' and attributes.status != 'FAILED'")
         closed = 0
-        for run in runs:
-            tags = run.data.tags
-            if (run.info.status == "RUNNING" and tags.get("variant") == variant
-                    and tags.get("seed") == str(seed)):
-                self.client.set_tag(run.info.run_id, "ablate.failure", "interrupted")
-                self.client.set_terminated(run.info.run_id, "KILLED")
-                closed += 1
+        for run in self.client.search_runs([self.experiment_id], filter_string=flt, max_results=1000):
+            self.client.set_tag(run.info.run_id, "ablate.failure", "interrupted")
+            self.client.set_terminated(run.info.run_id, "KILLED")
+            closed += 1
         return closed
 
-    def trial_runs(self, status: str | None = "FINISHED") -> list:
-        flt = f"tags.`{ROLE}` = 'trial'"
+    def trial_runs(self, status: str | None = "FINISHED", role: str = "trial") -> list:
+        flt = f"tags.`{ROLE}` = '{role}'"
         if status:
             flt += f" and attributes.status = '{status}'"
         runs, token = [], None
@@ -137,6 +181,10 @@ class Tracker:
         if not runs:
             return {}
         return json.loads(runs[0].data.tags.get("ablate.report_settings", "{}"))
+
+
+def _quote(text: str) -> str:
+    return text.replace("'", "\\'")
 
 
 __all__ = ["Tracker", "default_uri", "RunStatus", "RunTag", "UNITS_ARTIFACT"]

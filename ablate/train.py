@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 from .build import build_backbone, count_parameters
+from .faults import fault_point
 from .spec import Study, Variant
 
 
@@ -142,6 +143,8 @@ def train_trial(
     try:
         ctx = study.build_context(variant, task.max_len(data))
         model = task.build_model(build_backbone(variant, ctx), ctx, data).to(device)
+    except torch.OutOfMemoryError:
+        raise  # the driver retries at half batch size
     except (ValueError, RuntimeError) as exc:
         raise TrialFailed(f"could not build variant '{variant.name}': {exc}") from exc
     optimizer_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[train.optimizer]
@@ -190,6 +193,7 @@ def train_trial(
 
         if best_state is not None:
             model.load_state_dict(best_state)
+        fault_point("evaluate")
         valid = task.evaluate(model, data, "valid", study.metrics, device, train.eval_batch_size)
         test = task.evaluate(model, data, "test", study.metrics, device, train.eval_batch_size)
     result.summary = {**{f"valid.{k}": v for k, v in valid.summary.items()},

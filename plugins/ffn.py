@@ -58,6 +58,7 @@ class MLPFFN(TwoLayer):
     """Transformer MLP: ``k = round(mult · d)``, ReLU or GELU."""
 
     Options = MLPOptions
+    width_option = "mult"
 
     def __init__(self, options: MLPOptions, ctx: BuildContext):
         hidden = max(1, round(options.mult * ctx.dim))
@@ -105,6 +106,7 @@ class GatedFFN(GLU):
     ``k = hidden`` or ``glu_hidden(d, multiple_of)``."""
 
     Options = GatedOptions
+    width_option = "hidden"
 
     def __init__(self, options: GatedOptions, ctx: BuildContext):
         hidden = default(options.hidden, glu_hidden(ctx.dim, options.multiple_of))
@@ -169,6 +171,7 @@ class MFFN(GLU):
     """
 
     Options = MFFNOptions
+    width_option = "ffn_multiply"
     activation = nn.SiLU
 
     def __init__(self, options: MFFNOptions, ctx: BuildContext):
@@ -229,6 +232,7 @@ class MoEFFN(FeedForward):
     """
 
     Options = MoEOptions
+    width_option = "hidden"
 
     def __init__(self, options: MoEOptions, ctx: BuildContext):
         super().__init__(options, ctx)

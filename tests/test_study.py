@@ -5,6 +5,8 @@ from __future__ import annotations
 import optuna
 import pandas as pd
 from mlflow import MlflowClient
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
 
 from ablate.results import load_results
 
@@ -44,7 +46,8 @@ def test_run_writes_tracking_and_report(write_study, cli, tmp_path, monkeypatch)
     assert set(loaded.units.columns) >= {"variant", "seed", "unit", "ndcg@10", "hr@10"}
 
     # Optuna: one complete trial per (variant, seed).
-    ostudy = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'runs' / 'tiny' / 'optuna.db'}")
+    ostudy = optuna.load_study(study_name="tiny", storage=JournalStorage(JournalFileBackend(
+        str(tmp_path / "runs" / "tiny" / "optuna.journal"))))
     keys = sorted((t.user_attrs["variant"], t.user_attrs["seed"]) for t in ostudy.trials
                   if t.state == optuna.trial.TrialState.COMPLETE)
     assert keys == [("base", 0), ("base", 1), ("mlp", 0), ("mlp", 1)]
