@@ -290,7 +290,7 @@ def _report(tracking_uri: str, experiment: str, out_dir: Path, study) -> dict[st
     if loaded.results.empty:
         raise AblateError(f"no finished trials for '{experiment}' in {tracking_uri}")
     settings = _settings(ReportSettings, loaded.settings, study)
-    paths = write_report(loaded.results, loaded.units, loaded.curves, settings, out_dir)
+    paths = write_report(loaded.results, loaded.units, loaded.curves, settings, out_dir, failures=loaded.failures)
     out.print(format_table(compare(loaded.results, loaded.units, settings, settings.primary), settings),
               markup=False, highlight=False, soft_wrap=True)
     return paths

@@ -563,7 +563,7 @@ class Driver:
         # A (variant, seed) is trained by one worker at a time: any run of it still open, or
         # finished by a worker that died before telling Optuna, is superseded now.
         self.tracker.close_unfinished(variant, seed if slot is None else slot, role=role,
-                                      index="seed" if slot is None else "slot")
+                                      key="seed" if slot is None else "slot")
         tags = {
             "variant": variant,
             "seed": str(seed),

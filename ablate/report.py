@@ -612,8 +612,44 @@ def _calibration_text(cal: dict | None, settings: ReportSettings, tables: dict[s
     return lines
 
 
+def _failures_block(failures: pd.DataFrame | None) -> list[Block]:
+    if failures is None or failures.empty:
+        return []
+    rows = [[str(r.variant), str(r.seed), str(r.reason)] for r in failures.itertuples()]
+    return [Block("h2", "Failed trials"),
+            Block("p", f"{len(rows)} trial(s) failed and are left out of every comparison above; "
+                       "`ablate run --retry-failed` trains them again."),
+            Block("table", headers=["variant", "seed", "reason"], items=rows, left=3)]
+
+
+def _tuning_blocks(results: pd.DataFrame, names: list[str]) -> list[Block]:
+    """Searched parameters and parameter matching per variant, when the study used them."""
+    blocks = []
+    search = [c for c in results.columns if c.startswith("search.")]
+    if search:
+        rows = [[n, *[str(results.loc[results.variant == n, c].iloc[0]) for c in search]] for n in names]
+        blocks += [Block("h2", "Searched parameters"),
+                   Block("p", "Each variant's best parameters from its own search (equal trial budget per "
+                              "variant, validation metric), then trained over every seed."),
+                   Block("table", headers=["variant", *[c.removeprefix("search.") for c in search]], items=rows, left=1)]
+    if "match.params" in results.columns:
+        knobs = [c for c in results.columns if c.startswith("match.model.")]
+        rows = []
+        for n in names:
+            first = results[results.variant == n].iloc[0]
+            scaled = "; ".join(f"{c.removeprefix('match.')} = {first[c]}" for c in knobs if not _isnan(first[c])) or "—"
+            rows.append([n, f"{int(first['match.before']):,}", f"{int(first['match.params']):,}",
+                         f"{int(first['match.base_params']):,}", scaled])
+        blocks += [Block("h2", "Parameter matching"),
+                   Block("p", "match_params: each variant's width knob scaled so its backbone has the baseline's "
+                              "parameter count within 2% (embedding and head are shared and not counted)."),
+                   Block("table", headers=["variant", "backbone params before", "after", "baseline", "knob"],
+                         items=rows, left=1)]
+    return blocks
+
+
 def write_report(results: pd.DataFrame, units: pd.DataFrame | None, curves: pd.DataFrame | None,
-                 settings: ReportSettings, out_dir: Path) -> dict[str, Path]:
+                 settings: ReportSettings, out_dir: Path, failures: pd.DataFrame | None = None) -> dict[str, Path]:
     """Write the report files into ``out_dir``; return their paths by name.
 
     Names: ``csv`` (results.csv, the frame as given), ``comparisons`` (every ``stats.compare`` row
@@ -671,6 +707,7 @@ def write_report(results: pd.DataFrame, units: pd.DataFrame | None, curves: pd.D
                f"Cost vs. quality: test {settings.primary} mean ± sd over seeds against wall time per "
                "trial (± sd) and parameter count, one point per variant (◆ baseline).")
 
+    blocks += _tuning_blocks(results, names) + _failures_block(failures)
     blocks += [Block("h2", "Ranking"), Block("p", _friedman_text(fr, settings, len(names)))]
     if fr is not None:
         figure("cd", cd_figure(fr, settings, fig_dir / "cd.png"),

@@ -25,6 +25,7 @@ class Results:
     units: pd.DataFrame  # test metrics per evaluation unit: variant, seed, unit, <metric>...
     curves: pd.DataFrame  # validation per epoch: variant, seed, epoch, metric, value
     settings: dict  # report settings stored with the study
+    failures: pd.DataFrame = None  # failed trials: variant, seed, reason (interrupted ones left out)
 
 
 def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Results:
@@ -46,6 +47,8 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
             "differs": tags.get("differs", ""),
             **{k: v for k, v in tags.items() if k.startswith("component.")},
             **{k: metrics[k] for k in COST_KEYS if k in metrics},
+            # Searched parameters and parameter matching (match_params), as logged.
+            **{k: _number(v) for k, v in run.data.params.items() if k.startswith(("search.", "match."))},
             **{k: v for k, v in metrics.items() if k.startswith(("test.", "valid."))},
         }
         if (variant, seed) in seen:  # should not happen; keep the newest, say so
@@ -74,12 +77,24 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
         for key in ("params", "epochs", "best_epoch"):
             if key in results:
                 results[key] = results[key].astype("Int64")
+    failed = [{"variant": r.data.tags.get("variant"), "seed": int(r.data.tags.get("seed", -1)),
+               "reason": r.data.tags.get("ablate.failure", "")}
+              for r in tracker.trial_runs(status="FAILED")]
     return Results(
+        failures=pd.DataFrame(failed, columns=["variant", "seed", "reason"]),
         results=results,
         units=pd.concat(unit_frames, ignore_index=True) if unit_frames else pd.DataFrame(),
         curves=pd.DataFrame(curve_rows, columns=["variant", "seed", "epoch", "metric", "value"]),
         settings=tracker.report_settings(),
     )
+
+
+def _number(text: str):
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
 
 
 def _open(tracking_uri: str, experiment: str) -> Tracker:

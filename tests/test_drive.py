@@ -1,0 +1,270 @@
+"""The driver at full strength: search per variant, parameter matching, failures, OOM retry,
+status, bad search spaces and storage URLs."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pandas as pd
+import pytest
+import torch
+from mlflow import MlflowClient
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+
+import ablate.drive as drive
+from ablate.spec import load_study
+
+COMPLETE = optuna.trial.TrialState.COMPLETE
+
+
+def _storage(tmp_path, name="tiny"):
+    return JournalStorage(JournalFileBackend(str(tmp_path / "runs" / name / "optuna.journal")))
+
+
+def _mlflow(tmp_path, name="tiny"):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'runs' / name / 'mlflow.db'}")
+    return client, client.get_experiment_by_name(name).experiment_id
+
+
+@pytest.mark.parametrize("space, expected", [
+    ({"model.ffn.nope": {"type": "int", "low": 1, "high": 2}}, "does not fit variant 'base'"),
+    ({"train.nope": {"type": "float", "low": 0.1, "high": 0.2}}, "unknown key"),
+    ({"seeds": {"type": "int", "low": 1, "high": 2}}, "dotted model.* or train.* keys"),
+    ({"train.lr": {"type": "categorical", "choices": []}}, "an empty categorical"),
+    ({"train.lr": {"type": "float", "low": 0.0, "high": 0.01, "log": True}}, "a log range needs bounds > 0"),
+    ({"train.lr": {"type": "float", "low": 0.1, "high": 0.01}}, "is above high"),
+    ({"model.attention.heads": {"type": "categorical", "choices": [1, 3]}}, "3 does not fit variant"),
+])
+def test_bad_search_spaces_fail_before_training(cli, write_study, tmp_path, space, expected):
+    study = write_study({"search": {"trials": 2, "space": space}})
+    for command in ("validate", "run"):
+        code, _, err = cli(command, study, "--quiet") if command == "run" else cli(command, study)
+        assert code == 2, err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert "search.space" in err and expected in err, err
+    assert not (tmp_path / "runs").exists()  # nothing was trained or even created
+
+
+def test_search_budget_needs_a_space_and_a_space_needs_a_budget(cli, write_study):
+    code, _, err = cli("validate", write_study({"search": {"trials": 2}}))
+    assert code == 2 and "search.space" in err
+    code, _, err = cli("validate", write_study({"search": {"space": {"train.lr": {
+        "type": "float", "low": 0.001, "high": 0.01}}}}))
+    assert code == 2 and "search.trials" in err and "budget per variant" in err
+
+
+def test_search_per_variant_then_best_params_over_seeds(cli, write_study, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    space = {"train.lr": {"type": "float", "low": 0.001, "high": 0.01, "log": True},
+             "model.dropout": {"type": "categorical", "choices": [0.0, 0.3]}}
+    study = write_study({"search": {"trials": 3, "sampler": "random", "pruner": "median", "space": space},
+                         "train": {"epochs": 2}})
+    code, out, err = cli("run", study, "--quiet")
+    assert code == 0, err
+
+    storage = _storage(tmp_path)
+    best = {}
+    for variant in ("base", "mlp"):
+        search = optuna.load_study(study_name=f"tiny.search.{variant}", storage=storage)
+        counted = [t for t in search.trials if t.state in (COMPLETE, optuna.trial.TrialState.PRUNED)]
+        assert sorted(t.user_attrs["slot"] for t in counted) == [0, 1, 2]  # the same budget per variant
+        for t in counted:
+            assert 0.001 <= t.params["train.lr"] <= 0.01 and t.params["model.dropout"] in (0.0, 0.3)
+        best[variant] = search.best_trial.params
+        values = [t.value for t in search.trials if t.state == COMPLETE]
+        assert search.best_trial.value == max(values)  # ndcg: higher is better
+    final = optuna.load_study(study_name="tiny", storage=storage)
+    keys = sorted((t.user_attrs["variant"], t.user_attrs["seed"]) for t in final.trials if t.state == COMPLETE)
+    assert keys == [("base", 0), ("base", 1), ("mlp", 0), ("mlp", 1)]
+
+    client, exp = _mlflow(tmp_path)
+    finals = client.search_runs([exp], "tags.`ablate.role` = 'trial' and attributes.status = 'FINISHED'")
+    assert len(finals) == 4
+    for run in finals:  # each final trial trained with its variant's best searched parameters
+        wanted = best[run.data.tags["variant"]]
+        assert math.isclose(float(run.data.params["train.lr"]), wanted["train.lr"])
+        assert float(run.data.params["search.model.dropout"]) == wanted["model.dropout"]
+        assert f'"dropout": {wanted["model.dropout"]}' in run.data.params["model"]
+    assert len(client.search_runs([exp], "tags.`ablate.role` = 'search'")) == 6
+    report = (tmp_path / "reports" / "tiny" / "report.md").read_text()
+    assert "## Searched parameters" in report and "train.lr" in report
+
+    # A rerun trains nothing: searches and finals are complete.
+    code, _, err = cli("run", study, "--quiet")
+    assert code == 0 and "4 trial(s) were already complete" in err
+    assert len(client.search_runs([exp], "tags.`ablate.role` = 'search'")) == 6
+
+
+def test_grid_search_visits_every_point_once(cli, write_study, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    study = write_study({"search": {"sampler": "grid", "space": {
+        "train.lr": {"type": "categorical", "choices": [0.002, 0.004]},
+        "model.dropout": {"type": "float", "low": 0.0, "high": 0.2, "step": 0.2}}},
+        "train": {"epochs": 1}, "seeds": [0], "variants": {}})
+    code, _, err = cli("run", study, "--quiet")
+    assert code == 0, err
+    search = optuna.load_study(study_name="tiny.search.base", storage=_storage(tmp_path))
+    points = sorted((t.params["train.lr"], round(t.params["model.dropout"], 6)) for t in search.trials
+                    if t.state == COMPLETE)
+    assert points == [(0.002, 0.0), (0.002, 0.2), (0.004, 0.0), (0.004, 0.2)]
+
+
+def _ffn_params(d: int, hidden: int) -> int:
+    return 2 * d * hidden + hidden + d  # Linear(d, k) + Linear(k, d), with biases
+
+
+def test_match_params_scales_the_declared_width_knob(cli, write_study, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    study_file = write_study({"match_params": True, "seeds": [0], "train": {"epochs": 1},
+                              "variants": {"mlp": {"ffn": {"kind": "mlp", "mult": 4}}}})
+    code, _, err = cli("run", study_file, "--quiet")
+    assert code == 0, err
+    client, exp = _mlflow(tmp_path)
+    runs = {r.data.tags["variant"]: r for r in client.search_runs([exp], "tags.`ablate.role` = 'trial'")}
+    d = 16
+    # The base's pointwise FFN is d → d → d: an MLP matches it exactly at hidden width d.
+    base_params = int(runs["base"].data.params["match.base_params"])
+    mlp = runs["mlp"].data.params
+    assert int(mlp["match.base_params"]) == base_params
+    assert int(mlp["match.before"]) - base_params == _ffn_params(d, 4 * d) - _ffn_params(d, d)
+    assert abs(int(mlp["match.params"]) - base_params) <= 0.02 * base_params
+    assert round(float(mlp["match.model.ffn.mult"]) * d) == d
+    assert '"mult": ' + mlp["match.model.ffn.mult"] in mlp["model"]
+    report = (tmp_path / "reports" / "tiny" / "report.md").read_text()
+    assert "## Parameter matching" in report and "model.ffn.mult" in report
+
+
+def test_match_params_without_a_knob_is_one_line(cli, write_study, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    study = write_study({"match_params": True, "seeds": [0], "train": {"epochs": 1},
+                         "variants": {"no-ffn": {"ffn": {"kind": "none"}}}})
+    code, _, err = cli("run", study, "--quiet")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "no-ffn" in err and "declares no width option" in err
+
+
+def test_nan_loss_and_crash_fail_alone_and_are_reported(cli, write_study, tmp_path, monkeypatch):
+    """A diverging variant and a crashing trial are recorded as failed with their reason; the
+    other trials finish; status and the report show the failures."""
+    monkeypatch.chdir(tmp_path)
+    from ablate_plugins.ffn import MLPFFN
+
+    task_cls = type(load_study(write_study()).task)
+    real_loss, real_train = task_cls.loss, drive.train_trial
+
+    def diverging(self, model, batch, loss, generator):
+        value = real_loss(self, model, batch, loss, generator)
+        return value * float("nan") if any(isinstance(m, MLPFFN) for m in model.modules()) else value
+
+    def crashing(study, variant, seed, *args, **kwargs):
+        if variant.name == "base" and seed == 1:
+            raise ValueError("boom in a component")
+        return real_train(study, variant, seed, *args, **kwargs)
+
+    monkeypatch.setattr(task_cls, "loss", diverging)
+    monkeypatch.setattr(drive, "train_trial", crashing)
+    study = write_study()
+    code, _, err = cli("run", study, "--quiet")
+    assert code == 1
+    assert "mlp seed 0: loss became nan at epoch 1" in err
+    assert "base seed 1: ValueError: boom in a component" in err
+
+    final = optuna.load_study(study_name="tiny", storage=_storage(tmp_path))
+    states = {(t.user_attrs["variant"], t.user_attrs["seed"]): (t.state.name, t.user_attrs.get("failure"))
+              for t in final.trials}
+    assert states == {("base", 0): ("COMPLETE", None), ("base", 1): ("FAIL", "ValueError: boom in a component"),
+                      ("mlp", 0): ("FAIL", "loss became nan at epoch 1"),
+                      ("mlp", 1): ("FAIL", "loss became nan at epoch 1")}
+    code, out, _ = cli("status", study)
+    assert code == 0
+    assert "failed: mlp seed 1: loss became nan at epoch 1" in out
+    assert "failed: base seed 1: ValueError: boom" in out
+    row = next(line for line in out.splitlines() if line.strip("│ ").startswith("mlp"))
+    assert [c.strip() for c in row.strip("│").split("│")] == ["mlp", "0", "0", "2", "0"]
+    report = (tmp_path / "reports" / "tiny" / "report.md").read_text()
+    assert "## Failed trials" in report and "loss became nan at epoch 1" in report
+
+    # A rerun leaves failures alone (exit 1 again, nothing retrained) unless asked to retry.
+    monkeypatch.setattr(task_cls, "loss", real_loss)
+    monkeypatch.setattr(drive, "train_trial", real_train)
+    code, _, err = cli("run", study, "--quiet")
+    assert code == 1 and "1 trial(s) were already complete" in err
+    code, _, err = cli("run", study, "--quiet", "--retry-failed")
+    assert code == 0, err
+    code, out, _ = cli("status", study)
+    assert "4/4 trials done" in out and "finished" in out
+
+
+def test_out_of_memory_retries_once_at_half_batch_size(cli, write_study, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    real_train = drive.train_trial
+    batches: list[tuple[str, int]] = []
+
+    def tight_memory(study, variant, seed, *args, **kwargs):
+        batch = study.spec.train.batch_size
+        batches.append((variant.name, batch))
+        limit = 32 if variant.name == "base" else 0  # base fits at half the batch; mlp never fits
+        if batch > limit:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_train(study, variant, seed, *args, **kwargs)
+
+    monkeypatch.setattr(drive, "train_trial", tight_memory)
+    code, _, err = cli("run", write_study({"seeds": [0], "train": {"epochs": 1}}), "--quiet")
+    assert code == 1
+    assert batches == [("base", 64), ("base", 32), ("mlp", 64), ("mlp", 32)]
+    assert "mlp seed 0: out of memory at batch size 32 (after a retry at half the batch size)" in err
+    final = optuna.load_study(study_name="tiny", storage=_storage(tmp_path))
+    base = next(t for t in final.trials if t.user_attrs["variant"] == "base")
+    assert base.state == COMPLETE and base.user_attrs["oom_retry_batch_size"] == 32
+    client, exp = _mlflow(tmp_path)
+    run = client.get_run(base.user_attrs["mlflow_run_id"])
+    assert run.data.tags["ablate.oom_retry"] == "batch size 32"
+
+
+def test_status_counts_and_eta(cli, write_study, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = cli("status", write_study())
+    assert code == 0 and "not started (4 trials planned)" in out
+    study = load_study(write_study({"train": {"epochs": 1}, "seeds": [0]}))
+    stores = drive.Stores.for_study(study)
+    drive.run_study(study, stores)
+    # Two more seeds: 2 trials done, 4 left; ETA = 4 × mean wall time of the finished ones.
+    study = load_study(write_study({"train": {"epochs": 1}, "seeds": [0, 1, 2]}))
+    drive.prepare(study, stores)
+    rows = drive.progress(study, stores)
+    assert {v: (r.done, r.running, r.failed, r.left) for v, r in rows.items()} == {"base": (1, 0, 0, 2),
+                                                                                    "mlp": (1, 0, 0, 2)}
+    walls = [w for r in rows.values() for w in r.walls]
+    assert len(walls) == 2 and drive.eta_seconds(rows) == pytest.approx(4 * sum(walls) / 2)
+    code, out, _ = cli("status", write_study({"train": {"epochs": 1}, "seeds": [0, 1, 2]}))
+    assert code == 0 and "2/6 trials done" in out and "ETA: " in out
+
+
+def test_unreachable_storage_is_one_line(cli, write_study, tmp_path):
+    study = write_study()
+    code, _, err = cli("worker", study, "--storage", "postgresql://ablate:secret@127.0.0.1:9/nothing", "--quiet")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "cannot reach the Optuna storage postgresql://ablate:***@127.0.0.1:9/nothing" in err
+    assert "secret" not in err
+
+
+def test_results_frame_carries_failures(write_study, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from ablate.results import load_results
+
+    def crashing(*args, **kwargs):
+        raise RuntimeError("kernel exploded\nsecond line")
+
+    monkeypatch.setattr(drive, "train_trial", crashing)
+    study = load_study(write_study({"seeds": [0], "variants": {}}))
+    summary = drive.run_study(study, drive.Stores.for_study(study))
+    assert summary.failed == [("base", 0, "RuntimeError: kernel exploded")]
+    client, exp = _mlflow(tmp_path)
+    assert client.get_experiment(exp)  # the store exists even with no finished trial
+    loaded = load_results(f"sqlite:///{tmp_path / 'runs' / 'tiny' / 'mlflow.db'}", "tiny")
+    assert loaded.results.empty
+    assert loaded.failures.to_dict("records") == [{"variant": "base", "seed": 0,
+                                                   "reason": "RuntimeError: kernel exploded"}]
+    assert isinstance(loaded.failures, pd.DataFrame)
