@@ -101,7 +101,9 @@ def run(
     if workers == 1:
         with _progress(quiet) as progress:
             summary = run_study(study, stores, BarReporter(progress), retry_failed=retry_failed)
-        skipped, failed = summary.skipped, summary.failed
+        skipped = summary.skipped
+        # Every failure standing in the study, not only this invocation's (a rerun leaves them).
+        failed = [f for f in summary.failed if f[1] < 0] + _standing_failures(study, stores)
     else:
         skipped, failed = _run_workers(study_file, study, stores, workers, quiet, retry_failed)
     if skipped:
@@ -144,8 +146,13 @@ def _run_workers(study_file: Path, study, stores, workers: int, quiet: bool, ret
     if crashed:
         raise AblateError(f"{len(crashed)} of {workers} workers exited with status {crashed[0]}; "
                           f"run the study again to resume")
-    failed = [(v, seed, reason) for v, r in progress(study, stores).items() for seed, reason in r.failures]
-    return before, failed
+    return before, _standing_failures(study, stores)
+
+
+def _standing_failures(study, stores) -> list[tuple[str, int, str]]:
+    from .drive import progress
+
+    return [(v, seed, reason) for v, r in progress(study, stores).items() for seed, reason in r.failures]
 
 
 @app.command()

@@ -29,6 +29,7 @@ import socket
 import threading
 import time
 import uuid
+import warnings
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,9 +103,11 @@ class Stores:
         url = self.optuna_url
         if self.shared:
             try:
-                return RDBStorage(url, heartbeat_interval=self.heartbeat_s, grace_period=self.grace_s,
-                                  heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(),
-                                  engine_kwargs={"pool_pre_ping": True})
+                with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.x
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    return RDBStorage(url, heartbeat_interval=self.heartbeat_s, grace_period=self.grace_s,
+                                      heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(),
+                                      engine_kwargs={"pool_pre_ping": True})
             except Exception as exc:  # noqa: BLE001 - driver errors vary (psycopg, sqlalchemy)
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise AblateError(f"cannot reach the Optuna storage {_redact(url)}: {first}") from None
@@ -347,7 +350,9 @@ class Driver:
     def _reap(self, ostudy: optuna.Study, trials) -> None:
         """Fail trials whose worker is gone; they are enqueued again by the sync."""
         if self.stores.shared:
-            optuna.storages.fail_stale_trials(ostudy)  # heartbeat; the callback re-enqueues them
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(ostudy)  # heartbeat; the callback re-enqueues them
             return
         for t in trials:
             if t.state == TrialState.RUNNING and not self.stores.worker_alive(t.user_attrs.get("worker")):
@@ -690,24 +695,29 @@ def progress(study: Study, stores: Stores) -> dict[str, VariantStatus]:
     names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
     if study.name in names:
         final = optuna.load_study(study_name=study.name, storage=storage)
-        done_keys: set = set()
+        # One state per key, however many trials it took: complete > running > queued > failed.
+        by_key: dict[tuple[str, int], list] = {}
         for t in final.get_trials(deepcopy=False):
             key = _key(t)
-            if key is None or key[0] not in rows or key not in set(plan(study)):
-                continue
+            if key is not None and key[0] in rows and key in set(plan(study)):
+                by_key.setdefault(key, []).append(t)
+        for key, trials in by_key.items():
             row = rows[key[0]]
-            if t.state == TrialState.COMPLETE and key not in done_keys:
-                done_keys.add(key)
+            states = {t.state for t in trials}
+            if TrialState.COMPLETE in states:
                 row.done += 1
+                t = next(t for t in trials if t.state == TrialState.COMPLETE)
                 wall = t.user_attrs.get("wall_s") or elapsed(t)
                 if wall:
                     row.walls.append(wall)
-            elif t.state == TrialState.RUNNING:
+            elif TrialState.RUNNING in states:
                 row.running += 1
                 row.final_running += 1
-            elif t.state == TrialState.FAIL and failure_of(t):
-                row.failed += 1
-                row.failures.append((key[1], failure_of(t)))
+            elif TrialState.WAITING not in states:
+                reasons = [failure_of(t) for t in trials if t.state == TrialState.FAIL and failure_of(t)]
+                if reasons:
+                    row.failed += 1
+                    row.failures.append((key[1], reasons[-1]))
     for variant, row in rows.items():
         name = search_name(study, variant)
         if name in names:

@@ -35,7 +35,8 @@ def _mlflow(tmp_path, name="tiny"):
     ({"train.lr": {"type": "categorical", "choices": []}}, "an empty categorical"),
     ({"train.lr": {"type": "float", "low": 0.0, "high": 0.01, "log": True}}, "a log range needs bounds > 0"),
     ({"train.lr": {"type": "float", "low": 0.1, "high": 0.01}}, "is above high"),
-    ({"model.attention.heads": {"type": "categorical", "choices": [1, 3]}}, "3 does not fit variant"),
+    ({"model.norm.placement": {"type": "categorical", "choices": ["pre", "middle"]}}, "'middle' does not fit variant"),
+    ({"model.ffn.mult": {"type": "float", "low": 1.0, "high": 2.0}}, "does not fit variant 'base'"),  # pointwise has no mult
 ])
 def test_bad_search_spaces_fail_before_training(cli, write_study, tmp_path, space, expected):
     study = write_study({"search": {"trials": 2, "space": space}})
@@ -102,7 +103,7 @@ def test_grid_search_visits_every_point_once(cli, write_study, tmp_path, monkeyp
     study = write_study({"search": {"sampler": "grid", "space": {
         "train.lr": {"type": "categorical", "choices": [0.002, 0.004]},
         "model.dropout": {"type": "float", "low": 0.0, "high": 0.2, "step": 0.2}}},
-        "train": {"epochs": 1}, "seeds": [0], "variants": {}})
+        "train": {"epochs": 1}, "seeds": [0]}, replace={"variants": {}})
     code, _, err = cli("run", study, "--quiet")
     assert code == 0, err
     search = optuna.load_study(study_name="tiny.search.base", storage=_storage(tmp_path))
@@ -258,7 +259,7 @@ def test_results_frame_carries_failures(write_study, tmp_path, monkeypatch):
         raise RuntimeError("kernel exploded\nsecond line")
 
     monkeypatch.setattr(drive, "train_trial", crashing)
-    study = load_study(write_study({"seeds": [0], "variants": {}}))
+    study = load_study(write_study({"seeds": [0]}, replace={"variants": {}}))
     summary = drive.run_study(study, drive.Stores.for_study(study))
     assert summary.failed == [("base", 0, "RuntimeError: kernel exploded")]
     client, exp = _mlflow(tmp_path)
