@@ -1,63 +1,84 @@
-"""Interrupt a real `ablate run` process mid-study; the rerun finishes without retraining."""
+"""Kill real `ablate` processes with SIGKILL at named points (during training, evaluation,
+tracking, and between MLflow and Optuna); every (variant, seed) ends COMPLETE exactly once in
+Optuna and FINISHED exactly once in MLflow, and nothing finished is retrained."""
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
-import time
 
 import optuna
 from mlflow import MlflowClient
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+
+from ablate.faults import KILL_ENV
+
+PLANNED = sorted((v, s) for v in ("base", "mlp") for s in (0, 1))
+COMPLETE = optuna.trial.TrialState.COMPLETE
 
 
-def _complete_trials(db) -> int:
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(db, timeout=1) as con:
-            return con.execute("select count(*) from trials where state = 'COMPLETE'").fetchone()[0]
-    except sqlite3.Error:
-        return 0
+def _optuna(out):
+    storage = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
+    return optuna.load_study(study_name="tiny", storage=storage).trials
 
 
-def test_killed_run_resumes_without_retraining(write_study, tmp_path):
-    study = write_study({"train": {"epochs": 3}, "seeds": [0, 1, 2]})
+def _runs(out, status=None):
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("tiny")
+    flt = "tags.`ablate.role` = 'trial'" + (f" and attributes.status = '{status}'" if status else "")
+    return client.search_runs([exp.experiment_id], flt, max_results=1000)
+
+
+def _key(t):
+    return t.user_attrs["variant"], t.user_attrs["seed"]
+
+
+def _complete(out) -> dict:
+    return {_key(t): t.user_attrs["mlflow_run_id"] for t in _optuna(out) if t.state == COMPLETE}
+
+
+def test_killed_at_every_point_resumes_exactly_once(write_study, tmp_path):
+    study = write_study({"train": {"epochs": 1}, "seeds": [0, 1]})
     out = tmp_path / "runs" / "tiny"
     cmd = [sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet", "--reports", str(tmp_path / "reports")]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 240
-    while _complete_trials(out / "optuna.db") < 2 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert proc.poll() is None, "the study finished before it could be interrupted"
-    time.sleep(0.3)  # land inside the next trial's training
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-    storage = f"sqlite:///{out / 'optuna.db'}"
-    before = optuna.load_study(study_name="tiny", storage=storage).trials
-    done_before = {(t.user_attrs["variant"], t.user_attrs["seed"]): t.user_attrs["mlflow_run_id"]
-                   for t in before if t.state == optuna.trial.TrialState.COMPLETE}
-    assert 2 <= len(done_before) < 6
+    kept: dict = {}
+    # Each run finishes some trials, then dies at the named point of a later one.
+    for point in ("train@2", "evaluate@2", "track@2", "tell@1"):
+        env = {**os.environ, KILL_ENV: point}
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == -signal.SIGKILL, (point, proc.returncode, proc.stderr[-2000:])
+        complete = _complete(out)
+        assert all(kept[k] == complete[k] for k in kept), point  # nothing finished was retrained
+        kept = complete
+        if point.startswith("tell"):
+            # The worst moment: MLflow has the result, Optuna does not know it.
+            finished = {(r.data.tags["variant"], int(r.data.tags["seed"])) for r in _runs(out, "FINISHED")}
+            assert len(finished - set(complete)) == 1
+    assert len(kept) == 3  # each run finished one trial before dying; the last one only died
 
     rerun = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
-    assert f"{len(done_before)} trial(s) were already complete" in rerun.stderr
+    assert f"{len(kept)} trial(s) were already complete" in rerun.stderr
 
-    trials = optuna.load_study(study_name="tiny", storage=storage).trials
-    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
-    keys = sorted((t.user_attrs["variant"], t.user_attrs["seed"]) for t in complete)
-    assert keys == sorted((v, s) for v in ("base", "mlp") for s in (0, 1, 2))  # each exactly once
-    for t in complete:  # trials finished before the kill were not retrained
-        key = (t.user_attrs["variant"], t.user_attrs["seed"])
-        if key in done_before:
-            assert t.user_attrs["mlflow_run_id"] == done_before[key]
-
-    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("tiny")
-    finished = client.search_runs([exp.experiment_id], "tags.`ablate.role` = 'trial' and attributes.status = 'FINISHED'")
-    assert sorted((r.data.tags["variant"], int(r.data.tags["seed"])) for r in finished) == keys
-    leftovers = client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING' and tags.`ablate.role` = 'trial'")
-    assert leftovers == []
+    trials = _optuna(out)
+    complete = collections.Counter(_key(t) for t in trials if t.state == COMPLETE)
+    assert sorted(complete) == PLANNED and set(complete.values()) == {1}  # each exactly once in Optuna
+    for key, run_id in kept.items():
+        assert _complete(out)[key] == run_id
+    finished = collections.Counter((r.data.tags["variant"], int(r.data.tags["seed"])) for r in _runs(out, "FINISHED"))
+    assert sorted(finished) == PLANNED and set(finished.values()) == {1}  # ... and in MLflow
+    assert {r.info.run_id for r in _runs(out, "FINISHED")} == {t.user_attrs["mlflow_run_id"] for t in trials
+                                                               if t.state == COMPLETE}
+    assert _runs(out, "RUNNING") == []
+    killed = _runs(out, "KILLED")
+    assert len(killed) == 4 and all(r.data.tags["ablate.failure"] == "interrupted" for r in killed)
+    interrupted = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    assert len(interrupted) == 4 and all(t.user_attrs["failure"] == "interrupted" for t in interrupted)
+    print(f"\nkill-and-resume: {len(PLANNED)} planned, killed 4 times (train, evaluate, track, tell); "
+          f"Optuna COMPLETE {sum(complete.values())} ({len(complete)} distinct keys), FAIL/interrupted "
+          f"{len(interrupted)}; MLflow FINISHED {sum(finished.values())} ({len(finished)} distinct), "
+          f"KILLED {len(killed)}, RUNNING 0; {len(kept)} trials kept from before the kills, none retrained")
