@@ -476,6 +476,7 @@ class Driver:
     # -- main loop --------------------------------------------------------------------
     def run(self, wait_for_others: bool = True) -> RunSummary:
         with self.stores.worker() as worker_id:
+            self.worker_id = worker_id
             self.open()
             with self.stores.queue_lock():
                 self.sync()
@@ -574,6 +575,7 @@ class Driver:
             "seed": str(seed),
             "differs": cfg.variant.differs_from(base),
             "device": self.device.type,
+            "ablate.worker": self.worker_id,
             "ablate.fingerprint": fingerprint(cfg.study, variant),
             **extra_tags,
             **{f"component.{s}": label for s, label in cfg.variant.components().items()},

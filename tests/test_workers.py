@@ -1,0 +1,110 @@
+"""Parallel workers: N processes on one host sharing the journal file, and 3 workers on a real
+PostgreSQL server (one killed mid-trial and re-queued by Optuna's heartbeat). Every
+(variant, seed) is trained exactly once; none is lost."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import uuid
+
+import optuna
+import pytest
+from mlflow import MlflowClient
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+
+from ablate.faults import KILL_ENV
+
+COMPLETE, FAIL = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL
+
+
+def _ablate(*args: str, env: dict | None = None, cwd=None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "ablate.cli", *map(str, args)], cwd=cwd,
+                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _check_exactly_once(trials, runs, planned) -> dict:
+    complete = collections.Counter((t.user_attrs["variant"], t.user_attrs["seed"]) for t in trials
+                                   if t.state == COMPLETE)
+    finished = collections.Counter((r.data.tags["variant"], int(r.data.tags["seed"])) for r in runs
+                                   if r.info.status == "FINISHED")
+    assert sorted(complete) == planned and set(complete.values()) == {1}, complete
+    assert sorted(finished) == planned and set(finished.values()) == {1}, finished
+    assert not [t for t in trials if t.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)]
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    return {"complete": sum(complete.values()), "finished": sum(finished.values()),
+            "failed": sum(t.state == FAIL for t in trials), "killed_runs": sum(r.info.status == "KILLED" for r in runs),
+            "workers": len({r.data.tags["ablate.worker"] for r in runs if r.info.status == "FINISHED"})}
+
+
+def _trial_runs(tracking_uri: str, name: str) -> list:
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(name)
+    return client.search_runs([exp.experiment_id], "tags.`ablate.role` = 'trial'", max_results=1000)
+
+
+def test_local_workers_share_one_queue(write_study, tmp_path):
+    """A worker dies mid-trial; `ablate run --workers 2` re-queues its trial (its lock file is
+    free) and the two workers share the rest, each trial once."""
+    study = write_study({"train": {"epochs": 2}, "seeds": [0, 1, 2]})
+    out = tmp_path / "runs" / "tiny"
+    dead = _ablate("worker", study, "--quiet", env={KILL_ENV: "train@1"}, cwd=tmp_path)
+    dead.communicate(timeout=300)
+    assert dead.returncode == -signal.SIGKILL
+    run = _ablate("run", study, "--workers", 2, "--quiet", "--reports", tmp_path / "reports", cwd=tmp_path)
+    _, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err
+    assert (tmp_path / "reports" / "tiny" / "report.html").is_file()
+
+    trials = optuna.load_study(study_name="tiny", storage=JournalStorage(JournalFileBackend(
+        str(out / "optuna.journal")))).trials
+    counts = _check_exactly_once(trials, _trial_runs(f"sqlite:///{out / 'mlflow.db'}", "tiny"),
+                                 sorted((v, s) for v in ("base", "mlp") for s in (0, 1, 2)))
+    assert counts["failed"] == 1 and counts["killed_runs"] == 1  # the dead worker's trial, re-run once
+    assert counts["workers"] == 2  # both workers trained trials
+    assert not list((out / "workers").iterdir())  # every worker's lock file is gone
+
+
+def _postgres_url() -> str:
+    url = os.environ.get("ABLATE_TEST_POSTGRES")
+    if not url:
+        if os.environ.get("ABLATE_REQUIRE_POSTGRES"):
+            pytest.fail("ABLATE_REQUIRE_POSTGRES is set but ABLATE_TEST_POSTGRES (a postgresql:// URL) is not")
+        pytest.skip("no PostgreSQL server: set ABLATE_TEST_POSTGRES=postgresql://… (.ci/run starts one)")
+    return url
+
+
+def test_three_workers_on_postgresql(write_study, tmp_path):
+    url = _postgres_url()
+    name = f"pg-{uuid.uuid4().hex[:8]}"
+    study = write_study({"name": name, "train": {"epochs": 2}, "seeds": [0, 1, 2, 3]})
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"  # one tracking store shared by the workers
+    common = ["worker", study, "--storage", url, "--tracking-uri", tracking, "--quiet", "--heartbeat", 1,
+              "--grace", 4]
+    workers = [_ablate(*common, env={KILL_ENV: "train@1"} if i == 0 else None, cwd=tmp_path) for i in range(3)]
+    results = [(w.communicate(timeout=600), w.returncode) for w in workers]
+    assert results[0][1] == -signal.SIGKILL  # died inside its first trial
+    for (out, err), code in results[1:]:
+        assert code == 0, err
+
+    storage = optuna.storages.RDBStorage(url)
+    try:
+        trials = optuna.load_study(study_name=name, storage=storage).trials
+        counts = _check_exactly_once(trials, _trial_runs(tracking, name),
+                                     sorted((v, s) for v in ("base", "mlp") for s in (0, 1, 2, 3)))
+        stale = [t for t in trials if t.state == FAIL]
+        assert len(stale) == 1 and "failure" not in stale[0].user_attrs  # failed by the heartbeat, not by us
+        retried = [t for t in trials if t.system_attrs.get("failed_trial") == stale[0].number]
+        assert len(retried) == 1 and retried[0].state == COMPLETE
+        assert counts["killed_runs"] == 1 and counts["workers"] == 2
+        print(f"\npostgresql, 3 workers (one SIGKILLed in its first trial): {len(trials)} Optuna trials, "
+              f"{counts['complete']} COMPLETE for 8 planned keys (each once), {counts['failed']} FAIL (stale "
+              f"heartbeat) re-queued and completed once; MLflow FINISHED {counts['finished']}, KILLED "
+              f"{counts['killed_runs']}; trained by {counts['workers']} surviving workers")
+    finally:
+        optuna.delete_study(study_name=name, storage=storage)
