@@ -102,15 +102,21 @@ class Stores:
     def storage(self) -> optuna.storages.BaseStorage:
         url = self.optuna_url
         if self.shared:
-            try:
-                with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.x
-                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    return RDBStorage(url, heartbeat_interval=self.heartbeat_s, grace_period=self.grace_s,
-                                      heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(),
-                                      engine_kwargs={"pool_pre_ping": True})
-            except Exception as exc:  # noqa: BLE001 - driver errors vary (psycopg, sqlalchemy)
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise AblateError(f"cannot reach the Optuna storage {_redact(url)}: {first}") from None
+            for attempt in range(5):
+                try:
+                    with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.x
+                        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                        return RDBStorage(url, heartbeat_interval=self.heartbeat_s, grace_period=self.grace_s,
+                                          heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(),
+                                          engine_kwargs={"pool_pre_ping": True})
+                except Exception as exc:  # noqa: BLE001 - driver errors vary (psycopg, sqlalchemy)
+                    text = str(exc)
+                    # Workers starting together may race to create Optuna's tables: try again.
+                    if attempt < 4 and ("already exists" in text or "duplicate key" in text):
+                        time.sleep(0.5 + attempt)
+                        continue
+                    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+                    raise AblateError(f"cannot reach the Optuna storage {_redact(url)}: {first}") from None
         if url.startswith("sqlite:///"):
             return RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -419,7 +425,9 @@ class Driver:
         for phase, ostudy in [*(("search", s) for s in self.searches.values()), ("final", self.final)]:
             if not ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
                 continue
-            trial = ostudy.ask()
+            with warnings.catch_warnings():  # we beat the heart ourselves (see _beat)
+                warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+                trial = ostudy.ask()
             trial.set_user_attr("worker", worker_id)
             key = _key(ostudy._storage.get_trial(trial._trial_id))
             drop = self._drop_reason(ostudy, trial.number, key, phase)

@@ -7,14 +7,16 @@ settings) is logged here, so a report can be rebuilt on a machine that has only 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import random
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .errors import AblateError
 
@@ -49,6 +51,20 @@ def from_mlflow(key: str) -> str:
 
 def default_uri(output_dir: Path) -> str:
     return f"sqlite:///{(output_dir / 'mlflow.db').resolve()}"
+
+
+@contextmanager
+def _first_use(tracking_uri: str) -> Iterator[None]:
+    """Workers opening one SQLite store at once would each run MLflow's schema migrations
+    and collide ("duplicate column"); a file lock beside the database lets one go first."""
+    if not tracking_uri.startswith("sqlite:///"):
+        yield
+        return
+    db = Path(tracking_uri.removeprefix("sqlite:///"))
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def _locked(exc: BaseException) -> bool:
@@ -89,9 +105,10 @@ class Tracker:
     def __init__(self, tracking_uri: str, experiment: str, artifact_root: Path | None = None,
                  create: bool = True):
         self.uri = tracking_uri
-        self.client = _Retrying(MlflowClient(tracking_uri=tracking_uri))
         try:
-            found = self.client.get_experiment_by_name(experiment)
+            with _first_use(tracking_uri):  # the client creates (migrates) a SQLite store at once
+                self.client = _Retrying(MlflowClient(tracking_uri=tracking_uri))
+                found = self.client.get_experiment_by_name(experiment)
         except MlflowException as exc:
             raise AblateError(f"cannot open MLflow tracking store {tracking_uri}: {exc.message}") from None
         except Exception as exc:  # noqa: BLE001 - an unreachable server raises from requests

@@ -88,7 +88,7 @@ def test_three_workers_on_postgresql(write_study, tmp_path):
               "--grace", 4]
     workers = [_ablate(*common, env={KILL_ENV: "train@1"} if i == 0 else None, cwd=tmp_path) for i in range(3)]
     results = [(w.communicate(timeout=600), w.returncode) for w in workers]
-    assert results[0][1] == -signal.SIGKILL  # died inside its first trial
+    assert results[0][1] == -signal.SIGKILL, [r[0][1][-1500:] for r in results]  # died inside its first trial
     for (out, err), code in results[1:]:
         assert code == 0, err
 
