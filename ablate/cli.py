@@ -131,13 +131,15 @@ def _run_workers(study_file: Path, study, stores, workers: int, quiet: bool, ret
         cmd.append("--retry-failed")
     procs = [subprocess.Popen(cmd) for _ in range(workers)]
     total = len(study.variants) * len(study.spec.seeds)
+    storage = stores.storage()  # one handle: a journal is then read incrementally, not replayed per poll
     try:
         with _progress(quiet) as bars:
             task = bars.add_task(f"trials ({workers} workers)", total=total, completed=before)
             while any(p.poll() is None for p in procs):
-                time.sleep(1.0)
-                bars.update(task, completed=sum(r.done for r in progress(study, stores).values()))
-            bars.update(task, completed=sum(r.done for r in progress(study, stores).values()))
+                time.sleep(2.0)
+                if not quiet:
+                    bars.update(task, completed=sum(r.done for r in progress(study, stores, storage).values()))
+            bars.update(task, completed=sum(r.done for r in progress(study, stores, storage).values()))
     except BaseException:
         for p in procs:
             p.terminate()

@@ -301,10 +301,10 @@ class Driver:
     # -- setup ------------------------------------------------------------------------
     def open(self) -> None:
         study, stores = self.study, self.stores
+        self.storage = stores.storage()  # first: an unreachable database stops us before anything is created
         artifacts = stores.output_dir / "artifacts" if stores.tracking_uri.startswith("sqlite") else None
         self.tracker = Tracker(stores.tracking_uri, study.name, artifact_root=artifacts)
         self.parent = self.tracker.study_run(study.name, tags=_study_tags(study), params=_study_params(study))
-        self.storage = stores.storage()
         self.final = open_optuna(study, stores, self.storage)
         self.searches = {v: open_search(study, v, self.storage) for v in study.variants} \
             if study.spec.search.enabled else {}
@@ -698,9 +698,9 @@ class VariantStatus:
     walls: list[float] = field(default_factory=list)
 
 
-def progress(study: Study, stores: Stores) -> dict[str, VariantStatus]:
+def progress(study: Study, stores: Stores, storage: Any = None) -> dict[str, VariantStatus]:
     """Per variant: final trials done / running / failed / left, search trials finished."""
-    storage = stores.storage()
+    storage = storage or stores.storage()
     rows = {v: VariantStatus(search_budget=search_budget(study)) for v in study.variants}
     names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
     if study.name in names:
