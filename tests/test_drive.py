@@ -61,7 +61,7 @@ def test_search_per_variant_then_best_params_over_seeds(cli, write_study, tmp_pa
     space = {"train.lr": {"type": "float", "low": 0.001, "high": 0.01, "log": True},
              "model.dropout": {"type": "categorical", "choices": [0.0, 0.3]}}
     study = write_study({"search": {"trials": 3, "sampler": "random", "pruner": "median", "space": space},
-                         "train": {"epochs": 2}})
+                         "train": {"epochs": 2}, "report": {"calibration": 0, "bootstrap": 200}})
     code, out, err = cli("run", study, "--quiet")
     assert code == 0, err
 
@@ -166,7 +166,7 @@ def test_nan_loss_and_crash_fail_alone_and_are_reported(cli, write_study, tmp_pa
 
     monkeypatch.setattr(task_cls, "loss", diverging)
     monkeypatch.setattr(drive, "train_trial", crashing)
-    study = write_study()
+    study = write_study({"report": {"calibration": 0, "bootstrap": 200}})
     code, _, err = cli("run", study, "--quiet")
     assert code == 1
     assert "mlp seed 0: loss became nan at epoch 1" in err

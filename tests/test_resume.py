@@ -42,7 +42,7 @@ def _complete(out) -> dict:
 
 
 def test_killed_at_every_point_resumes_exactly_once(write_study, tmp_path):
-    study = write_study({"train": {"epochs": 1}, "seeds": [0, 1]})
+    study = write_study({"train": {"epochs": 1}, "seeds": [0, 1], "report": {"calibration": 0, "bootstrap": 200}})
     out = tmp_path / "runs" / "tiny"
     cmd = [sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet", "--reports", str(tmp_path / "reports")]
     kept: dict = {}
