@@ -720,7 +720,7 @@ def progress(study: Study, stores: Stores, storage: Any = None) -> dict[str, Var
                 wall = t.user_attrs.get("wall_s") or elapsed(t)
                 if wall:
                     row.walls.append(wall)
-            elif TrialState.RUNNING in states:
+            elif any(t.state == TrialState.RUNNING and _live(stores, t) for t in trials):
                 row.running += 1
                 row.final_running += 1
             elif TrialState.WAITING not in states:
@@ -736,10 +736,15 @@ def progress(study: Study, stores: Stores, storage: Any = None) -> dict[str, Var
                     row.searched += 1
                     if elapsed(t):
                         row.walls.append(elapsed(t))
-                elif t.state == TrialState.RUNNING:
+                elif t.state == TrialState.RUNNING and _live(stores, t):
                     row.running += 1
         row.left = max(len(study.spec.seeds) - row.done - row.failed - row.final_running, 0)
     return rows
+
+
+def _live(stores: Stores, trial: optuna.trial.FrozenTrial) -> bool:
+    """A RUNNING trial whose worker still lives (on a shared database: until the heartbeat says otherwise)."""
+    return stores.shared or stores.worker_alive(trial.user_attrs.get("worker"))
 
 
 def eta_seconds(rows: dict[str, VariantStatus]) -> float | None:

@@ -41,7 +41,7 @@ def _complete(out) -> dict:
     return {_key(t): t.user_attrs["mlflow_run_id"] for t in _optuna(out) if t.state == COMPLETE}
 
 
-def test_killed_at_every_point_resumes_exactly_once(write_study, tmp_path):
+def test_killed_at_every_point_resumes_exactly_once(write_study, tmp_path, cli):
     study = write_study({"train": {"epochs": 1}, "seeds": [0, 1], "report": {"calibration": 0, "bootstrap": 200}})
     out = tmp_path / "runs" / "tiny"
     cmd = [sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet", "--reports", str(tmp_path / "reports")]
@@ -53,6 +53,11 @@ def test_killed_at_every_point_resumes_exactly_once(write_study, tmp_path):
         assert proc.returncode == -signal.SIGKILL, (point, proc.returncode, proc.stderr[-2000:])
         complete = _complete(out)
         assert all(kept[k] == complete[k] for k in kept), point  # nothing finished was retrained
+        code, status, _ = cli("status", study)  # the dead run's trial is left, not running
+        rows = [[c.strip() for c in line.strip("│").split("│")] for line in status.splitlines()
+                if line.startswith("│")]
+        assert code == 0 and [r[2] for r in rows] == ["0", "0"], status
+        assert sum(int(r[1]) for r in rows) == len(complete) and sum(int(r[4]) for r in rows) == 4 - len(complete)
         kept = complete
         if point.startswith("tell"):
             # The worst moment: MLflow has the result, Optuna does not know it.
