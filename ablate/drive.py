@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import itertools
 import json
 import math
 import os
-import signal
+import random
 import socket
 import threading
 import time
 import uuid
 import warnings
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -241,9 +242,6 @@ def search_budget(study: Study) -> int:
 
 def grid_order(study: Study) -> list[dict[str, Any]]:
     """Grid points in a seeded random order (a budget below the grid's size samples it evenly)."""
-    import itertools
-    import random
-
     space = study.spec.search.space
     points = [dict(zip(space, values)) for values in itertools.product(*(grid_points(d) for d in space.values()))]
     random.Random(study.spec.search.seed or 0).shuffle(points)

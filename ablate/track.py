@@ -14,6 +14,8 @@ import os
 import random
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -51,6 +53,19 @@ def from_mlflow(key: str) -> str:
 
 def default_uri(output_dir: Path) -> str:
     return f"sqlite:///{(output_dir / 'mlflow.db').resolve()}"
+
+
+def _probe(tracking_uri: str) -> None:
+    """Fail in seconds, with one line, on a tracking server that does not answer (MLflow's own
+    client would retry for minutes first)."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=10):
+            pass
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise AblateError(f"cannot reach MLflow tracking server {tracking_uri}: {reason}") from None
 
 
 @contextmanager
@@ -105,6 +120,7 @@ class Tracker:
     def __init__(self, tracking_uri: str, experiment: str, artifact_root: Path | None = None,
                  create: bool = True):
         self.uri = tracking_uri
+        _probe(tracking_uri)
         try:
             with _first_use(tracking_uri):  # the client creates (migrates) a SQLite store at once
                 self.client = _Retrying(MlflowClient(tracking_uri=tracking_uri))

@@ -270,3 +270,10 @@ def test_results_frame_carries_failures(write_study, tmp_path, monkeypatch):
     assert loaded.failures.to_dict("records") == [{"variant": "base", "seed": 0,
                                                    "reason": "RuntimeError: kernel exploded"}]
     assert isinstance(loaded.failures, pd.DataFrame)
+
+
+def test_unreachable_tracking_server_is_one_line(cli, write_study, tmp_path):
+    code, _, err = cli("worker", write_study(), "--tracking-uri", "http://127.0.0.1:9", "--quiet")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: cannot reach MLflow tracking server http://127.0.0.1:9")
+    assert not (tmp_path / "runs" / "tiny" / "mlflow.db").exists()
