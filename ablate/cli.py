@@ -198,6 +198,15 @@ def validate(study_file: StudyArg) -> None:
     for name, variant in study.variants.items():
         table.add_row(*(escape(c) for c in (name, *variant.components().values())))
     out.print(table)
+    search = study.spec.search
+    if search.enabled:
+        from .drive import search_budget
+
+        out.print(f"search: {search_budget(study)} {search.sampler} trial(s) per variant over "
+                  f"{', '.join(search.space)} (pruner: {search.pruner}), then the best parameters over every seed")
+    if study.spec.match_params:
+        out.print("match_params: each variant's width knob is scaled to the baseline's backbone parameter count "
+                  "(±2%) when the run starts")
     out.print(f"{study_file}: valid")
 
 
