@@ -277,3 +277,31 @@ def test_unreachable_tracking_server_is_one_line(cli, write_study, tmp_path):
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith("error: cannot reach MLflow tracking server http://127.0.0.1:9")
     assert not (tmp_path / "runs" / "tiny" / "mlflow.db").exists()
+
+
+def test_tracking_calls_retry_while_sqlite_is_locked(monkeypatch):
+    """Workers share one MLflow SQLite file: a call that meets 'database is locked' is retried;
+    any other error is raised at once."""
+    from ablate import track
+
+    monkeypatch.setattr(track.time, "sleep", lambda s: None)
+
+    class Flaky:
+        calls = 0
+
+        def log_batch(self, run_id):
+            Flaky.calls += 1
+            if Flaky.calls < 3:
+                raise RuntimeError("(sqlite3.OperationalError) database is locked")
+            return f"logged {run_id}"
+
+        def broken(self):
+            Flaky.calls += 1
+            raise RuntimeError("no such table: runs")
+
+    client = track._Retrying(Flaky())
+    assert client.log_batch("r1") == "logged r1" and Flaky.calls == 3
+    Flaky.calls = 0
+    with pytest.raises(RuntimeError, match="no such table"):
+        client.broken()
+    assert Flaky.calls == 1
