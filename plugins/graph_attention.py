@@ -110,6 +110,9 @@ class FRGraphOptions(Options):
     # Start with the topology frozen (no gradient to column embeddings and the topology bias).
     # T2G-Former trains, freezes at early stop and trains on: the task calls freeze_topology().
     frozen_topology: bool = False
+    # Freeze the topology after this many training epochs (then train on with it fixed), the
+    # schedule form of T2G-Former's freeze-at-early-stop; None: learn it throughout.
+    freeze_after: int | None = Field(None, gt=0)
     # Share one column-embedding table for heads and tails (symmetric topology score).
     sym_topology: bool = False
     # Share the head and tail projections (T2G-Former's default: symmetric edge weights).
@@ -201,6 +204,11 @@ class FRGraphAttention(SetAttention):
     def freeze_topology(self) -> None:
         """Stop learning the topology (T2G-Former freezes it at early stop, then trains on)."""
         self.topology.requires_grad_(False)
+
+    def epoch_end(self, epoch: int) -> None:
+        """Per-epoch hook (``Task.on_epoch_end``): freeze after ``freeze_after`` epochs."""
+        if self.options.freeze_after is not None and epoch >= self.options.freeze_after:
+            self.freeze_topology()
 
     @property
     def topology_frozen(self) -> bool:
