@@ -31,7 +31,7 @@ MISSING_CATEGORY = "\x00missing"  # the category a missing categorical value bec
 
 @dataclass
 class RawSplit:
-    numeric: np.ndarray  # [r, k] float64, NaN where missing
+    numeric: np.ndarray  # [r, k] float (as stored), NaN where missing
     categorical: np.ndarray  # [r, m] object (str), None where missing
     y: np.ndarray  # [r] float64 (regression) or object labels
     where: list[str]  # [r] where each row came from, for error messages ("file.csv:12")
@@ -113,7 +113,10 @@ def read_npy(folder: Path) -> RawTable:
             if part is not None and (part.ndim != 2 or len(part) != n):
                 raise DataError(f"{folder / name}: expected a [{n}, features] array (y_{suffix}.npy has {n} "
                                 f"rows); got shape {part.shape}")
-        numeric = np.zeros((n, 0)) if numeric is None else numeric.astype(np.float64)
+        # Float arrays keep their dtype: sklearn's quantile transform treats ties at the training
+        # maximum differently in float32 and float64, and the published runs used the float32 files.
+        numeric = np.zeros((n, 0)) if numeric is None else \
+            numeric if np.issubdtype(numeric.dtype, np.floating) else numeric.astype(np.float64)
         categorical = (np.empty((n, 0), dtype=object) if categorical is None
                        else np.where(pd.isna(categorical), None, categorical.astype(str)).astype(object))
         y = y.astype(np.float64) if task_type == "regression" else y.astype(str).astype(object)
@@ -170,10 +173,14 @@ def read_csv(path: Path, target: str, task_type: str, numeric: list[str], catego
             nums[:, j] = parsed.to_numpy(dtype=np.float64)
         else:
             y = parsed.to_numpy(dtype=np.float64)
+    def labels(name: str) -> np.ndarray:
+        values = frame[name].str.strip().to_numpy(dtype=object)
+        values[is_na[name].to_numpy()] = None
+        return values
+
     if task_type != "regression":
-        y = frame[target].str.strip().where(~is_na[target], None).to_numpy(dtype=object)
-    cats = np.column_stack([frame[c].str.strip().where(~is_na[c], None).to_numpy(dtype=object) for c in categorical]) \
-        if categorical else np.empty((len(frame), 0), dtype=object)
+        y = labels(target)
+    cats = np.column_stack([labels(c) for c in categorical]) if categorical else np.empty((len(frame), 0), dtype=object)
     order = np.random.default_rng(split_seed).permutation(len(frame))
     n_train, n_valid = int(len(frame) * ratios[0]), int(len(frame) * ratios[1])
     parts = {"train": order[:n_train], "valid": order[n_train:n_train + n_valid], "test": order[n_train + n_valid:]}
@@ -262,7 +269,8 @@ def apply_missing(raw: RawTable, policy: str) -> tuple[RawTable, list[str]]:
 
 
 def _is_none(values: np.ndarray) -> np.ndarray:
-    return np.vectorize(lambda v: v is None, otypes=[bool])(values) if values.size else np.zeros(values.shape, bool)
+    """Missing entries of an object array (None or NaN)."""
+    return pd.isna(values).astype(bool).reshape(values.shape)
 
 
 def quantile_transformer(train_rows: int, seed: int):
