@@ -45,9 +45,11 @@ def collate(series: Series, starts: np.ndarray) -> Batch:
     w, h = series.lookback, series.horizon
     span = sliding_window_view(series.values, w + h, axis=0)  # [t - w - h + 1, c, w + h], a view
     windows = span[starts]  # [b, c, w + h]
-    return Batch(inputs=torch.from_numpy(np.ascontiguousarray(windows[..., :w])),
-                 targets=torch.from_numpy(np.ascontiguousarray(windows[..., w:])),
-                 starts=torch.from_numpy(starts))
+    return Batch(
+        inputs=torch.from_numpy(np.ascontiguousarray(windows[..., :w])),
+        targets=torch.from_numpy(np.ascontiguousarray(windows[..., w:])),
+        starts=torch.from_numpy(starts),
+    )
 
 
 def train_batches(series: Series, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
@@ -55,11 +57,11 @@ def train_batches(series: Series, batch_size: int, generator: torch.Generator) -
     starts = series.window_starts("train")
     order = torch.randperm(len(starts), generator=generator, device=generator.device).cpu().numpy()
     for first in range(0, len(order), batch_size):
-        yield collate(series, starts[order[first:first + batch_size]])
+        yield collate(series, starts[order[first : first + batch_size]])
 
 
 def eval_batches(series: Series, split: str, batch_size: int) -> Iterator[Batch]:
     """Every window of ``split`` in time order."""
     starts = series.window_starts(split)
     for first in range(0, len(starts), batch_size):
-        yield collate(series, starts[first:first + batch_size])
+        yield collate(series, starts[first : first + batch_size])

@@ -60,15 +60,19 @@ class Series:
 
     def describe(self) -> str:
         sizes = ", ".join(f"{s} {self.windows(s)}" for s in SPLITS)
-        return (f"{self.source}: {self.values.shape[0]} rows × {self.num_channels} channels; "
-                f"windows (lookback {self.lookback}, horizon {self.horizon}): {sizes}")
+        return (
+            f"{self.source}: {self.values.shape[0]} rows × {self.num_channels} channels; "
+            f"windows (lookback {self.lookback}, horizon {self.horizon}): {sizes}"
+        )
 
 
 # ---------------------------------------------------------------------------------------
 # Reading
 
 
-def read_csv(path: Path, date_column: str = "date", channels: list[str] | None = None) -> tuple[np.ndarray, list[str]]:
+def read_csv(
+    path: Path, date_column: str = "date", channels: list[str] | None = None
+) -> tuple[np.ndarray, list[str]]:
     """``(values [t, c] float64, channel names)`` from an ETT-style CSV.
 
     Every row must have as many fields as the header and a number in every channel column;
@@ -86,13 +90,17 @@ def read_csv(path: Path, date_column: str = "date", channels: list[str] | None =
         raise DataError(f"{path}:1: expected a header row (date column, then channels); the file is empty")
     header = [h.strip() for h in header]
     if date_column not in header:
-        raise DataError(f"{path}:1: no date column '{date_column}' in the header ({', '.join(header)}); "
-                        f"set data.date_column")
+        raise DataError(
+            f"{path}:1: no date column '{date_column}' in the header ({', '.join(header)}); "
+            f"set data.date_column"
+        )
     available = [h for h in header if h != date_column]
     wanted = available if channels is None else channels
     missing = [c for c in wanted if c not in available]
     if missing:
-        raise DataError(f"{path}:1: channel(s) {', '.join(missing)} not in the header ({', '.join(available)})")
+        raise DataError(
+            f"{path}:1: channel(s) {', '.join(missing)} not in the header ({', '.join(available)})"
+        )
     if not wanted:
         raise DataError(f"{path}:1: no channel columns besides the date column '{date_column}'")
     index = [header.index(c) for c in wanted]
@@ -101,16 +109,22 @@ def read_csv(path: Path, date_column: str = "date", channels: list[str] | None =
         if not fields or (len(fields) == 1 and not fields[0].strip()):
             continue  # blank line
         if len(fields) != len(header):
-            raise DataError(f"{path}:{line}: expected {len(header)} fields ({', '.join(header)}); got {len(fields)}")
+            raise DataError(
+                f"{path}:{line}: expected {len(header)} fields ({', '.join(header)}); got {len(fields)}"
+            )
         row = []
         for i in index:
             try:
                 value = float(fields[i])
             except ValueError:
-                raise DataError(f"{path}:{line}: column '{header[i]}': {fields[i]!r} is not a number") from None
+                raise DataError(
+                    f"{path}:{line}: column '{header[i]}': {fields[i]!r} is not a number"
+                ) from None
             if not math.isfinite(value):
-                raise DataError(f"{path}:{line}: column '{header[i]}': {fields[i]!r} is not a finite number "
-                                f"(missing values are not filled in silently; clean the file)")
+                raise DataError(
+                    f"{path}:{line}: column '{header[i]}': {fields[i]!r} is not a finite number "
+                    f"(missing values are not filled in silently; clean the file)"
+                )
             row.append(value)
         out.append(row)
     if not out:
@@ -143,8 +157,9 @@ def scheme_for(path: Path, split: str) -> str:
     return "ett_hour" if name.startswith("etth") else "ett_minute" if name.startswith("ettm") else "ratio"
 
 
-def split_borders(rows: int, scheme: str, lookback: int,
-                  ratios: tuple[float, float, float] = (0.7, 0.1, 0.2)) -> dict[str, tuple[int, int]]:
+def split_borders(
+    rows: int, scheme: str, lookback: int, ratios: tuple[float, float, float] = (0.7, 0.1, 0.2)
+) -> dict[str, tuple[int, int]]:
     """Row ranges of train / valid / test (Informer's ``border1s`` / ``border2s``).
 
     ETT: train = 12 months, valid = 4, test = 4 (a month = 30 days of rows); later rows are unused.
@@ -166,8 +181,14 @@ def split_borders(rows: int, scheme: str, lookback: int,
     }
 
 
-def prepare(raw: np.ndarray, channels: list[str], borders: dict[str, tuple[int, int]], source: str,
-            lookback: int, horizon: int) -> Series:
+def prepare(
+    raw: np.ndarray,
+    channels: list[str],
+    borders: dict[str, tuple[int, int]],
+    source: str,
+    lookback: int,
+    horizon: int,
+) -> Series:
     """Normalise with the training rows' statistics only and check every split has a window."""
     end = max(e for _, e in borders.values())
     raw = raw[:end]
@@ -175,11 +196,21 @@ def prepare(raw: np.ndarray, channels: list[str], borders: dict[str, tuple[int, 
     mean = raw[start:stop].mean(axis=0)
     std = raw[start:stop].std(axis=0)
     std = np.where(std > 0, std, 1.0)  # a constant training channel stays centred, not divided by 0
-    series = Series(values=((raw - mean) / std).astype(np.float32), channels=list(channels), borders=borders,
-                    mean=mean, std=std, source=source, lookback=lookback, horizon=horizon)
+    series = Series(
+        values=((raw - mean) / std).astype(np.float32),
+        channels=list(channels),
+        borders=borders,
+        mean=mean,
+        std=std,
+        source=source,
+        lookback=lookback,
+        horizon=horizon,
+    )
     for split in SPLITS:
         if series.windows(split) < 1:
             a, b = borders[split]
-            raise DataError(f"{source}: the {split} split (rows {a}..{b}) is too short for one window of "
-                            f"lookback {lookback} + horizon {horizon}")
+            raise DataError(
+                f"{source}: the {split} split (rows {a}..{b}) is too short for one window of "
+                f"lookback {lookback} + horizon {horizon}"
+            )
     return series

@@ -26,12 +26,18 @@ def check(name: str) -> str | None:
 def window_errors(prediction: np.ndarray, target: np.ndarray) -> dict[str, np.ndarray]:
     """``[b, c, H]`` forecasts and targets → per-window ``{"mse": [b], "mae": [b]}``."""
     diff = prediction.astype(np.float64) - target.astype(np.float64)
-    return {"mse": (diff ** 2).mean(axis=(1, 2)), "mae": np.abs(diff).mean(axis=(1, 2))}
+    return {"mse": (diff**2).mean(axis=(1, 2)), "mae": np.abs(diff).mean(axis=(1, 2))}
 
 
 @torch.no_grad()
-def evaluate(model: ForecastModel, series: Series, split: str, metrics: list[str], device: torch.device,
-             batch_size: int) -> Evaluation:
+def evaluate(
+    model: ForecastModel,
+    series: Series,
+    split: str,
+    metrics: list[str],
+    device: torch.device,
+    batch_size: int,
+) -> Evaluation:
     model.eval()
     units, errors = [], {m: [] for m in METRICS}
     for batch in eval_batches(series, split, batch_size):
@@ -40,6 +46,7 @@ def evaluate(model: ForecastModel, series: Series, split: str, metrics: list[str
         for name, values in window_errors(prediction, batch.targets.cpu().numpy()).items():
             errors[name].append(values)
         units.append(batch.starts.cpu().numpy())
-    per_unit = pd.DataFrame({"unit": np.concatenate(units),
-                             **{m: np.concatenate(errors[m]) for m in metrics}})
+    per_unit = pd.DataFrame(
+        {"unit": np.concatenate(units), **{m: np.concatenate(errors[m]) for m in metrics}}
+    )
     return Evaluation(summary={m: float(per_unit[m].mean()) for m in metrics}, per_unit=per_unit)

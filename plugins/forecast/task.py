@@ -82,15 +82,25 @@ class ForecastTask(Task):
         return int(batch.inputs.shape[0] * batch.inputs.shape[1])
 
     def build_model(self, backbone: nn.Module, ctx: BuildContext, data: Series) -> ForecastModel:
-        return ForecastModel(backbone, self.options.lookback, self.options.horizon, ctx.dim,
-                             self.options.instance_norm)
+        return ForecastModel(
+            backbone, self.options.lookback, self.options.horizon, ctx.dim, self.options.instance_norm
+        )
 
-    def loss(self, model: ForecastModel, batch: Batch, loss: LossOptions, generator: torch.Generator) -> Tensor:
+    def loss(
+        self, model: ForecastModel, batch: Batch, loss: LossOptions, generator: torch.Generator
+    ) -> Tensor:
         value = LOSSES[loss.kind](model(batch).float(), batch.targets)
         auxiliary = model.backbone.auxiliary_loss()
         return value if auxiliary is None else value + auxiliary
 
     @torch.no_grad()
-    def evaluate(self, model: ForecastModel, data: Series, split: str, metrics: list[str],
-                 device: torch.device, batch_size: int) -> Evaluation:
+    def evaluate(
+        self,
+        model: ForecastModel,
+        data: Series,
+        split: str,
+        metrics: list[str],
+        device: torch.device,
+        batch_size: int,
+    ) -> Evaluation:
         return evaluation.evaluate(model, data, split, metrics, device, batch_size)

@@ -27,14 +27,18 @@ class Batch:
 
 
 def collate(split: Split, index: np.ndarray) -> Batch:
-    return Batch(numeric=torch.from_numpy(split.numeric[index]), categorical=torch.from_numpy(split.categorical[index]),
-                 y=torch.from_numpy(split.y[index]), rows=torch.from_numpy(split.rows[index]))
+    return Batch(
+        numeric=torch.from_numpy(split.numeric[index]),
+        categorical=torch.from_numpy(split.categorical[index]),
+        y=torch.from_numpy(split.y[index]),
+        rows=torch.from_numpy(split.rows[index]),
+    )
 
 
 def train_batches(split: Split, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
     order = torch.randperm(len(split), generator=generator, device=generator.device).cpu().numpy()
     for first in range(0, len(order), batch_size):
-        yield collate(split, order[first:first + batch_size])
+        yield collate(split, order[first : first + batch_size])
 
 
 def eval_batches(split: Split, batch_size: int) -> Iterator[Batch]:

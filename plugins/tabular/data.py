@@ -80,8 +80,10 @@ class Table:
     def describe(self) -> str:
         sizes = ", ".join(f"{s} {len(self.splits[s])}" for s in SPLITS)
         notes = f"; {'; '.join(self.notes)}" if self.notes else ""
-        return (f"{self.source}: {self.task_type}, {len(self.numeric_names)} numeric + "
-                f"{len(self.categorical_names)} categorical features; rows {sizes}{notes}")
+        return (
+            f"{self.source}: {self.task_type}, {len(self.numeric_names)} numeric + "
+            f"{len(self.categorical_names)} categorical features; rows {sizes}{notes}"
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -100,7 +102,9 @@ def read_npy(folder: Path) -> RawTable:
         raise DataError(f"{info_path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
     task_type = info.get("task_type")
     if task_type not in ("regression", "binclass", "multiclass"):
-        raise DataError(f"{info_path}: task_type must be regression, binclass or multiclass (got {task_type!r})")
+        raise DataError(
+            f"{info_path}: task_type must be regression, binclass or multiclass (got {task_type!r})"
+        )
     splits = {}
     for split, suffix in NPY_SPLITS.items():
         y = _load(folder / f"y_{suffix}.npy")
@@ -111,22 +115,36 @@ def read_npy(folder: Path) -> RawTable:
             raise DataError(f"{folder}: neither N_{suffix}.npy nor C_{suffix}.npy exists")
         for name, part in ((f"N_{suffix}.npy", numeric), (f"C_{suffix}.npy", categorical)):
             if part is not None and (part.ndim != 2 or len(part) != n):
-                raise DataError(f"{folder / name}: expected a [{n}, features] array (y_{suffix}.npy has {n} "
-                                f"rows); got shape {part.shape}")
+                raise DataError(
+                    f"{folder / name}: expected a [{n}, features] array (y_{suffix}.npy has {n} "
+                    f"rows); got shape {part.shape}"
+                )
         # Float arrays keep their dtype: sklearn's quantile transform treats ties at the training
         # maximum differently in float32 and float64, and the published runs used the float32 files.
-        numeric = np.zeros((n, 0)) if numeric is None else \
-            numeric if np.issubdtype(numeric.dtype, np.floating) else numeric.astype(np.float64)
-        categorical = (np.empty((n, 0), dtype=object) if categorical is None
-                       else np.where(pd.isna(categorical), None, categorical.astype(str)).astype(object))
+        numeric = (
+            np.zeros((n, 0))
+            if numeric is None
+            else numeric
+            if np.issubdtype(numeric.dtype, np.floating)
+            else numeric.astype(np.float64)
+        )
+        categorical = (
+            np.empty((n, 0), dtype=object)
+            if categorical is None
+            else np.where(pd.isna(categorical), None, categorical.astype(str)).astype(object)
+        )
         y = y.astype(np.float64) if task_type == "regression" else y.astype(str).astype(object)
-        splits[split] = RawSplit(numeric, categorical, y, [f"{folder}/*_{suffix}.npy row {i}" for i in range(n)])
+        splits[split] = RawSplit(
+            numeric, categorical, y, [f"{folder}/*_{suffix}.npy row {i}" for i in range(n)]
+        )
     k, m = splits["train"].numeric.shape[1], splits["train"].categorical.shape[1]
     numeric_names = list(info.get("N_cols") or [f"num{i}" for i in range(k)])
     categorical_names = list(info.get("C_cols") or [f"cat{i}" for i in range(m)])
     if len(numeric_names) != k or len(categorical_names) != m:
-        raise DataError(f"{info_path}: N_cols / C_cols name {len(numeric_names)} / {len(categorical_names)} "
-                        f"columns, the arrays have {k} / {m}")
+        raise DataError(
+            f"{info_path}: N_cols / C_cols name {len(numeric_names)} / {len(categorical_names)} "
+            f"columns, the arrays have {k} / {m}"
+        )
     return RawTable(splits, task_type, numeric_names, categorical_names, str(folder))
 
 
@@ -141,8 +159,16 @@ def _load(path: Path, optional: bool = False) -> np.ndarray | None:
         raise DataError(f"{path}: not a readable .npy array: {exc}") from None
 
 
-def read_csv(path: Path, target: str, task_type: str, numeric: list[str], categorical: list[str],
-             na_values: list[str], ratios: tuple[float, float, float], split_seed: int) -> RawTable:
+def read_csv(
+    path: Path,
+    target: str,
+    task_type: str,
+    numeric: list[str],
+    categorical: list[str],
+    na_values: list[str],
+    ratios: tuple[float, float, float],
+    split_seed: int,
+) -> RawTable:
     """Read declared columns; a numeric field that is neither a number nor a missing marker
     raises ``DataError('<file>:<line>: ...')``. Rows are split at random with ``split_seed``."""
     try:
@@ -154,8 +180,9 @@ def read_csv(path: Path, target: str, task_type: str, numeric: list[str], catego
     wanted = [target, *numeric, *categorical]
     absent = [c for c in wanted if c not in frame.columns]
     if absent:
-        raise DataError(f"{path}:1: declared column(s) {', '.join(absent)} not in the header "
-                        f"({', '.join(frame.columns)})")
+        raise DataError(
+            f"{path}:1: declared column(s) {', '.join(absent)} not in the header ({', '.join(frame.columns)})"
+        )
     if frame.empty:
         raise DataError(f"{path}: no data rows after the header")
     lines = np.arange(len(frame)) + 2  # header is line 1
@@ -167,12 +194,15 @@ def read_csv(path: Path, target: str, task_type: str, numeric: list[str], catego
         bad = parsed.isna() & ~is_na[name]
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise DataError(f"{path}:{lines[i]}: column '{name}': {frame[name].iloc[i]!r} is not a number "
-                            f"(missing values are written as empty or one of {', '.join(na_values)})")
+            raise DataError(
+                f"{path}:{lines[i]}: column '{name}': {frame[name].iloc[i]!r} is not a number "
+                f"(missing values are written as empty or one of {', '.join(na_values)})"
+            )
         if j < len(numeric):
             nums[:, j] = parsed.to_numpy(dtype=np.float64)
         else:
             y = parsed.to_numpy(dtype=np.float64)
+
     def labels(name: str) -> np.ndarray:
         values = frame[name].str.strip().to_numpy(dtype=object)
         values[is_na[name].to_numpy()] = None
@@ -180,16 +210,34 @@ def read_csv(path: Path, target: str, task_type: str, numeric: list[str], catego
 
     if task_type != "regression":
         y = labels(target)
-    cats = np.column_stack([labels(c) for c in categorical]) if categorical else np.empty((len(frame), 0), dtype=object)
+    cats = (
+        np.column_stack([labels(c) for c in categorical])
+        if categorical
+        else np.empty((len(frame), 0), dtype=object)
+    )
     order = np.random.default_rng(split_seed).permutation(len(frame))
     n_train, n_valid = int(len(frame) * ratios[0]), int(len(frame) * ratios[1])
-    parts = {"train": order[:n_train], "valid": order[n_train:n_train + n_valid], "test": order[n_train + n_valid:]}
-    splits = {s: RawSplit(nums[i], cats[i], y[i], [f"{path}:{lines[r]}" for r in i]) for s, i in parts.items()}
+    parts = {
+        "train": order[:n_train],
+        "valid": order[n_train : n_train + n_valid],
+        "test": order[n_train + n_valid :],
+    }
+    splits = {
+        s: RawSplit(nums[i], cats[i], y[i], [f"{path}:{lines[r]}" for r in i]) for s, i in parts.items()
+    }
     return RawTable(splits, task_type, list(numeric), list(categorical), str(path))
 
 
-def synthetic(rows: int, numeric: int, categorical: int, cardinality: int, task_type: str, classes: int,
-              noise: float, seed: int) -> RawTable:
+def synthetic(
+    rows: int,
+    numeric: int,
+    categorical: int,
+    cardinality: int,
+    task_type: str,
+    classes: int,
+    noise: float,
+    seed: int,
+) -> RawTable:
     """Numeric features ``x ~ N(0, 1)`` (the first one exponentiated: skewed, so scaling matters),
     categories uniform. The score is ``Σ w_j x_j + sin(2 x_0) + Σ e_{j, c_j}`` plus noise;
     regression predicts it, binclass its sign, multiclass its quantile bin (``classes`` bins)."""
@@ -210,10 +258,22 @@ def synthetic(rows: int, numeric: int, categorical: int, cardinality: int, task_
         y = np.array([f"class{i}" for i in np.searchsorted(edges, score)], dtype=object)
     cats = np.array([[f"v{v}" for v in row] for row in c], dtype=object).reshape(rows, categorical)
     n_train, n_valid = int(rows * 0.64), int(rows * 0.16)
-    bounds = {"train": slice(0, n_train), "valid": slice(n_train, n_train + n_valid), "test": slice(n_train + n_valid, rows)}
-    splits = {s: RawSplit(x[b], cats[b], y[b], [f"synthetic row {i}" for i in range(rows)[b]]) for s, b in bounds.items()}
-    return RawTable(splits, task_type, [f"x{i}" for i in range(numeric)], [f"c{i}" for i in range(categorical)],
-                    f"synthetic(seed={seed})")
+    bounds = {
+        "train": slice(0, n_train),
+        "valid": slice(n_train, n_train + n_valid),
+        "test": slice(n_train + n_valid, rows),
+    }
+    splits = {
+        s: RawSplit(x[b], cats[b], y[b], [f"synthetic row {i}" for i in range(rows)[b]])
+        for s, b in bounds.items()
+    }
+    return RawTable(
+        splits,
+        task_type,
+        [f"x{i}" for i in range(numeric)],
+        [f"c{i}" for i in range(categorical)],
+        f"synthetic(seed={seed})",
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -232,7 +292,9 @@ def apply_missing(raw: RawTable, policy: str) -> tuple[RawTable, list[str]]:
         empty = np.isnan(train_mean)
         if empty.any():
             names = [raw.numeric_names[j] for j in np.flatnonzero(empty)]
-            raise DataError(f"{raw.source}: numeric column(s) {', '.join(names)} have no training value to impute from")
+            raise DataError(
+                f"{raw.source}: numeric column(s) {', '.join(names)} have no training value to impute from"
+            )
     for split, part in raw.splits.items():
         num_na = np.isnan(part.numeric)
         cat_na = _is_none(part.categorical)
@@ -240,14 +302,21 @@ def apply_missing(raw: RawTable, policy: str) -> tuple[RawTable, list[str]]:
         feature_na = num_na.any(axis=1) | cat_na.any(axis=1)
         if y_na.any() and policy != "drop":
             i = int(np.flatnonzero(y_na)[0])
-            raise DataError(f"{part.where[i]}: the target is missing (policy '{policy}' never fills in targets; "
-                            f"use missing: drop to drop such rows)")
+            raise DataError(
+                f"{part.where[i]}: the target is missing (policy '{policy}' never fills in targets; "
+                f"use missing: drop to drop such rows)"
+            )
         if policy == "error" and feature_na.any():
             i = int(np.flatnonzero(feature_na)[0])
-            names = [n for n, bad in zip(raw.numeric_names + raw.categorical_names,
-                                         np.r_[num_na[i], cat_na[i]]) if bad]
-            raise DataError(f"{part.where[i]}: missing value in {', '.join(names)} (data.missing is 'error'; "
-                            f"declare 'drop' or 'impute' to handle missing values)")
+            names = [
+                n
+                for n, bad in zip(raw.numeric_names + raw.categorical_names, np.r_[num_na[i], cat_na[i]])
+                if bad
+            ]
+            raise DataError(
+                f"{part.where[i]}: missing value in {', '.join(names)} (data.missing is 'error'; "
+                f"declare 'drop' or 'impute' to handle missing values)"
+            )
         keep = ~(feature_na | y_na) if policy == "drop" else np.ones(len(part.y), dtype=bool)
         numeric, categorical = part.numeric[keep], part.categorical[keep].copy()
         if policy == "impute":
@@ -257,14 +326,24 @@ def apply_missing(raw: RawTable, policy: str) -> tuple[RawTable, list[str]]:
         if dropped:
             notes.append(f"{split}: dropped {dropped} row(s) with missing values")
         if policy == "impute" and (num_na.any() or cat_na.any()):
-            notes.append(f"{split}: imputed {int(num_na.sum())} numeric and {int(cat_na.sum())} categorical value(s)")
+            notes.append(
+                f"{split}: imputed {int(num_na.sum())} numeric and {int(cat_na.sum())} categorical value(s)"
+            )
         rows = np.flatnonzero(keep)
         out[split] = (RawSplit(numeric, categorical, part.y[keep], [part.where[i] for i in rows]), rows)
     for split, (_, rows) in out.items():
         if len(rows) == 0:
-            raise DataError(f"{raw.source}: the {split} split has no rows left after the missing-value policy")
-    raw = RawTable({s: p for s, (p, _) in out.items()}, raw.task_type, raw.numeric_names, raw.categorical_names,
-                   raw.source, kept={s: r for s, (_, r) in out.items()})
+            raise DataError(
+                f"{raw.source}: the {split} split has no rows left after the missing-value policy"
+            )
+    raw = RawTable(
+        {s: p for s, (p, _) in out.items()},
+        raw.task_type,
+        raw.numeric_names,
+        raw.categorical_names,
+        raw.source,
+        kept={s: r for s, (_, r) in out.items()},
+    )
     return raw, notes
 
 
@@ -277,8 +356,12 @@ def quantile_transformer(train_rows: int, seed: int):
     """FT-Transformer's quantile transform: normal output, ``max(min(r/30, 1000), 10)`` quantiles."""
     from sklearn.preprocessing import QuantileTransformer
 
-    return QuantileTransformer(output_distribution="normal", n_quantiles=max(min(train_rows // 30, 1000), 10),
-                               subsample=10**9, random_state=seed)
+    return QuantileTransformer(
+        output_distribution="normal",
+        n_quantiles=max(min(train_rows // 30, 1000), 10),
+        subsample=10**9,
+        random_state=seed,
+    )
 
 
 def prepare(raw: RawTable, missing: str, scaling: str, standardize_target: bool, seed: int = 0) -> Table:
@@ -315,7 +398,9 @@ def prepare(raw: RawTable, missing: str, scaling: str, standardize_target: bool,
     else:
         labels = sorted(set(train.y))
         if raw.task_type == "binclass" and len(labels) != 2:
-            raise DataError(f"{raw.source}: binclass needs exactly 2 target classes in train; found {len(labels)}")
+            raise DataError(
+                f"{raw.source}: binclass needs exactly 2 target classes in train; found {len(labels)}"
+            )
         if len(labels) < 2:
             raise DataError(f"{raw.source}: classification needs at least 2 target classes in train")
         classes = 1 if raw.task_type == "binclass" else len(labels)
@@ -324,8 +409,10 @@ def prepare(raw: RawTable, missing: str, scaling: str, standardize_target: bool,
         def encode_y(part: RawSplit) -> np.ndarray:
             unseen = [i for i, v in enumerate(part.y) if v not in label_index]
             if unseen:
-                raise DataError(f"{part.where[unseen[0]]}: target class {part.y[unseen[0]]!r} never occurs in the "
-                                f"training rows")
+                raise DataError(
+                    f"{part.where[unseen[0]]}: target class {part.y[unseen[0]]!r} never occurs in the "
+                    f"training rows"
+                )
             return np.array([label_index[v] for v in part.y], dtype=np.int64)
 
     splits = {}
@@ -333,12 +420,23 @@ def prepare(raw: RawTable, missing: str, scaling: str, standardize_target: bool,
         y = encode_y(part)
         splits[split] = Split(
             numeric=np.asarray(transform(part.numeric), dtype=np.float32).reshape(len(part.y), -1),
-            categorical=encode(part), y=y,
+            categorical=encode(part),
+            y=y,
             y_raw=part.y.astype(np.float64) if raw.task_type == "regression" else y,
             rows=raw.kept[split].astype(np.int64),
         )
-    table = Table(splits, raw.task_type, classes, cardinalities, raw.numeric_names, raw.categorical_names,
-                  y_mean, y_std, raw.source, notes)
+    table = Table(
+        splits,
+        raw.task_type,
+        classes,
+        cardinalities,
+        raw.numeric_names,
+        raw.categorical_names,
+        y_mean,
+        y_std,
+        raw.source,
+        notes,
+    )
     if notes:
         log.warning("%s", table.describe())
     return table

@@ -42,7 +42,7 @@ def predictions(outputs: np.ndarray, task_type: str, y_mean: float, y_std: float
 def row_values(prediction: np.ndarray, target: np.ndarray, task_type: str) -> dict[str, np.ndarray]:
     if task_type == "regression":
         error = prediction - target
-        return {"rmse": error ** 2, "mae": np.abs(error)}
+        return {"rmse": error**2, "mae": np.abs(error)}
     return {"accuracy": (prediction == target).astype(np.float64)}
 
 
@@ -51,8 +51,9 @@ def summarise(values: dict[str, np.ndarray], metrics: list[str]) -> dict[str, fl
 
 
 @torch.no_grad()
-def evaluate(model: TabularModel, table: Table, split: str, metrics: list[str], device: torch.device,
-             batch_size: int) -> Evaluation:
+def evaluate(
+    model: TabularModel, table: Table, split: str, metrics: list[str], device: torch.device, batch_size: int
+) -> Evaluation:
     model.eval()
     part = table.splits[split]
     outputs = [model(batch.to(device)).float().cpu().numpy() for batch in eval_batches(part, batch_size)]

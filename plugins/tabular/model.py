@@ -30,8 +30,11 @@ class FeatureTokenizer(nn.Module):
         self.weight = nn.Parameter(torch.empty(numeric + 1, dim))  # row 0: the readout token
         self.bias = nn.Parameter(torch.empty(numeric + len(cardinalities), dim))  # no bias on the readout
         self.categories = nn.Embedding(sum(cardinalities), dim) if cardinalities else None
-        offsets = torch.tensor([0, *cardinalities[:-1]], dtype=torch.long).cumsum(0) if cardinalities \
+        offsets = (
+            torch.tensor([0, *cardinalities[:-1]], dtype=torch.long).cumsum(0)
+            if cardinalities
             else torch.zeros(0, dtype=torch.long)
+        )
         self.register_buffer("offsets", offsets, persistent=False)
         # FT-Transformer's initialisation (as nn.Linear's default)
         for p in [self.weight, self.bias] + ([self.categories.weight] if self.categories is not None else []):
@@ -62,8 +65,12 @@ class TabularModel(nn.Module):
     def token_context(b: int, n: int, device: torch.device) -> TokenContext:
         readout = torch.zeros(b, n, dtype=torch.bool, device=device)
         readout[:, 0] = True
-        return TokenContext(valid=torch.ones(b, n, dtype=torch.bool, device=device), causal=False,
-                            positions=torch.arange(n, device=device).expand(b, n), readout=readout)
+        return TokenContext(
+            valid=torch.ones(b, n, dtype=torch.bool, device=device),
+            causal=False,
+            positions=torch.arange(n, device=device).expand(b, n),
+            readout=readout,
+        )
 
     def forward(self, batch: Batch) -> Tensor:
         """Head outputs ``[b, out]`` (regression: standardised value; classes: logits)."""

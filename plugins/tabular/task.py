@@ -67,8 +67,16 @@ class TabularTask(Task):
         if isinstance(data, NpyData):
             raw, missing = read_npy(self.data_path()), data.missing
         elif isinstance(data, CsvData):
-            raw = read_csv(self.data_path(), data.target, data.task_type, data.numeric, data.categorical,
-                           data.na_values, data.ratios, data.split_seed)
+            raw = read_csv(
+                self.data_path(),
+                data.target,
+                data.task_type,
+                data.numeric,
+                data.categorical,
+                data.na_values,
+                data.ratios,
+                data.split_seed,
+            )
             missing = data.missing
         else:
             raw = synthetic(**data.model_dump(exclude={"format"}))
@@ -102,6 +110,13 @@ class TabularTask(Task):
         return value if auxiliary is None else value + auxiliary
 
     @torch.no_grad()
-    def evaluate(self, model: TabularModel, data: Table, split: str, metrics: list[str],
-                 device: torch.device, batch_size: int) -> Evaluation:
+    def evaluate(
+        self,
+        model: TabularModel,
+        data: Table,
+        split: str,
+        metrics: list[str],
+        device: torch.device,
+        batch_size: int,
+    ) -> Evaluation:
         return evaluation.evaluate(model, data, split, metrics, device, batch_size)

@@ -38,9 +38,13 @@ def task_for(base: Path, **options) -> ForecastTask:
 
 
 def test_etth1_loads_with_the_standard_hourly_split():
-    series = task_for(ETTH1.parent, data={"format": "csv", "path": ETTH1.name}, lookback=96, horizon=96).load()
+    series = task_for(
+        ETTH1.parent, data={"format": "csv", "path": ETTH1.name}, lookback=96, horizon=96
+    ).load()
     frame = pd.read_csv(ETTH1)
-    assert series.channels == list(frame.columns[1:]) == ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
+    assert (
+        series.channels == list(frame.columns[1:]) == ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
+    )
     # 12 / 4 / 4 months of 30 days × 24 h; valid / test start one lookback early.
     assert series.borders == {"train": (0, 8640), "valid": (8544, 11520), "test": (11424, 14400)}
     assert [series.windows(s) for s in ("train", "valid", "test")] == [8640 - 191, 2880 - 95, 2880 - 95]
@@ -49,7 +53,9 @@ def test_etth1_loads_with_the_standard_hourly_split():
     mean, std = raw[:8640].mean(0), raw[:8640].std(0)
     np.testing.assert_allclose(series.mean, mean)
     np.testing.assert_allclose(series.values[:8640].mean(0), 0, atol=1e-5)
-    np.testing.assert_allclose(series.values, ((raw[:14400] - mean) / std).astype(np.float32), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        series.values, ((raw[:14400] - mean) / std).astype(np.float32), rtol=1e-5, atol=1e-5
+    )
     assert not np.allclose(series.values[8640:].mean(0), 0, atol=1e-2)  # later rows are not re-centred
 
 
@@ -64,7 +70,9 @@ def test_illness_uses_70_10_20_by_time():
     borders = split_borders(len(raw), "ratio", 36)
     train, test = int(966 * 0.7), int(966 * 0.2)
     assert borders == {"train": (0, train), "valid": (train - 36, 966 - test), "test": (966 - test - 36, 966)}
-    series = task_for(ILLNESS.parent, data={"format": "csv", "path": ILLNESS.name}, lookback=36, horizon=24).load()
+    series = task_for(
+        ILLNESS.parent, data={"format": "csv", "path": ILLNESS.name}, lookback=36, horizon=24
+    ).load()
     assert series.windows("test") == test - 24 + 1
 
 
@@ -74,10 +82,12 @@ def test_windows_are_consecutive_rows_channel_major():
     batch = collate(series, starts)
     assert batch.inputs.shape == (3, 7, 8) and batch.targets.shape == (3, 7, 4)
     for row, s in enumerate(starts):
-        np.testing.assert_array_equal(batch.inputs[row].numpy(), series.values[s:s + 8].T)
-        np.testing.assert_array_equal(batch.targets[row].numpy(), series.values[s + 8:s + 12].T)
+        np.testing.assert_array_equal(batch.inputs[row].numpy(), series.values[s : s + 8].T)
+        np.testing.assert_array_equal(batch.targets[row].numpy(), series.values[s + 8 : s + 12].T)
     last = list(eval_batches(series, "test", 1000))[-1]
-    assert int(last.starts[-1]) + 8 + 4 == series.borders["test"][1]  # the last target row is the split's last
+    assert (
+        int(last.starts[-1]) + 8 + 4 == series.borders["test"][1]
+    )  # the last target row is the split's last
 
 
 def test_train_batches_cover_every_window_once_and_follow_the_generator():
@@ -90,13 +100,16 @@ def test_train_batches_cover_every_window_once_and_follow_the_generator():
     assert sorted(a.tolist()) == list(range(series.windows("train")))
 
 
-@pytest.mark.parametrize("text, line, words", [
-    ("date,a,b\n2020-01-01,1,2\n2020-01-02,1\n", 3, "expected 3 fields"),
-    ("date,a,b\n2020-01-01,1,2\n2020-01-02,1,x\n", 3, "'b': 'x' is not a number"),
-    ("date,a,b\n2020-01-01,1,2\n2020-01-02,,3\n", 3, "'a': '' is not a number"),
-    ("date,a,b\n2020-01-01,nan,2\n", 2, "not a finite number"),
-    ("time,a\n1,2\n", 1, "no date column 'date'"),
-])
+@pytest.mark.parametrize(
+    "text, line, words",
+    [
+        ("date,a,b\n2020-01-01,1,2\n2020-01-02,1\n", 3, "expected 3 fields"),
+        ("date,a,b\n2020-01-01,1,2\n2020-01-02,1,x\n", 3, "'b': 'x' is not a number"),
+        ("date,a,b\n2020-01-01,1,2\n2020-01-02,,3\n", 3, "'a': '' is not a number"),
+        ("date,a,b\n2020-01-01,nan,2\n", 2, "not a finite number"),
+        ("time,a\n1,2\n", 1, "no date column 'date'"),
+    ],
+)
 def test_malformed_csv_names_file_and_line(tmp_path, text, line, words):
     path = tmp_path / "bad.csv"
     path.write_text(text)
@@ -112,13 +125,25 @@ def test_too_short_split_is_a_clear_error(tmp_path):
 
 
 def test_bad_csv_fails_the_cli_with_one_line_and_exit_2(tmp_path, write_study, cli):
-    (tmp_path / "bad.csv").write_text("date,a,b\n" + "".join(f"t{i},{i},{i}\n" for i in range(300)) + "t,1,oops\n")
-    study = write_study(replace={"task": {"kind": "forecast", "data": {"format": "csv", "path": "bad.csv"},
-                                          "lookback": 8, "horizon": 4},
-                                 "model.bias": [], "variants": {}, "metrics": {"primary": "mse"},
-                                 "train.loss": {"kind": "mse"}})
+    (tmp_path / "bad.csv").write_text(
+        "date,a,b\n" + "".join(f"t{i},{i},{i}\n" for i in range(300)) + "t,1,oops\n"
+    )
+    study = write_study(
+        replace={
+            "task": {
+                "kind": "forecast",
+                "data": {"format": "csv", "path": "bad.csv"},
+                "lookback": 8,
+                "horizon": 4,
+            },
+            "model.bias": [],
+            "variants": {},
+            "metrics": {"primary": "mse"},
+            "train.loss": {"kind": "mse"},
+        }
+    )
     code, _, err = cli("run", study)
-    assert code == 2 and f"bad.csv:302: column 'b': 'oops' is not a number" in err
+    assert code == 2 and "bad.csv:302: column 'b': 'oops' is not a number" in err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert "Traceback" not in err and len(errors) == 1
 
@@ -132,7 +157,9 @@ def test_window_errors_match_numpy():
     prediction, target = rng.normal(size=(5, 3, 7)), rng.normal(size=(5, 3, 7))
     errors = window_errors(prediction, target)
     for i in range(5):
-        assert errors["mse"][i] == pytest.approx(np.mean([(p - t) ** 2 for p, t in zip(prediction[i].ravel(), target[i].ravel())]))
+        assert errors["mse"][i] == pytest.approx(
+            np.mean([(p - t) ** 2 for p, t in zip(prediction[i].ravel(), target[i].ravel())])
+        )
         assert errors["mae"][i] == pytest.approx(np.mean(np.abs(prediction[i] - target[i])))
 
 
@@ -140,6 +167,7 @@ def test_model_embeds_each_channel_window_and_heads_to_the_horizon(tmp_path):
     """With no blocks and an identity final norm replaced, the forecast is head(embed(x)) per channel,
     de-normalised per window (RevIN without affine parameters)."""
     from ablate.build import build_backbone
+
     study = load_study(_write(tmp_path, {"model": {"blocks": 0, "norm": {"kind": "none"}}}))
     task, series = study.task, study.task.load()
     ctx = study.build_context(study.variants["base"], task.max_len(series))
@@ -159,6 +187,7 @@ def test_channel_masked_sees_each_channels_lookback_window(tmp_path):
     seen = {}
     ctx = study.build_context(study.variants["base"], task.max_len(series))
     from ablate.build import build_backbone
+
     model = task.build_model(build_backbone(study.variants["base"], ctx), ctx, series)
     attention = model.backbone.blocks[0].attention
     attention.register_forward_pre_hook(lambda m, args: seen.update(tokens=args[1]))
@@ -175,10 +204,20 @@ def test_channel_masked_sees_each_channels_lookback_window(tmp_path):
 
 SMALL = {
     "name": "fc",
-    "task": {"kind": "forecast", "data": {"format": "synthetic", "channels": 3, "rows": 500, "seed": 0},
-             "lookback": 16, "horizon": 8},
-    "model": {"dim": 16, "blocks": 1, "dropout": 0.0, "attention": {"kind": "softmax", "heads": 2},
-              "ffn": {"kind": "mlp", "mult": 1}, "bias": []},
+    "task": {
+        "kind": "forecast",
+        "data": {"format": "synthetic", "channels": 3, "rows": 500, "seed": 0},
+        "lookback": 16,
+        "horizon": 8,
+    },
+    "model": {
+        "dim": 16,
+        "blocks": 1,
+        "dropout": 0.0,
+        "attention": {"kind": "softmax", "heads": 2},
+        "ffn": {"kind": "mlp", "mult": 1},
+        "bias": [],
+    },
     "variants": {"none": {"attention": {"kind": "none"}}},
     "train": {"epochs": 3, "batch_size": 32, "lr": 3e-3, "loss": {"kind": "mse"}},
     "seeds": [0],
@@ -191,7 +230,11 @@ def deep_update(base: dict, patch: dict) -> dict:
     out = dict(base)
     for key, value in patch.items():
         old = out.get(key)
-        same_kind = isinstance(old, dict) and isinstance(value, dict) and value.get("kind", old.get("kind")) == old.get("kind")
+        same_kind = (
+            isinstance(old, dict)
+            and isinstance(value, dict)
+            and value.get("kind", old.get("kind")) == old.get("kind")
+        )
         out[key] = deep_update(old, value) if same_kind else value
     return out
 
@@ -204,9 +247,15 @@ def _write(tmp_path: Path, patch: dict | None = None) -> Path:
     return path
 
 
-@pytest.mark.parametrize("attention", [{"kind": "softmax", "heads": 2},
-                                       {"kind": "channel_masked", "heads": 2, "lookback": 16},
-                                       {"kind": "fr_graph", "heads": 2}, {"kind": "none"}])
+@pytest.mark.parametrize(
+    "attention",
+    [
+        {"kind": "softmax", "heads": 2},
+        {"kind": "channel_masked", "heads": 2, "lookback": 16},
+        {"kind": "fr_graph", "heads": 2},
+        {"kind": "none"},
+    ],
+)
 def test_trains_end_to_end_and_beats_predicting_the_last_window_mean(tmp_path, attention):
     study = load_study(_write(tmp_path, {"model": {"attention": attention}}))
     series = study.task.load()

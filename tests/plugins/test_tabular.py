@@ -43,8 +43,11 @@ def california():
 def test_california_loads_the_published_split(california):
     info = json.loads((CALIFORNIA / "info.json").read_text())
     sizes = {s: len(california.splits[s]) for s in ("train", "valid", "test")}
-    assert sizes == {"train": info["train_size"], "valid": info["val_size"], "test": info["test_size"]} \
+    assert (
+        sizes
+        == {"train": info["train_size"], "valid": info["val_size"], "test": info["test_size"]}
         == {"train": 13209, "valid": 3303, "test": 4128}
+    )
     assert california.numeric_names == info["N_cols"] and california.categorical_names == []
     assert california.task_type == "regression" and california.classes == 1 and california.cardinalities == []
 
@@ -52,11 +55,21 @@ def test_california_loads_the_published_split(california):
 def test_california_scaling_and_target_use_training_rows_only(california):
     n_train, n_test = np.load(CALIFORNIA / "N_train.npy"), np.load(CALIFORNIA / "N_test.npy")
     y_train, y_test = np.load(CALIFORNIA / "y_train.npy"), np.load(CALIFORNIA / "y_test.npy")
-    reference = QuantileTransformer(output_distribution="normal", n_quantiles=max(min(len(n_train) // 30, 1000), 10),
-                                    subsample=10**9, random_state=0).fit(n_train)
-    np.testing.assert_allclose(california.splits["test"].numeric, reference.transform(n_test), rtol=1e-5, atol=1e-5)
-    assert california.y_mean == pytest.approx(y_train.mean()) and california.y_std == pytest.approx(y_train.std())
-    np.testing.assert_allclose(california.splits["test"].y, (y_test - y_train.mean()) / y_train.std(), rtol=1e-5, atol=1e-6)
+    reference = QuantileTransformer(
+        output_distribution="normal",
+        n_quantiles=max(min(len(n_train) // 30, 1000), 10),
+        subsample=10**9,
+        random_state=0,
+    ).fit(n_train)
+    np.testing.assert_allclose(
+        california.splits["test"].numeric, reference.transform(n_test), rtol=1e-5, atol=1e-5
+    )
+    assert california.y_mean == pytest.approx(y_train.mean()) and california.y_std == pytest.approx(
+        y_train.std()
+    )
+    np.testing.assert_allclose(
+        california.splits["test"].y, (y_test - y_train.mean()) / y_train.std(), rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_allclose(california.splits["test"].y_raw, y_test, rtol=1e-6)
     # fitted on train: the test split is not re-standardised to mean 0
     assert abs(california.splits["test"].y.mean()) > 1e-3
@@ -86,8 +99,17 @@ CSV_ROWS = [f"{i},{(i * 7) % 5},{'red' if i % 3 else 'blue'},{i * 0.5}" for i in
 
 def csv_task(tmp_path, rows, **data) -> TabularTask:
     _csv(tmp_path, rows)
-    spec = {"format": "csv", "path": "t.csv", "target": "y", "task_type": "regression", "numeric": ["a", "b"],
-            "categorical": ["color"], "missing": "error", "ratios": [0.5, 0.25, 0.25], **data}
+    spec = {
+        "format": "csv",
+        "path": "t.csv",
+        "target": "y",
+        "task_type": "regression",
+        "numeric": ["a", "b"],
+        "categorical": ["color"],
+        "missing": "error",
+        "ratios": [0.5, 0.25, 0.25],
+        **data,
+    }
     return task_for(tmp_path, data=spec, scaling="standard")
 
 
@@ -101,7 +123,9 @@ def test_csv_split_standard_scaling_and_categories_fit_on_train(tmp_path):
     np.testing.assert_allclose(test.numeric, (raw[order[30:]] - mean) / std, rtol=1e-5)
     assert table.cardinalities == [3]  # blue, red, + unseen
     colors = np.array([r.split(",")[2] for r in CSV_ROWS])[order[:20]]
-    np.testing.assert_array_equal(train.categorical[:, 0], (colors == "red").astype(int))  # sorted: blue 0, red 1
+    np.testing.assert_array_equal(
+        train.categorical[:, 0], (colors == "red").astype(int)
+    )  # sorted: blue 0, red 1
 
 
 def test_missing_value_under_error_policy_names_file_line_and_column(tmp_path):
@@ -121,8 +145,13 @@ def test_drop_and_impute_policies(tmp_path):
     assert sum(len(s) for s in imputed.splits.values()) == 40
     assert all(np.isfinite(s.numeric).all() for s in imputed.splits.values())
     order = np.random.default_rng(0).permutation(40)
-    where = {int(r): (s, i) for s in ("train", "valid", "test") for i, r in
-             enumerate(order[{"train": slice(0, 20), "valid": slice(20, 30), "test": slice(30, 40)}[s]])}
+    where = {
+        int(r): (s, i)
+        for s in ("train", "valid", "test")
+        for i, r in enumerate(
+            order[{"train": slice(0, 20), "valid": slice(20, 30), "test": slice(30, 40)}[s]]
+        )
+    }
     split, i = where[0]  # row 0 had no 'a': filled with the training mean, which scales to 0 exactly
     assert imputed.splits[split].numeric[i, 0] == pytest.approx(0.0, abs=1e-6)
     assert imputed.splits["train"].numeric[:, 0].mean() == pytest.approx(0.0, abs=1e-6)
@@ -151,18 +180,43 @@ def test_undeclared_column_and_declaration_errors(tmp_path):
     with pytest.raises(DataError, match=r"t.csv:1: declared column\(s\) zz not in the header"):
         csv_task(tmp_path, CSV_ROWS, numeric=["a", "zz"]).load()
     with pytest.raises(Exception, match="missing"):  # the policy must be declared
-        TabularOptions.model_validate({"data": {"format": "csv", "path": "t.csv", "target": "y",
-                                                "task_type": "regression", "numeric": ["a"]}})
+        TabularOptions.model_validate(
+            {
+                "data": {
+                    "format": "csv",
+                    "path": "t.csv",
+                    "target": "y",
+                    "task_type": "regression",
+                    "numeric": ["a"],
+                }
+            }
+        )
 
 
 def test_bad_csv_fails_the_cli_with_one_line_and_exit_2(tmp_path, write_study, cli):
     rows = CSV_ROWS.copy()
     rows[10] = "10,3,red,oops"
     _csv(tmp_path, rows)
-    study = write_study(replace={
-        "task": {"kind": "tabular", "data": {"format": "csv", "path": "t.csv", "target": "y", "task_type": "regression",
-                                             "numeric": ["a", "b"], "categorical": ["color"], "missing": "error"}},
-        "model.bias": [], "variants": {}, "metrics": {"primary": "rmse"}, "train.loss": {}})
+    study = write_study(
+        replace={
+            "task": {
+                "kind": "tabular",
+                "data": {
+                    "format": "csv",
+                    "path": "t.csv",
+                    "target": "y",
+                    "task_type": "regression",
+                    "numeric": ["a", "b"],
+                    "categorical": ["color"],
+                    "missing": "error",
+                },
+            },
+            "model.bias": [],
+            "variants": {},
+            "metrics": {"primary": "rmse"},
+            "train.loss": {},
+        }
+    )
     code, _, err = cli("run", study)
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "t.csv:12: column 'y': 'oops' is not a number" in errors[0]
@@ -211,10 +265,14 @@ def test_predictions_and_metrics_match_sklearn():
 
 def test_metric_names_follow_the_task_type(tmp_path):
     assert task_for(tmp_path).check_metric("rmse") is None
-    assert "expected accuracy" in task_for(tmp_path, data={"format": "synthetic", "task_type": "binclass"}).check_metric("rmse")
+    assert "expected accuracy" in task_for(
+        tmp_path, data={"format": "synthetic", "task_type": "binclass"}
+    ).check_metric("rmse")
     california = task_for(CALIFORNIA.parent, data={"format": "npy", "path": CALIFORNIA.name})
     assert california.check_metric("accuracy") and california.check_metric("rmse") is None
-    assert not california.metric_higher_is_better("rmse") and task_for(tmp_path).metric_higher_is_better("accuracy")
+    assert not california.metric_higher_is_better("rmse") and task_for(tmp_path).metric_higher_is_better(
+        "accuracy"
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -224,8 +282,14 @@ def test_metric_names_follow_the_task_type(tmp_path):
 SMALL = {
     "name": "tab",
     "task": {"kind": "tabular", "data": {"format": "synthetic", "rows": 500, "numeric": 3, "categorical": 2}},
-    "model": {"dim": 16, "blocks": 1, "dropout": 0.0, "attention": {"kind": "softmax", "heads": 2},
-              "ffn": {"kind": "reglu", "hidden": 32}, "bias": []},
+    "model": {
+        "dim": 16,
+        "blocks": 1,
+        "dropout": 0.0,
+        "attention": {"kind": "softmax", "heads": 2},
+        "ffn": {"kind": "reglu", "hidden": 32},
+        "bias": [],
+    },
     "train": {"epochs": 6, "batch_size": 64, "lr": 3e-3},
     "seeds": [0],
     "metrics": {"primary": "rmse", "also": ["mae"]},
@@ -243,12 +307,14 @@ def _write(tmp_path: Path, task_data: dict | None = None, model: dict | None = N
     return path
 
 
-@pytest.mark.parametrize("task_type, metric", [("regression", "rmse"), ("binclass", "accuracy"),
-                                                ("multiclass", "accuracy")])
+@pytest.mark.parametrize(
+    "task_type, metric", [("regression", "rmse"), ("binclass", "accuracy"), ("multiclass", "accuracy")]
+)
 @pytest.mark.parametrize("attention", [{"kind": "softmax", "heads": 2}, {"kind": "fr_graph", "heads": 2}])
 def test_trains_end_to_end_and_beats_the_constant_predictor(tmp_path, task_type, metric, attention):
-    study = load_study(_write(tmp_path, {"task_type": task_type}, {"attention": attention},
-                              metrics={"primary": metric}))
+    study = load_study(
+        _write(tmp_path, {"task_type": task_type}, {"attention": attention}, metrics={"primary": metric})
+    )
     table = study.task.load()
     result = train_trial(study, study.variants["base"], 0, table, torch.device("cpu"))
     test = table.splits["test"]
@@ -265,7 +331,9 @@ def test_trains_end_to_end_and_beats_the_constant_predictor(tmp_path, task_type,
 def test_ordered_only_and_missing_feature_kinds_fail_validation_naming_tabular(tmp_path, cli):
     code, _, err = cli("validate", _write(tmp_path, variants={"pos": {"bias": [{"kind": "abs_pos"}]}}))
     assert code == 2 and "variants.pos.bias.0.kind" in err and "abs_pos" in err and "tabular" in err
-    code, _, err = cli("validate", _write(tmp_path, variants={"cm": {"attention": {"kind": "channel_masked"}}}))
+    code, _, err = cli(
+        "validate", _write(tmp_path, variants={"cm": {"attention": {"kind": "channel_masked"}}})
+    )
     assert code == 2 and "channel_masked" in err and "values" in err and "tabular" in err
 
 
