@@ -307,10 +307,18 @@ def _write(tmp_path: Path, task_data: dict | None = None, model: dict | None = N
     return path
 
 
+SOFTMAX, FR_GRAPH = {"kind": "softmax", "heads": 2}, {"kind": "fr_graph", "heads": 2}
+
+
 @pytest.mark.parametrize(
-    "task_type, metric", [("regression", "rmse"), ("binclass", "accuracy"), ("multiclass", "accuracy")]
+    "task_type, metric, attention",
+    [
+        ("regression", "rmse", SOFTMAX),
+        ("regression", "rmse", FR_GRAPH),
+        ("binclass", "accuracy", SOFTMAX),
+        ("multiclass", "accuracy", FR_GRAPH),
+    ],
 )
-@pytest.mark.parametrize("attention", [{"kind": "softmax", "heads": 2}, {"kind": "fr_graph", "heads": 2}])
 def test_trains_end_to_end_and_beats_the_constant_predictor(tmp_path, task_type, metric, attention):
     study = load_study(
         _write(tmp_path, {"task_type": task_type}, {"attention": attention}, metrics={"primary": metric})
