@@ -99,3 +99,13 @@ class Task:
 
     def metric_higher_is_better(self, name: str) -> bool:
         return True
+
+    # -- training schedule -----------------------------------------------------------
+    def on_epoch_end(self, model: nn.Module, epoch: int) -> None:
+        """Called after each training epoch (1-based), before validation. By default every
+        sub-module with an ``epoch_end(epoch)`` method gets it (e.g. ``fr_graph`` freezing its
+        topology after k epochs); a task may override to add its own schedule."""
+        for module in model.modules():
+            hook = getattr(module, "epoch_end", None)
+            if callable(hook):
+                hook(epoch)

@@ -175,6 +175,7 @@ def train_trial(
                     on_step()
             train_time += time.perf_counter() - t0
             result.epochs = epoch
+            task.on_epoch_end(model, epoch)
             logged = {"train.loss": float(torch.stack(losses).mean())} if losses else {}
             if epoch % train.eval_every == 0 or epoch == train.epochs:
                 valid = task.evaluate(model, data, "valid", study.metrics, device, train.eval_batch_size)

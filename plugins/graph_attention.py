@@ -110,6 +110,13 @@ class FRGraphOptions(Options):
     # Start with the topology frozen (no gradient to column embeddings and the topology bias).
     # T2G-Former trains, freezes at early stop and trains on: the task calls freeze_topology().
     frozen_topology: bool = False
+    # Freeze the topology after this many training epochs (then train on with it fixed), the
+    # schedule form of T2G-Former's freeze-at-early-stop; None: learn it throughout.
+    freeze_after: int | None = Field(None, gt=0)
+    # Learning-rate multiplier of the column embeddings (T2G-Former trains them at lr 0.01, ~100×
+    # the rest). The topology depends only on their direction, so they are initialised 1/mult
+    # smaller: an Adam-family optimiser then moves them as if their lr were mult × lr.
+    topology_lr_mult: float = Field(1.0, gt=0.0)
     # Share one column-embedding table for heads and tails (symmetric topology score).
     sym_topology: bool = False
     # Share the head and tail projections (T2G-Former's default: symmetric edge weights).
@@ -119,13 +126,16 @@ class FRGraphOptions(Options):
 class Topology(nn.Module):
     """Learned FR-Graph topology: column embeddings ``[h, m, c]`` (head, tail) and a bias ``[1]``."""
 
-    def __init__(self, heads: int, slots: int, symmetric: bool):
+    def __init__(self, heads: int, slots: int, symmetric: bool, lr_mult: float = 1.0):
         super().__init__()
         c = max(1, math.ceil(2 * math.log2(max(slots, 2))))  # T2G: d_col = ⌈2·log2(n_cols)⌉
         self.col_head = nn.Parameter(torch.empty(heads, slots, c))
         self.col_tail = self.col_head if symmetric else nn.Parameter(torch.empty(heads, slots, c))
         for w in {id(p): p for p in (self.col_head, self.col_tail)}.values():
             nn.init.kaiming_uniform_(w, a=math.sqrt(5))  # as the tokenizer (direction only matters)
+            # Scale-invariant use (cosine): Adam's step is ~lr whatever the scale, so 1/mult smaller
+            # parameters turn by mult × as much per step, i.e. an lr of mult × lr.
+            w.data.div_(lr_mult)
         self.bias = nn.Parameter(torch.zeros(1))
 
     def forward(self, slots: Tensor, readout: Tensor | None) -> Tensor:
@@ -189,7 +199,7 @@ class FRGraphAttention(SetAttention):
         super().__init__(options, ctx)
         d, h = ctx.dim, options.heads
         self.edges = EdgeWeights(d, h, options.sym_weight)
-        self.topology = Topology(h, ctx.max_len, options.sym_topology)
+        self.topology = Topology(h, ctx.max_len, options.sym_topology, options.topology_lr_mult)
         self.value = nn.Linear(d, d)
         self.out = nn.Linear(d, d)
         if h > 1:  # T2G-Former initialises W_v like the edge projections when heads > 1
@@ -201,6 +211,11 @@ class FRGraphAttention(SetAttention):
     def freeze_topology(self) -> None:
         """Stop learning the topology (T2G-Former freezes it at early stop, then trains on)."""
         self.topology.requires_grad_(False)
+
+    def epoch_end(self, epoch: int) -> None:
+        """Per-epoch hook (``Task.on_epoch_end``): freeze after ``freeze_after`` epochs."""
+        if self.options.freeze_after is not None and epoch >= self.options.freeze_after:
+            self.freeze_topology()
 
     @property
     def topology_frozen(self) -> bool:

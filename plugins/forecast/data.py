@@ -1,0 +1,216 @@
+"""Multivariate series for forecasting: loading, the standard splits, z-normalisation.
+
+* :func:`read_csv` — an ETT-style CSV (date column + numeric channels); problems name file:line.
+* :func:`synthetic` — seasonal channels driven by shared latent waves, plus noise.
+* :func:`split_borders` — the Informer / iTransformer split: ETTh 12/4/4 months of hourly rows,
+  ETTm the same span at 15-minute rows, other data 0.7 / 0.1 / 0.2 by time. Validation and test
+  segments start ``lookback`` rows early, so their first window's input is the end of the previous
+  split (the usual overlap at split borders); targets never cross into another split.
+* :func:`prepare` — z-normalise every channel with the *training rows'* mean and std.
+
+Dimensions: ``t`` rows (time), ``c`` channels.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ablate.errors import DataError
+
+SPLITS = ("train", "valid", "test")
+MONTH_ROWS = {"ett_hour": 30 * 24, "ett_minute": 30 * 24 * 4}  # rows per 30-day "month"
+
+
+@dataclass
+class Series:
+    """Rows ``values [t, c]`` (z-normalised with training statistics) and the row range of each split.
+
+    ``borders[split] = (start, end)``: the split's rows are ``values[start:end]``, the first
+    ``lookback`` of which are inputs only for validation and test.
+    """
+
+    values: np.ndarray  # [t, c] float32, normalised
+    channels: list[str]
+    borders: dict[str, tuple[int, int]]
+    mean: np.ndarray  # [c] training mean (raw units)
+    std: np.ndarray  # [c] training std (raw units)
+    source: str
+    lookback: int
+    horizon: int
+
+    @property
+    def num_channels(self) -> int:
+        return self.values.shape[1]
+
+    def windows(self, split: str) -> int:
+        """How many (input, target) windows ``split`` holds."""
+        start, end = self.borders[split]
+        return max(0, end - start - self.lookback - self.horizon + 1)
+
+    def window_starts(self, split: str) -> np.ndarray:
+        """Row index of each window's first input row, ``[windows]`` int64."""
+        start = self.borders[split][0]
+        return start + np.arange(self.windows(split), dtype=np.int64)
+
+    def describe(self) -> str:
+        sizes = ", ".join(f"{s} {self.windows(s)}" for s in SPLITS)
+        return (
+            f"{self.source}: {self.values.shape[0]} rows × {self.num_channels} channels; "
+            f"windows (lookback {self.lookback}, horizon {self.horizon}): {sizes}"
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Reading
+
+
+def read_csv(
+    path: Path, date_column: str = "date", channels: list[str] | None = None
+) -> tuple[np.ndarray, list[str]]:
+    """``(values [t, c] float64, channel names)`` from an ETT-style CSV.
+
+    Every row must have as many fields as the header and a number in every channel column;
+    the first that does not raises ``DataError('<file>:<line>: ...')``. Rows stay in file order.
+    """
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read: {exc}") from None
+    rows = csv.reader(io.StringIO(text))
+    header = next(rows, None)
+    if not header or not any(h.strip() for h in header):
+        raise DataError(f"{path}:1: expected a header row (date column, then channels); the file is empty")
+    header = [h.strip() for h in header]
+    if date_column not in header:
+        raise DataError(
+            f"{path}:1: no date column '{date_column}' in the header ({', '.join(header)}); "
+            f"set data.date_column"
+        )
+    available = [h for h in header if h != date_column]
+    wanted = available if channels is None else channels
+    missing = [c for c in wanted if c not in available]
+    if missing:
+        raise DataError(
+            f"{path}:1: channel(s) {', '.join(missing)} not in the header ({', '.join(available)})"
+        )
+    if not wanted:
+        raise DataError(f"{path}:1: no channel columns besides the date column '{date_column}'")
+    index = [header.index(c) for c in wanted]
+    out: list[list[float]] = []
+    for line, fields in enumerate(rows, start=2):
+        if not fields or (len(fields) == 1 and not fields[0].strip()):
+            continue  # blank line
+        if len(fields) != len(header):
+            raise DataError(
+                f"{path}:{line}: expected {len(header)} fields ({', '.join(header)}); got {len(fields)}"
+            )
+        row = []
+        for i in index:
+            try:
+                value = float(fields[i])
+            except ValueError:
+                raise DataError(
+                    f"{path}:{line}: column '{header[i]}': {fields[i]!r} is not a number"
+                ) from None
+            if not math.isfinite(value):
+                raise DataError(
+                    f"{path}:{line}: column '{header[i]}': {fields[i]!r} is not a finite number "
+                    f"(missing values are not filled in silently; clean the file)"
+                )
+            row.append(value)
+        out.append(row)
+    if not out:
+        raise DataError(f"{path}: no data rows after the header")
+    return np.asarray(out, dtype=np.float64), wanted
+
+
+def synthetic(channels: int, rows: int, period: int, noise: float, seed: int) -> np.ndarray:
+    """``[rows, channels]``: each channel mixes two shared latent waves (periods ``period`` and
+    ``period / 3``) with its own weights and phase, plus Gaussian noise of std ``noise`` — so other
+    channels help predict a channel, and the future is predictable from the past."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(rows, dtype=np.float64)[:, None]
+    latent = np.concatenate([np.sin(2 * np.pi * t / period), np.sin(2 * np.pi * t / (period / 3))], axis=1)
+    weights = rng.normal(size=(2, channels))
+    level = rng.normal(scale=2.0, size=channels)
+    scale = rng.uniform(0.5, 3.0, size=channels)
+    return (latent @ weights + rng.normal(scale=noise, size=(rows, channels))) * scale + level
+
+
+# ---------------------------------------------------------------------------------------
+# Splits and normalisation
+
+
+def scheme_for(path: Path, split: str) -> str:
+    """``auto`` → ``ett_hour`` for ETTh*, ``ett_minute`` for ETTm* files, else ``ratio``."""
+    if split != "auto":
+        return split
+    name = path.name.lower()
+    return "ett_hour" if name.startswith("etth") else "ett_minute" if name.startswith("ettm") else "ratio"
+
+
+def split_borders(
+    rows: int, scheme: str, lookback: int, ratios: tuple[float, float, float] = (0.7, 0.1, 0.2)
+) -> dict[str, tuple[int, int]]:
+    """Row ranges of train / valid / test (Informer's ``border1s`` / ``border2s``).
+
+    ETT: train = 12 months, valid = 4, test = 4 (a month = 30 days of rows); later rows are unused.
+    ratio: ``train = ⌊0.7 t⌋``, ``test = ⌊0.2 t⌋``, valid the rest. Valid and test start ``lookback``
+    rows before their first target row.
+    """
+    if scheme in MONTH_ROWS:
+        month = MONTH_ROWS[scheme]
+        ends = (12 * month, 16 * month, 20 * month)
+        if rows < ends[-1]:
+            raise DataError(f"split '{scheme}' needs {ends[-1]} rows (12/4/4 months), the data has {rows}")
+    else:
+        train, test = int(rows * ratios[0]), int(rows * ratios[2])
+        ends = (train, rows - test, rows)
+    return {
+        "train": (0, ends[0]),
+        "valid": (max(0, ends[0] - lookback), ends[1]),
+        "test": (max(0, ends[1] - lookback), ends[2]),
+    }
+
+
+def prepare(
+    raw: np.ndarray,
+    channels: list[str],
+    borders: dict[str, tuple[int, int]],
+    source: str,
+    lookback: int,
+    horizon: int,
+) -> Series:
+    """Normalise with the training rows' statistics only and check every split has a window."""
+    end = max(e for _, e in borders.values())
+    raw = raw[:end]
+    start, stop = borders["train"]
+    mean = raw[start:stop].mean(axis=0)
+    std = raw[start:stop].std(axis=0)
+    std = np.where(std > 0, std, 1.0)  # a constant training channel stays centred, not divided by 0
+    series = Series(
+        values=((raw - mean) / std).astype(np.float32),
+        channels=list(channels),
+        borders=borders,
+        mean=mean,
+        std=std,
+        source=source,
+        lookback=lookback,
+        horizon=horizon,
+    )
+    for split in SPLITS:
+        if series.windows(split) < 1:
+            a, b = borders[split]
+            raise DataError(
+                f"{source}: the {split} split (rows {a}..{b}) is too short for one window of "
+                f"lookback {lookback} + horizon {horizon}"
+            )
+    return series

@@ -1,0 +1,72 @@
+"""Options of the forecast task (``task:`` in a study file) and of its training loss."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field, ValidationError, model_validator
+
+from ablate.components import Options
+from ablate_plugins.seqrec.options import untagged
+
+# How rows are split into train / validation / test (see data.split_borders).
+SplitScheme = Literal["auto", "ett_hour", "ett_minute", "ratio"]
+
+
+class CsvData(Options):
+    """An ETT-style CSV: a header row, a date column, then one numeric column per channel."""
+
+    format: Literal["csv"]
+    path: str  # relative paths are resolved against the study file's folder
+    date_column: str = "date"
+    # Channels to use (default: every column but the date), in this order.
+    channels: list[str] | None = None
+    # auto: ett_hour for ETTh*, ett_minute for ETTm* file names, else ratio.
+    split: SplitScheme = "auto"
+    # train / validation / test shares for split: ratio (test and train are rounded down).
+    ratios: tuple[float, float, float] = (0.7, 0.1, 0.2)
+
+    @model_validator(mode="after")
+    def _ratios(self) -> "CsvData":
+        if any(r <= 0 for r in self.ratios) or abs(sum(self.ratios) - 1.0) > 1e-6:
+            raise ValueError(f"ratios must be three positive shares summing to 1 (got {self.ratios})")
+        return self
+
+
+class SyntheticData(Options):
+    """Generated channels: shared seasonal drivers plus noise (see :func:`data.synthetic`)."""
+
+    format: Literal["synthetic"] = "synthetic"
+    channels: int = Field(4, ge=1)
+    rows: int = Field(800, ge=10)
+    period: int = Field(24, ge=2)
+    noise: float = Field(0.1, ge=0.0)
+    seed: int = 0
+    ratios: tuple[float, float, float] = (0.7, 0.1, 0.2)
+
+
+DataOptions = Annotated[Union[SyntheticData, CsvData], Field(discriminator="format")]
+
+
+class ForecastOptions(Options):
+    data: DataOptions = SyntheticData()
+    lookback: int = Field(96, ge=2)  # input window w (rows)
+    horizon: int = Field(96, ge=1)  # rows to predict
+    # Per-window, per-channel normalisation of the input (and its inverse on the output), as in
+    # iTransformer / DUET (RevIN without affine parameters).
+    instance_norm: bool = True
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> "ForecastOptions":
+        """As pydantic's, with error locations that match the study file (``data.rows``)."""
+        try:
+            return super().model_validate(obj, **kwargs)
+        except ValidationError as exc:
+            data = obj.get("data") if isinstance(obj, dict) else None
+            raise untagged(exc, ("data",), data.get("format") if isinstance(data, dict) else None) from None
+
+
+class LossOptions(Options):
+    """``train.loss``: ``mse`` (iTransformer) or ``mae`` (DUET), on the normalised scale."""
+
+    kind: Literal["mse", "mae"] = "mse"

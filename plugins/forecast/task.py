@@ -1,0 +1,106 @@
+"""The ``forecast`` task: multivariate long-horizon forecasting with channels as tokens."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ablate.components import BuildContext
+from ablate.tasks import Evaluation, Task
+
+from . import evaluation
+from .batches import Batch, train_batches
+from .data import Series, prepare, read_csv, scheme_for, split_borders, synthetic
+from .model import ForecastModel
+from .options import CsvData, ForecastOptions, LossOptions
+
+log = logging.getLogger(__name__)
+
+LOSSES = {"mse": F.mse_loss, "mae": F.l1_loss}
+
+
+class ForecastTask(Task):
+    """Predict the next ``horizon`` rows of every channel from the last ``lookback`` rows.
+
+    Tokens are channels (an unordered set); ``tokens.values`` holds each channel's (instance-
+    normalised) lookback window, so data-dependent channel masks (``channel_masked``) work.
+    """
+
+    Options = ForecastOptions
+    LossOptions = LossOptions
+    ordered = False
+
+    options: ForecastOptions
+
+    def features(self) -> frozenset[str]:
+        return frozenset({"values"})
+
+    def check_metric(self, name: str) -> str | None:
+        return evaluation.check(name)
+
+    def metric_higher_is_better(self, name: str) -> bool:
+        return False
+
+    def check_files(self) -> str | None:
+        if isinstance(self.options.data, CsvData):
+            path = self.data_path()
+            if not path.is_file():
+                return f"file not found: {path}"
+        return None
+
+    def data_path(self) -> Path:
+        return self.base_dir / Path(self.options.data.path).expanduser()
+
+    def load(self) -> Series:
+        opts, data = self.options, self.options.data
+        if isinstance(data, CsvData):
+            path = self.data_path()
+            raw, channels = read_csv(path, data.date_column, data.channels)
+            borders = split_borders(len(raw), scheme_for(path, data.split), opts.lookback, data.ratios)
+            source = str(path)
+        else:
+            raw = synthetic(data.channels, data.rows, data.period, data.noise, data.seed)
+            channels = [f"c{i}" for i in range(data.channels)]
+            borders = split_borders(len(raw), "ratio", opts.lookback, data.ratios)
+            source = f"synthetic(seed={data.seed})"
+        series = prepare(raw, channels, borders, source, opts.lookback, opts.horizon)
+        log.info("%s", series.describe())
+        return series
+
+    def max_len(self, data: Series) -> int:
+        return data.num_channels
+
+    def train_batches(self, data: Series, batch_size: int, generator: torch.Generator) -> Iterable[Batch]:
+        return train_batches(data, batch_size, generator)
+
+    def batch_tokens(self, batch: Batch) -> int:
+        return int(batch.inputs.shape[0] * batch.inputs.shape[1])
+
+    def build_model(self, backbone: nn.Module, ctx: BuildContext, data: Series) -> ForecastModel:
+        return ForecastModel(
+            backbone, self.options.lookback, self.options.horizon, ctx.dim, self.options.instance_norm
+        )
+
+    def loss(
+        self, model: ForecastModel, batch: Batch, loss: LossOptions, generator: torch.Generator
+    ) -> Tensor:
+        value = LOSSES[loss.kind](model(batch).float(), batch.targets)
+        auxiliary = model.backbone.auxiliary_loss()
+        return value if auxiliary is None else value + auxiliary
+
+    @torch.no_grad()
+    def evaluate(
+        self,
+        model: ForecastModel,
+        data: Series,
+        split: str,
+        metrics: list[str],
+        device: torch.device,
+        batch_size: int,
+    ) -> Evaluation:
+        return evaluation.evaluate(model, data, split, metrics, device, batch_size)

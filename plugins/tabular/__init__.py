@@ -1,0 +1,24 @@
+"""Tabular task (``tabular``): FT-Transformer's feature tokenizer and readout head, the
+FT-Transformer ``.npy`` layout or a declared CSV, train-only scaling, accuracy / RMSE per row."""
+
+from .batches import Batch
+from .data import Table, prepare, read_csv, read_npy, synthetic
+from .model import FeatureTokenizer, TabularModel
+from .options import CsvData, NpyData, SyntheticData, TabularOptions
+from .task import TabularTask
+
+__all__ = [
+    "Batch",
+    "CsvData",
+    "FeatureTokenizer",
+    "NpyData",
+    "SyntheticData",
+    "Table",
+    "TabularModel",
+    "TabularOptions",
+    "TabularTask",
+    "prepare",
+    "read_csv",
+    "read_npy",
+    "synthetic",
+]

@@ -1,0 +1,122 @@
+"""The ``tabular`` task: rows of numeric / categorical features as an unordered token set."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ablate.components import BuildContext
+from ablate.tasks import Evaluation, Task
+
+from . import evaluation
+from .batches import Batch, train_batches
+from .data import Table, prepare, read_csv, read_npy, synthetic
+from .model import TabularModel
+from .options import CsvData, NpyData, TabularOptions
+
+log = logging.getLogger(__name__)
+
+
+class TabularTask(Task):
+    """Regression or classification from a readout ([CLS]) token over feature tokens
+    (FT-Transformer's tokenizer); evaluation keeps one value per test row."""
+
+    Options = TabularOptions
+    ordered = False
+
+    options: TabularOptions
+
+    def features(self) -> frozenset[str]:
+        return frozenset({"readout"})
+
+    def declared_task_type(self) -> str | None:
+        """regression / binclass / multiclass as declared, or from info.json; None if unreadable."""
+        data = self.options.data
+        if not isinstance(data, NpyData):
+            return data.task_type
+        try:
+            return json.loads((self.data_path() / "info.json").read_text()).get("task_type")
+        except (OSError, ValueError):
+            return None  # check_files / load report the problem
+
+    def check_metric(self, name: str) -> str | None:
+        return evaluation.check(name, self.declared_task_type())
+
+    def metric_higher_is_better(self, name: str) -> bool:
+        return evaluation.HIGHER_IS_BETTER.get(name, True)
+
+    def check_files(self) -> str | None:
+        data = self.options.data
+        if isinstance(data, NpyData) and not self.data_path().is_dir():
+            return f"folder not found: {self.data_path()}"
+        if isinstance(data, CsvData) and not self.data_path().is_file():
+            return f"file not found: {self.data_path()}"
+        return None
+
+    def data_path(self) -> Path:
+        return self.base_dir / Path(self.options.data.path).expanduser()
+
+    def load(self) -> Table:
+        data = self.options.data
+        if isinstance(data, NpyData):
+            raw, missing = read_npy(self.data_path()), data.missing
+        elif isinstance(data, CsvData):
+            raw = read_csv(
+                self.data_path(),
+                data.target,
+                data.task_type,
+                data.numeric,
+                data.categorical,
+                data.na_values,
+                data.ratios,
+                data.split_seed,
+            )
+            missing = data.missing
+        else:
+            raw = synthetic(**data.model_dump(exclude={"format"}))
+            missing = "error"
+        table = prepare(raw, missing, self.options.scaling, self.options.standardize_target)
+        log.info("%s", table.describe())
+        return table
+
+    def max_len(self, data: Table) -> int:
+        return 1 + data.num_features  # readout + features
+
+    def train_batches(self, data: Table, batch_size: int, generator: torch.Generator) -> Iterable[Batch]:
+        return train_batches(data.splits["train"], batch_size, generator)
+
+    def batch_tokens(self, batch: Batch) -> int:
+        return len(batch) * (1 + batch.numeric.shape[1] + batch.categorical.shape[1])
+
+    def build_model(self, backbone: nn.Module, ctx: BuildContext, data: Table) -> TabularModel:
+        return TabularModel(backbone, len(data.numeric_names), data.cardinalities, ctx.dim, data.classes)
+
+    def loss(self, model: TabularModel, batch: Batch, loss, generator: torch.Generator) -> Tensor:
+        """MSE on the standardised target, BCE with logits, or cross-entropy."""
+        out = model(batch).float()
+        if out.shape[1] > 1:
+            value = F.cross_entropy(out, batch.y)
+        elif batch.y.dtype == torch.long:
+            value = F.binary_cross_entropy_with_logits(out[:, 0], batch.y.float())
+        else:
+            value = F.mse_loss(out[:, 0], batch.y)
+        auxiliary = model.backbone.auxiliary_loss()
+        return value if auxiliary is None else value + auxiliary
+
+    @torch.no_grad()
+    def evaluate(
+        self,
+        model: TabularModel,
+        data: Table,
+        split: str,
+        metrics: list[str],
+        device: torch.device,
+        batch_size: int,
+    ) -> Evaluation:
+        return evaluation.evaluate(model, data, split, metrics, device, batch_size)
