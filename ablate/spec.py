@@ -276,6 +276,7 @@ class Study:
             max_len=max_len,
             ordered=self.task.ordered,
             features=self.task.features(),
+            values_width=self.task.values_width(),
         )
 
 

@@ -71,6 +71,11 @@ class Task:
         """Load and split the data (raises ``DataError`` on bad files). Cached by callers."""
         raise NotImplementedError
 
+    def values_width(self) -> int:
+        """Width of the raw value window each token carries in ``TokenContext.values``
+        (e.g. a forecast channel's lookback); 0 when tokens carry none."""
+        return 0
+
     def max_len(self, data: Any) -> int:
         """Longest token sequence a batch will hold."""
         raise NotImplementedError

@@ -72,6 +72,9 @@ class ForecastTask(Task):
         log.info("%s", series.describe())
         return series
 
+    def values_width(self) -> int:
+        return self.options.lookback
+
     def max_len(self, data: Series) -> int:
         return data.num_channels
 

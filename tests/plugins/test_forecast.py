@@ -182,7 +182,8 @@ def test_model_embeds_each_channel_window_and_heads_to_the_horizon(tmp_path):
 
 
 def test_channel_masked_sees_each_channels_lookback_window(tmp_path):
-    study = load_study(_write(tmp_path, {"model": {"attention": {"kind": "channel_masked", "lookback": 16}}}))
+    # No attention.lookback: the window width comes from the task's lookback (16 in SMALL).
+    study = load_study(_write(tmp_path, {"model": {"attention": {"kind": "channel_masked"}}}))
     task, series = study.task, study.task.load()
     seen = {}
     ctx = study.build_context(study.variants["base"], task.max_len(series))
@@ -190,6 +191,7 @@ def test_channel_masked_sees_each_channels_lookback_window(tmp_path):
 
     model = task.build_model(build_backbone(study.variants["base"], ctx), ctx, series)
     attention = model.backbone.blocks[0].attention
+    assert attention.lookback == 16
     attention.register_forward_pre_hook(lambda m, args: seen.update(tokens=args[1]))
     batch = collate(series, np.array([3, 9]))
     model(batch)
