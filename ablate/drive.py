@@ -490,6 +490,8 @@ class Driver:
             self.summary.skipped = len(complete & set(plan(self.study)))
             self.reporter.study(total=len(plan(self.study)), done=self.summary.skipped)
             self.device = resolve_device(self.study.spec.train.device)
+            if self.summary.skipped < len(plan(self.study)):
+                _ = self.data  # a bad data file stops the run here (one line, exit 2), not every trial
             while True:
                 with self.stores.queue_lock():
                     self.sync()
