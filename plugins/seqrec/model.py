@@ -7,14 +7,28 @@ products with the input table (weight tying, SASRec / FuXi-α).
 
 from __future__ import annotations
 
+from typing import Callable
+
 from torch import Tensor, nn
+
+from ablate.jagged import Jagged, Padded
 
 from .batches import Batch
 
+Layout = Callable[[Tensor], "Padded | Jagged"]  # valid [b, n] → the blocks' token layout
+
+
+def padded_layout(valid: Tensor) -> Padded:
+    return Padded()
+
 
 class SeqRecModel(nn.Module):
-    def __init__(self, backbone: nn.Module, num_items: int, dim: int):
+    """``layout`` makes the backbone's token layout from each batch's ``valid`` mask:
+    ``Jagged.from_valid`` (position-wise layers on real tokens only) or ``padded_layout``."""
+
+    def __init__(self, backbone: nn.Module, num_items: int, dim: int, layout: Layout = padded_layout):
         super().__init__()
+        self.layout = layout
         self.items = nn.Embedding(num_items + 1, dim, padding_idx=0)
         nn.init.normal_(self.items.weight, std=dim ** -0.5)
         self.items.weight.data[0].zero_()
@@ -28,7 +42,9 @@ class SeqRecModel(nn.Module):
     def forward(self, batch: Batch) -> Tensor:
         """Hidden states ``[b, n, d]``; position ``i`` has seen items ``0..i``."""
         x = self.items(batch.items) * self.scale
-        return self.backbone(x, batch.token_context())
+        tokens = batch.token_context()
+        tokens.layout = self.layout(batch.valid)
+        return self.backbone(x, tokens)
 
     def scores(self, hidden: Tensor) -> Tensor:
         """``[..., d]`` → ``[..., m]`` scores of every item (column 0 is padding)."""
