@@ -2,13 +2,15 @@
 
 Items are embedded from a table ``[m, d]`` (``m = num_items + 1``, row 0 padding), scaled by
 ``√d`` as in SASRec; the backbone adds position / time information itself. Scores are dot
-products with the input table (weight tying, SASRec / FuXi-α).
+products with the input table (weight tying, SASRec / FuXi-α), or cosine similarities when
+``normalize`` is set (HSTU / FuXi-α's L2-normalised embeddings).
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ablate.jagged import Jagged, Padded
@@ -26,9 +28,11 @@ class SeqRecModel(nn.Module):
     """``layout`` makes the backbone's token layout from each batch's ``valid`` mask:
     ``Jagged.from_valid`` (position-wise layers on real tokens only) or ``padded_layout``."""
 
-    def __init__(self, backbone: nn.Module, num_items: int, dim: int, layout: Layout = padded_layout):
+    def __init__(self, backbone: nn.Module, num_items: int, dim: int, layout: Layout = padded_layout,
+                 normalize: bool = False):
         super().__init__()
         self.layout = layout
+        self.normalize = normalize
         self.items = nn.Embedding(num_items + 1, dim, padding_idx=0)
         nn.init.normal_(self.items.weight, std=dim ** -0.5)
         self.items.weight.data[0].zero_()
@@ -46,6 +50,15 @@ class SeqRecModel(nn.Module):
         tokens.layout = self.layout(batch.valid)
         return self.backbone(x, tokens)
 
+    def head(self, hidden: Tensor) -> Tensor:
+        """Hidden states as they meet the item table: L2-normalised under ``normalize``."""
+        return F.normalize(hidden, dim=-1) if self.normalize else hidden
+
+    def table(self) -> Tensor:
+        """``[m, d]`` item vectors that outputs are scored against (the tied input table,
+        L2-normalised under ``normalize``; padding row 0 stays zero)."""
+        return F.normalize(self.items.weight, dim=-1) if self.normalize else self.items.weight
+
     def scores(self, hidden: Tensor) -> Tensor:
         """``[..., d]`` → ``[..., m]`` scores of every item (column 0 is padding)."""
-        return hidden @ self.items.weight.T
+        return self.head(hidden) @ self.table().T

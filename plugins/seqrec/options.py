@@ -92,6 +92,8 @@ class SeqRecOptions(Options):
     # Training batches: sort each run of length_pool × batch_size shuffled users by length before
     # cutting it into batches (less padding; 1 = plain shuffled batches).
     length_pool: int = Field(1, ge=1)
+    # Score (and train) with cosine similarity: L2-normalised outputs and item vectors (HSTU / FuXi-α).
+    normalize: bool = False
 
     @classmethod
     def model_validate(cls, obj: Any, **kwargs: Any) -> "SeqRecOptions":

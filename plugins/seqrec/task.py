@@ -103,13 +103,14 @@ class SeqRecTask(Task):
 
     def build_model(self, backbone: nn.Module, ctx: BuildContext, data: Interactions) -> SeqRecModel:
         layout = Jagged.from_valid if self.options.jagged else padded_layout
-        return SeqRecModel(backbone, data.num_items, ctx.dim, layout)
+        return SeqRecModel(backbone, data.num_items, ctx.dim, layout, self.options.normalize)
 
     def loss(self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions,
              generator: torch.Generator) -> Tensor:
         """Mean over real target positions, plus the backbone's auxiliary loss."""
         where = batch.targets > 0
-        value = losses.compute(loss, model(batch)[where], batch.targets[where], model.items.weight, generator)
+        value = losses.compute(loss, model.head(model(batch)[where]), batch.targets[where], model.table(),
+                               generator)
         auxiliary = model.backbone.auxiliary_loss()
         return value if auxiliary is None else value + auxiliary
 
