@@ -25,16 +25,21 @@ except Exception:  # ImportError, or a build that does not match this torch
     HAVE_FBGEMM = False
 
 
-def complete_cumsum(lengths: Tensor, use_fbgemm: bool = HAVE_FBGEMM) -> Tensor:
+def _fbgemm(use_fbgemm: bool | None) -> bool:
+    """None: fbgemm when it is importable (read at call time, so a caller can switch it off)."""
+    return HAVE_FBGEMM if use_fbgemm is None else use_fbgemm
+
+
+def complete_cumsum(lengths: Tensor, use_fbgemm: bool | None = None) -> Tensor:
     """``[b]`` lengths → ``[b + 1]`` offsets starting at 0."""
-    if use_fbgemm:
+    if _fbgemm(use_fbgemm):
         return torch.ops.fbgemm.asynchronous_complete_cumsum(lengths)
     return torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
 
 
-def to_padded(values: Tensor, offsets: Tensor, n: int, use_fbgemm: bool = HAVE_FBGEMM) -> Tensor:
+def to_padded(values: Tensor, offsets: Tensor, n: int, use_fbgemm: bool | None = None) -> Tensor:
     """``values [t, *f]`` → ``[b, n, *f]`` with zeros after each row's end."""
-    if use_fbgemm:
+    if _fbgemm(use_fbgemm):
         flat = values.reshape(values.shape[0], -1)
         dense = torch.ops.fbgemm.jagged_to_padded_dense(flat, [offsets], [n], 0.0)
         return dense.reshape(dense.shape[0], n, *values.shape[1:])
@@ -45,9 +50,9 @@ def to_padded(values: Tensor, offsets: Tensor, n: int, use_fbgemm: bool = HAVE_F
                                                                     values)
 
 
-def to_values(dense: Tensor, offsets: Tensor, use_fbgemm: bool = HAVE_FBGEMM) -> Tensor:
+def to_values(dense: Tensor, offsets: Tensor, use_fbgemm: bool | None = None) -> Tensor:
     """``dense [b, n, *f]`` → ``values [t, *f]``: each row's first ``length`` positions."""
-    if use_fbgemm and dense.is_floating_point():
+    if _fbgemm(use_fbgemm) and dense.is_floating_point():
         b, n = dense.shape[:2]
         flat = dense.reshape(b, n, -1)
         values = torch.ops.fbgemm.dense_to_jagged(flat, [offsets])[0]
@@ -75,11 +80,11 @@ class Jagged:
 
     jagged = True
 
-    def __init__(self, offsets: Tensor, n: int, use_fbgemm: bool = HAVE_FBGEMM):
+    def __init__(self, offsets: Tensor, n: int, use_fbgemm: bool | None = None):
         self.offsets, self.n, self.use_fbgemm = offsets, n, use_fbgemm
 
     @classmethod
-    def from_valid(cls, valid: Tensor, use_fbgemm: bool = HAVE_FBGEMM) -> "Jagged":
+    def from_valid(cls, valid: Tensor, use_fbgemm: bool | None = None) -> "Jagged":
         """From a right-padded ``valid [b, n]`` mask."""
         offsets = complete_cumsum(valid.sum(1), use_fbgemm)
         return cls(offsets, valid.shape[1], use_fbgemm)
