@@ -34,7 +34,9 @@ class SeqRecModel(nn.Module):
         self.layout = layout
         self.normalize = normalize
         self.items = nn.Embedding(num_items + 1, dim, padding_idx=0)
-        nn.init.normal_(self.items.weight, std=dim ** -0.5)
+        # Xavier-normal, as SASRec (std √(2 / (m + d)), ~0.02 for ML-1M; HSTU / FuXi-α use 0.02):
+        # Adam moves every element by ~lr per step, so a small table learns in few epochs.
+        nn.init.xavier_normal_(self.items.weight)
         self.items.weight.data[0].zero_()
         self.backbone = backbone
         self.scale = dim ** 0.5
