@@ -57,6 +57,9 @@ def popularity_evaluation(data: Interactions, split: str, metrics: list[str],
                           batch_size: int = 1024) -> Evaluation:
     """Rank items by how often they occur in the training parts, with the same exclusions
     (full ranking)."""
+    sampled = [name for name in metrics if M.protocol(name, "full") == "sampled"]
+    if sampled:
+        raise ValueError(f"the popularity baseline ranks fully; got sampled-protocol metrics {sampled}")
     seen = np.concatenate([train_part(s) for s in data.sequences])
     counts = np.bincount(seen, minlength=data.num_items + 1)
     scores = torch.from_numpy(counts.astype(np.float64))

@@ -200,3 +200,12 @@ def test_normalize_scores_with_cosine_similarity(tmp_path):
     unit_e = model.items.weight[1:] / model.items.weight[1:].norm(dim=-1, keepdim=True)
     torch.testing.assert_close(scores[:, 1:], unit_h @ unit_e.T)
     assert (scores[:, 0] == 0).all() and scores.abs().max() <= 1 + 1e-6
+
+
+def test_the_popularity_baseline_refuses_sampled_metrics():
+    from ablate_plugins.seqrec import popularity_evaluation
+
+    data = synthetic(10, 30, 5, 8, 0.5, seed=0, timestamps=False)
+    assert popularity_evaluation(data, "test", ["full.hr@10"]).summary["full.hr@10"] >= 0
+    with pytest.raises(ValueError, match="sampled-protocol metrics"):
+        popularity_evaluation(data, "test", ["sampled.hr@10"])
