@@ -55,12 +55,18 @@ class Block(nn.Module):
         self.mix, self.feed = mix, feed  # the two placed sub-layers
 
     def forward(self, streams: Tensor, tokens: TokenContext) -> Tensor:
-        streams = self.mix(streams, lambda h: self.attention(h, tokens))
-        return self.feed(streams, lambda h: self.ffn(h, tokens.valid))
+        """``streams`` in ``tokens.layout`` (``[b, n, (s,) d]`` or jagged ``[t, (s,) d]``); the
+        attention sees padded blocks, the FFN whatever the layout holds."""
+        layout = tokens.layout
+        streams = self.mix(streams, lambda h: layout.values(self.attention(layout.padded(h), tokens)))
+        return self.feed(streams, lambda h: self.ffn(h, layout.values(tokens.valid)))
 
 
 class Backbone(nn.Module):
-    """Embedded tokens ``[b, n, d]`` → bias channels → blocks → final norm ``[b, n, d]``."""
+    """Embedded tokens ``[b, n, d]`` → bias channels → blocks → final norm ``[b, n, d]``.
+
+    Between the bias channels and the output the stream is held in ``tokens.layout``: with a
+    jagged layout, FFNs, norms and joins only touch the real tokens."""
 
     def __init__(self, bias: list[nn.Module], stem: nn.Module, blocks: list[Block], final_norm: nn.Module,
                  dropout: float):
@@ -86,10 +92,11 @@ class Backbone(nn.Module):
             summed = torch.stack(torch.broadcast_tensors(*logit_biases)).sum(0)
             tokens.logit_bias = summed if tokens.logit_bias is None else tokens.logit_bias + summed
         x = x * tokens.valid.unsqueeze(-1).to(x.dtype)
-        streams = self.stem.expand(self.dropout(x))
+        # Position-wise work from here on runs on the layout's tokens (all real ones if jagged).
+        streams = self.stem.expand(self.dropout(tokens.layout.values(x)))
         for block in self.blocks:
             streams = block(streams, tokens)
-        return self.final_norm(self.stem.reduce(streams))
+        return tokens.layout.padded(self.final_norm(self.stem.reduce(streams)))
 
     def auxiliary_loss(self) -> Tensor | None:
         """Sum of every sub-module's auxiliary loss (e.g. MoE load balancing), or None."""

@@ -18,6 +18,8 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
 
+from .jagged import Jagged, Padded
+
 __all__ = [
     "default",
     "Options",
@@ -73,6 +75,11 @@ class TokenContext:
     ``timestamps`` are float32 seconds relative to the first token of each row (absolute
     epoch seconds lose ~64 s of precision in float32); only differences are meaningful.
     Padded positions repeat the last real time.
+
+    ``layout`` says how the blocks hold the residual stream between attentions: padded
+    ``[b, n, d]`` (:class:`~ablate.jagged.Padded`) or the real tokens only ``[t, d]``
+    (:class:`~ablate.jagged.Jagged`, for right-padded causal rows). Attention kinds always
+    receive and return padded ``[b, n, d]``; everything else here stays ``[b, n]``-shaped.
     """
 
     valid: Tensor
@@ -88,6 +95,7 @@ class TokenContext:
     rotations: list[Callable[[Tensor, Tensor, "TokenContext"], tuple[Tensor, Tensor]]] = field(
         default_factory=list
     )
+    layout: Padded | Jagged = field(default_factory=Padded)
 
     @property
     def shape(self) -> tuple[int, int]:

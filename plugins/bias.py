@@ -46,6 +46,7 @@ class AbsolutePosition(BiasChannel):
     def __init__(self, options: Options, ctx: BuildContext):
         super().__init__(options, ctx)
         self.table = nn.Embedding(ctx.max_len, ctx.dim)
+        nn.init.xavier_normal_(self.table.weight)  # SASRec's initialisation, on the item table's scale
 
     def embed(self, x: Tensor, tokens: TokenContext) -> Tensor:
         positions = tokens.positions.masked_fill(~tokens.valid, 0)

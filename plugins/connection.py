@@ -74,9 +74,10 @@ def join(streams: Tensor, branch: Callable[[Tensor], Tensor], dropout: nn.Module
          pre: Tensor, post: Tensor, res: Tensor) -> Tensor:
     """``x ← H_res x + H_postᵀ f(H_pre x)`` per token.
 
-    ``streams: [b, n, s, d]``, ``pre, post: [b, n, s]``, ``res: [b, n, t, s]`` (t: new stream)."""
-    y = dropout(branch(torch.einsum("bns,bnsd->bnd", pre, streams)))
-    return torch.einsum("bnts,bnsd->bntd", res, streams) + post.unsqueeze(-1) * y.unsqueeze(-2)
+    ``streams: [b, n, s, d]``, ``pre, post: [b, n, s]``, ``res: [b, n, t, s]`` (t: new stream);
+    any leading dims work, e.g. jagged ``[tokens, s, d]``."""
+    y = dropout(branch(torch.einsum("...s,...sd->...d", pre, streams)))
+    return torch.einsum("...ts,...sd->...td", res, streams) + post.unsqueeze(-1) * y.unsqueeze(-2)
 
 
 class HyperOptions(Options):

@@ -15,6 +15,15 @@ import yaml
 torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _dataset_cache(tmp_path_factory):
+    """Parsed data sets go to a per-session folder, not the user's cache."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ABLATE_CACHE_DIR", str(tmp_path_factory.mktemp("dataset-cache")))
+    yield
+    mp.undo()
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 TINY_STUDY = {

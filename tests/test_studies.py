@@ -9,6 +9,9 @@ import pytest
 from ablate.spec import BASE, load_study
 
 STUDIES = sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml"))
+# Reproduction records: one published configuration and one seed, compared with a paper, not
+# with variants.
+REPRODUCTIONS = {"sasrec_ml1m"}
 
 
 def test_there_are_seed_system_studies():
@@ -20,8 +23,9 @@ def test_there_are_seed_system_studies():
 @pytest.mark.parametrize("path", STUDIES, ids=[p.stem for p in STUDIES])
 def test_study_validates_with_its_data(path):
     study = load_study(path)  # also checks that the data file exists
-    assert BASE in study.variants and len(study.variants) >= 2
-    assert len(study.spec.seeds) >= 3
+    assert BASE in study.variants
+    if path.stem not in REPRODUCTIONS:
+        assert len(study.variants) >= 2 and len(study.spec.seeds) >= 3
 
 
 def test_fuxi_alpha_switches_off_each_ams_channel():

@@ -1,12 +1,12 @@
 """Sequential recommendation task (``seqrec``): next-item prediction, leave-one-out split,
-full-ranking HR@K / NDCG@K / MRR."""
+HR@K / NDCG@K / MRR by full ranking or SASRec's sampled protocol."""
 
 from .batches import Batch
-from .data import Interactions, read_movielens, synthetic
+from .data import Interactions, cached, read_movielens, read_table, read_user_item, read_user_lines, synthetic
 from .evaluation import popularity_evaluation
-from .losses import BCE, LossOptions
+from .losses import BCE, LossOptions, SampledSoftmax, Softmax
 from .model import SeqRecModel
-from .options import MovieLensData, SeqRecOptions, SyntheticData
+from .options import MovieLensData, SeqRecOptions, SyntheticData, TableData, UserItemData, UserLinesData
 from .task import SeqRecTask
 
 __all__ = [
@@ -17,9 +17,18 @@ __all__ = [
     "MovieLensData",
     "SeqRecModel",
     "SeqRecOptions",
+    "SampledSoftmax",
     "SeqRecTask",
+    "Softmax",
     "SyntheticData",
+    "TableData",
+    "UserItemData",
+    "UserLinesData",
+    "cached",
     "popularity_evaluation",
     "read_movielens",
+    "read_table",
+    "read_user_item",
+    "read_user_lines",
     "synthetic",
 ]

@@ -89,14 +89,28 @@ def collate(items: list[np.ndarray], targets: list[np.ndarray], times: list[np.n
     )
 
 
-def train_batches(data: Interactions, max_len: int, batch_size: int,
-                  generator: torch.Generator) -> Iterator[Batch]:
-    """One epoch over the users with at least one training target, shuffled by ``generator``."""
+def train_batches(data: Interactions, max_len: int, batch_size: int, generator: torch.Generator,
+                  pool: int = 1) -> Iterator[Batch]:
+    """One epoch over the users with at least one training target, shuffled by ``generator``.
+
+    With ``pool > 1``, each run of ``pool · batch_size`` shuffled users is sorted by length
+    before it is cut into batches, and the batches are shuffled again: every user is still
+    seen once per epoch, but a batch pads to a length near its rows' own (attention costs
+    ``n²`` per row)."""
     users = np.array([u for u, s in enumerate(data.sequences) if len(train_part(s)) >= 2], dtype=np.int64)
     shuffle = torch.randperm(len(users), generator=generator, device=generator.device)
     order = users[shuffle.cpu().numpy()]
-    for start in range(0, len(order), batch_size):
-        chunk = order[start: start + batch_size]
+    chunks = [order[start: start + batch_size] for start in range(0, len(order), batch_size)]
+    if pool > 1:
+        lengths = np.array([min(len(s) - 3, max_len) for s in data.sequences])
+        chunks = []
+        for start in range(0, len(order), pool * batch_size):
+            run = order[start: start + pool * batch_size]
+            run = run[np.argsort(lengths[run], kind="stable")]
+            chunks += [run[i: i + batch_size] for i in range(0, len(run), batch_size)]
+        again = torch.randperm(len(chunks), generator=generator, device=generator.device).cpu().numpy()
+        chunks = [chunks[i] for i in again]
+    for chunk in chunks:
         parts = [train_part(data.sequences[u]) for u in chunk]
         times = None
         if data.timestamps is not None:
@@ -106,9 +120,10 @@ def train_batches(data: Interactions, max_len: int, batch_size: int,
 
 
 def eval_batches(data: Interactions, split: str, max_len: int,
-                 batch_size: int) -> Iterator[tuple[Batch, list[np.ndarray]]]:
+                 batch_size: int) -> Iterator[tuple[Batch, list[np.ndarray], np.ndarray]]:
     """Batches whose only target is the ``split`` item at each user's last position, with each
-    user's full history (for excluding seen items). Users go in order of history length."""
+    user's full history (for excluding seen items) and the users' rows in ``data``. Users go
+    in order of history length (little padding)."""
     lengths = np.array([len(history(s, split)) for s in data.sequences])
     order = np.argsort(lengths, kind="stable")
     for start in range(0, len(order), batch_size):
@@ -123,4 +138,4 @@ def eval_batches(data: Interactions, split: str, max_len: int,
         times = None
         if data.timestamps is not None:
             times = [history(data.timestamps[u], split)[-max_len:] for u in chunk]
-        yield collate(windows, targets, times, data.users[chunk]), histories
+        yield collate(windows, targets, times, data.users[chunk]), histories, chunk

@@ -3,6 +3,14 @@
 Each kind is an options model plus a function of the hidden states at target positions
 ``h [t, d]``, the target items ``[t]`` and the item table ``[m, d]`` (``m = num_items + 1``,
 row 0 padding). Adding a loss is adding a model to ``LossKind`` and its function to ``LOSSES``.
+
+* ``bce`` — SASRec: binary cross-entropy, positive against ``negatives`` sampled items.
+* ``sampled_softmax`` — softmax over the positive and ``negatives`` uniform items (HSTU /
+  FuXi-α), negatives equal to the positive masked out (accidental hits), logits ÷ temperature.
+* ``softmax`` — full cross-entropy over every item (Klenitskiy & Vasilev 2023).
+
+With the task's ``normalize`` option, ``h`` and the table arrive L2-normalised (cosine
+similarity); ``temperature`` then sets the logits' scale (HSTU / FuXi-α use 0.05).
 """
 
 from __future__ import annotations
@@ -29,7 +37,26 @@ class BCE(Options):
     negatives: int = Field(1, gt=0)
 
 
-LossKind = Annotated[Union[BCE], Field(discriminator="kind")]
+class SampledSoftmax(Options):
+    """``-log softmax([s⁺, s⁻_1 … s⁻_N] / τ)[0]`` with ``N = negatives`` items drawn uniformly
+    from ``1..num_items``; a draw equal to the position's positive is masked (``-inf``).
+    ``shared``: one draw of ``N`` for the whole batch (cheap: a ``[t, N]`` matmul); else ``N``
+    per target position (``[t, N, d]`` gathered, as HSTU's research code)."""
+
+    kind: Literal["sampled_softmax"]
+    negatives: int = Field(128, gt=0)
+    temperature: float = Field(1.0, gt=0)
+    shared: bool = True
+
+
+class Softmax(Options):
+    """Cross-entropy of ``softmax(h Eᵀ / τ)`` over every item (padding excluded)."""
+
+    kind: Literal["softmax"]
+    temperature: float = Field(1.0, gt=0)
+
+
+LossKind = Annotated[Union[BCE, SampledSoftmax, Softmax], Field(discriminator="kind")]
 
 
 class LossOptions(RootModel[LossKind]):
@@ -71,7 +98,28 @@ def bce(options: BCE, h: Tensor, positives: Tensor, table: Tensor, generator: to
     return (F.softplus(-pos) + F.softplus(neg).sum(-1)).mean()
 
 
-LOSSES: dict[type, Callable[..., Tensor]] = {BCE: bce}
+def sampled_softmax(options: SampledSoftmax, h: Tensor, positives: Tensor, table: Tensor,
+                    generator: torch.Generator) -> Tensor:
+    num_items = table.shape[0] - 1
+    shape = (1, options.negatives) if options.shared else (len(positives), options.negatives)
+    negatives = torch.randint(1, num_items + 1, shape, generator=generator, device=generator.device)
+    negatives = negatives.to(positives.device)  # [1|t, k]
+    pos = (h * table[positives]).sum(-1, keepdim=True)  # [t, 1]
+    if options.shared:
+        neg = h @ table[negatives[0]].T  # [t, k]
+    else:
+        neg = torch.einsum("td,tkd->tk", h, table[negatives])
+    neg = neg.masked_fill(negatives == positives[:, None], float("-inf"))  # accidental hits
+    logits = torch.cat([pos, neg], dim=1) / options.temperature  # [t, 1 + k]
+    return -torch.log_softmax(logits.float(), dim=1)[:, 0].mean()
+
+
+def softmax(options: Softmax, h: Tensor, positives: Tensor, table: Tensor, generator: torch.Generator) -> Tensor:
+    logits = (h @ table[1:].T) / options.temperature  # [t, m - 1]: item i is column i - 1
+    return F.cross_entropy(logits.float(), positives - 1)
+
+
+LOSSES: dict[type, Callable[..., Tensor]] = {BCE: bce, SampledSoftmax: sampled_softmax, Softmax: softmax}
 
 
 def compute(options: Any, h: Tensor, positives: Tensor, table: Tensor, generator: torch.Generator) -> Tensor:

@@ -28,20 +28,72 @@ class SyntheticData(Options):
         return self
 
 
-class MovieLensData(Options):
+class FileData(Options):
+    """Options every file format shares."""
+
+    path: str  # relative paths are resolved against the study file's folder
+    k_core: int | None = Field(None, ge=1)  # repeatedly drop users and items with fewer rows
+    remap: bool = True  # items → 1..m in id order; false keeps the file's (positive) ids
+
+
+class MovieLensData(FileData):
     """MovieLens ``u.data`` (tab) or ``ratings.dat`` (``::``), optionally ``.gz``."""
 
     format: Literal["movielens"]
-    path: str  # relative paths are resolved against the study file's folder
     min_rating: float | None = None  # keep ratings >= this
 
 
-DataOptions = Annotated[Union[SyntheticData, MovieLensData], Field(discriminator="format")]
+class UserItemData(FileData):
+    """SASRec's ``user item`` lines, chronological per user (no timestamps)."""
+
+    format: Literal["user_item"]
+
+
+class UserLinesData(FileData):
+    """One line per user: ``user i1 i2 …`` (S3-Rec / ICLRec; no timestamps)."""
+
+    format: Literal["user_lines"]
+
+
+class TableData(FileData):
+    """CSV / TSV with named (``header: true``) or 0-based (``header: false``) columns."""
+
+    format: Literal["csv"]
+    sep: str = Field(",", min_length=1)  # "\t" for TSV
+    header: bool = True
+    user: str | int = "user"
+    item: str | int = "item"
+    timestamp: str | int | None = None
+    rating: str | int | None = None
+    min_rating: float | None = None
+
+    @model_validator(mode="after")
+    def _rating(self) -> "TableData":
+        if self.min_rating is not None and self.rating is None:
+            raise ValueError("min_rating needs a rating column: set 'rating'")
+        return self
+
+
+DataOptions = Annotated[Union[SyntheticData, MovieLensData, UserItemData, UserLinesData, TableData],
+                        Field(discriminator="format")]
 
 
 class SeqRecOptions(Options):
     data: DataOptions = SyntheticData()
     max_len: int = Field(50, gt=0)  # history window: the last max_len items
+    # How plain metric names (hr@10) rank: against every item the user has not seen ("full"), or
+    # against `sampled_negatives` items drawn uniformly from those the user never interacted
+    # with ("sampled", SASRec's protocol). Names prefixed "full." / "sampled." pin a protocol.
+    protocol: Literal["full", "sampled"] = "full"
+    sampled_negatives: int = Field(100, gt=0)
+    # Position-wise layers run on the real tokens only (values + offsets); attention on padded blocks.
+    jagged: bool = True
+    cache: bool = True  # keep parsed files in the dataset cache (see data.cached)
+    # Training batches: sort each run of length_pool × batch_size shuffled users by length before
+    # cutting it into batches (less padding; 1 = plain shuffled batches).
+    length_pool: int = Field(1, ge=1)
+    # Score (and train) with cosine similarity: L2-normalised outputs and item vectors (HSTU / FuXi-α).
+    normalize: bool = False
 
     @classmethod
     def model_validate(cls, obj: Any, **kwargs: Any) -> "SeqRecOptions":

@@ -5,23 +5,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from ablate.components import BuildContext
 from ablate.errors import DataError
+from ablate.jagged import Jagged
 from ablate.tasks import Evaluation, Task
 
 from . import losses, metrics
+from . import metrics as M
 from .batches import Batch, train_batches
-from .data import Interactions, read_movielens, synthetic
+from .data import Interactions, cached, read_movielens, read_table, read_user_item, read_user_lines, synthetic
 from .evaluation import evaluate
-from .model import SeqRecModel
-from .options import MovieLensData, SeqRecOptions
+from .model import SeqRecModel, padded_layout
+from .options import FileData, MovieLensData, SeqRecOptions, TableData, UserItemData, UserLinesData
+
+# Each file format's reader, called with the format's options (less ``format`` / ``path``).
+READERS = {MovieLensData: read_movielens, UserItemData: read_user_item, UserLinesData: read_user_lines,
+           TableData: read_table}
+# The sampled protocol draws its negatives once per split with these seeds: every epoch,
+# variant and seed is ranked against the same candidates.
+NEGATIVE_SEEDS = {"valid": 20180821, "test": 20180822}
 
 
 class SeqRecTask(Task):
-    """Next-item prediction; evaluation ranks all items (history excluded) per user."""
+    """Next-item prediction; evaluation ranks all unseen items (or SASRec's sampled
+    candidates) per user."""
 
     Options = SeqRecOptions
     LossOptions = losses.LossOptions
@@ -29,16 +40,25 @@ class SeqRecTask(Task):
 
     options: SeqRecOptions
 
+    def __init__(self, options: SeqRecOptions, base_dir: Path):
+        super().__init__(options, base_dir)
+        self._negatives: dict[str, tuple[Interactions, np.ndarray]] = {}  # split → (data, [u, k])
+
     def features(self) -> frozenset[str]:
         data = self.options.data
-        has_time = isinstance(data, MovieLensData) or data.timestamps
+        if isinstance(data, TableData):
+            has_time = data.timestamp is not None
+        elif isinstance(data, FileData):
+            has_time = isinstance(data, MovieLensData)
+        else:
+            has_time = data.timestamps
         return frozenset({"timestamps"}) if has_time else frozenset()
 
     def check_metric(self, name: str) -> str | None:
         return metrics.check(name)
 
     def check_files(self) -> str | None:
-        if isinstance(self.options.data, MovieLensData):
+        if isinstance(self.options.data, FileData):
             path = self.data_path()
             if not path.is_file():
                 return f"file not found: {path}"
@@ -49,8 +69,12 @@ class SeqRecTask(Task):
 
     def load(self) -> Interactions:
         data = self.options.data
-        if isinstance(data, MovieLensData):
-            loaded = read_movielens(self.data_path(), data.min_rating)
+        if isinstance(data, FileData):
+            path = self.data_path()
+            options = data.model_dump(exclude={"format", "path"})
+            read = READERS[type(data)]
+            loaded = (cached(path, {"format": data.format, **options}, lambda: read(path, **options))
+                      if self.options.cache else read(path, **options))
         else:
             loaded = synthetic(**data.model_dump(exclude={"format"}))
         if loaded.num_items < 2:
@@ -58,28 +82,42 @@ class SeqRecTask(Task):
                             f"found {loaded.num_items}")
         return loaded
 
+    def negatives(self, data: Interactions, split: str) -> np.ndarray:
+        """``[u, k]`` sampled-protocol candidates for ``split``, drawn once per data set."""
+        drawn_for, drawn = self._negatives.get(split, (None, None))
+        if drawn_for is not data:
+            drawn = M.draw_negatives(data.sequences, data.num_items, self.options.sampled_negatives,
+                                     NEGATIVE_SEEDS[split])
+            self._negatives[split] = (data, drawn)
+        return drawn
+
     def max_len(self, data: Interactions) -> int:
         return self.options.max_len
 
     def train_batches(self, data: Interactions, batch_size: int,
                       generator: torch.Generator) -> Iterable[Batch]:
-        return train_batches(data, self.options.max_len, batch_size, generator)
+        return train_batches(data, self.options.max_len, batch_size, generator, self.options.length_pool)
 
     def batch_tokens(self, batch: Batch) -> int:
         return int((batch.targets > 0).sum())
 
     def build_model(self, backbone: nn.Module, ctx: BuildContext, data: Interactions) -> SeqRecModel:
-        return SeqRecModel(backbone, data.num_items, ctx.dim)
+        layout = Jagged.from_valid if self.options.jagged else padded_layout
+        return SeqRecModel(backbone, data.num_items, ctx.dim, layout, self.options.normalize)
 
     def loss(self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions,
              generator: torch.Generator) -> Tensor:
         """Mean over real target positions, plus the backbone's auxiliary loss."""
         where = batch.targets > 0
-        value = losses.compute(loss, model(batch)[where], batch.targets[where], model.items.weight, generator)
+        value = losses.compute(loss, model.head(model(batch)[where]), batch.targets[where], model.table(),
+                               generator)
         auxiliary = model.backbone.auxiliary_loss()
         return value if auxiliary is None else value + auxiliary
 
     @torch.no_grad()
     def evaluate(self, model: SeqRecModel, data: Interactions, split: str, metrics: list[str],
                  device: torch.device, batch_size: int) -> Evaluation:
-        return evaluate(model, data, split, metrics, device, batch_size, self.options.max_len)
+        protocol = self.options.protocol
+        sampled = any(M.protocol(name, protocol) == "sampled" for name in metrics)
+        return evaluate(model, data, split, metrics, device, batch_size, self.options.max_len, protocol,
+                        self.negatives(data, split) if sampled else None)

@@ -51,7 +51,9 @@ def test_options_default_to_synthetic_data_and_a_50_item_window():
 
 
 @pytest.mark.parametrize("raw", [
-    {"data": {"format": "csv", "path": "x"}},
+    {"data": {"format": "parquet", "path": "x"}},
+    {"data": {"format": "csv", "path": "x", "min_rating": 3}},
+    {"protocol": "sampled100"},
     {"data": {"format": "movielens"}},
     {"data": {"format": "synthetic", "min_len": 30, "max_len": 20}},
     {"data": {"format": "synthetic", "usrs": 3}},
@@ -251,7 +253,8 @@ def test_train_window_keeps_the_last_max_len_items(tmp_path):
 def test_eval_batches_hold_the_history_and_target(split, items, targets, times):
     from ablate_plugins.seqrec.batches import eval_batches
 
-    ((batch, histories),) = eval_batches(TWO_USERS, split, max_len=50, batch_size=8)
+    ((batch, histories, rows),) = eval_batches(TWO_USERS, split, max_len=50, batch_size=8)
+    assert rows.tolist() == [1, 0]
     assert batch.users.tolist() == [20, 10]
     assert batch.items.tolist() == items and batch.targets.tolist() == targets
     assert batch.valid.tolist() == [[x > 0 for x in row] for row in items]

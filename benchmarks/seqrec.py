@@ -1,0 +1,177 @@
+"""Training and evaluation speed of the seqrec task on ML-1M.
+
+    python benchmarks/seqrec.py [--epochs 1] [--max-steps 0] [--note "..."] [--no-write]
+
+Measures, with the studies' own code path (task batches → model → loss → Adam step):
+
+* SASRec (published config, BCE with 1 negative) on ML-1M in SASRec's format (6,040 users,
+  48 steps of 128 per epoch — the same job as SASRec.pytorch's 21.6 s/epoch in ANCHORS.md),
+  for every combination of layout (padded, jagged via fbgemm, jagged via pure torch) and batch
+  order (plain shuffle, length_pool 8);
+* SASRec / HSTU / FuXi-α in the HSTU code base's ML-1M setting (sampled softmax over 128
+  negatives, cosine similarity) on the timestamped users 1–2999 (24 steps per epoch);
+* full-ranking evaluation of all 6,040 users × 3,416 items (forward + scores + ranks + metrics).
+
+Epoch time is training only (no evaluation); tokens/s counts real target tokens. Peak memory
+is resident-set growth during the epoch. Results are printed and written to
+benchmarks/RESULTS.md (section "Sequential recommendation"). The machine is shared: the load
+average before and after is recorded with the table; compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from datetime import date
+from pathlib import Path
+
+import torch
+
+from ablate import jagged
+from ablate.build import build_backbone, count_parameters
+from ablate.spec import load_study
+from ablate.train import PeakMemory
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).with_name("RESULTS.md")
+SECTION = "## Sequential recommendation"
+SASREC = REPO / "studies/sasrec_ml1m.yaml"
+HSTU_FUXI = REPO / "studies/hstu_fuxi_ml1m.yaml"
+
+
+def load(path: Path, **task_options):
+    study = load_study(path)
+    study.task.options = study.task.options.model_copy(update=task_options)
+    return study
+
+
+def epoch(study, variant: str, data, epochs: int, max_steps: int) -> dict:
+    """Train ``epochs`` epochs (or ``max_steps`` steps) of ``variant``; time and tokens."""
+    task = study.task
+    spec = study.variants[variant]
+    ctx = study.build_context(spec, task.max_len(data))
+    torch.manual_seed(0)
+    model = task.build_model(build_backbone(spec, ctx), ctx, data)
+    train = study.spec.train
+    optimizer_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[train.optimizer]
+    optimizer = optimizer_cls(model.parameters(), lr=train.lr, betas=train.betas, weight_decay=train.weight_decay)
+    generator = torch.Generator().manual_seed(0)
+    steps = tokens = padded = 0
+    model.train()
+    with PeakMemory(torch.device("cpu")) as memory:
+        start = time.perf_counter()
+        for _ in range(epochs):
+            for batch in task.train_batches(data, train.batch_size, generator):
+                loss = task.loss(model, batch, study.loss, generator)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                steps += 1
+                tokens += task.batch_tokens(batch)
+                padded += batch.items.numel()
+                if max_steps and steps >= max_steps:
+                    break
+            if max_steps and steps >= max_steps:
+                break
+        seconds = time.perf_counter() - start
+    per_step = seconds / steps
+    steps_per_epoch = len(list(task.train_batches(data, train.batch_size, torch.Generator().manual_seed(0))))
+    return {"model": model, "params": count_parameters(model), "steps": steps, "step_s": per_step,
+            "epoch_s": per_step * steps_per_epoch, "tokens_per_s": tokens / seconds,
+            "padding": padded / tokens, "peak_mb": memory.mb}
+
+
+def evaluation_time(study, model, data, reps: int = 3) -> float:
+    """Median seconds of one full-ranking test evaluation over every user."""
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        study.task.evaluate(model, data, "test", ["full.ndcg@10", "full.hr@10"], torch.device("cpu"), 512)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
+    rows = []
+    layouts = {"padded": {"jagged": False}, "jagged (fbgemm)": {"jagged": True},
+               "jagged (torch)": {"jagged": True, "fbgemm": False}}
+    model_for_eval = None
+    for pool in (1, 8):
+        for name, layout in layouts.items():
+            have = jagged.HAVE_FBGEMM
+            jagged.HAVE_FBGEMM = have and layout.get("fbgemm", True)
+            study = load(SASREC, jagged=layout["jagged"], length_pool=pool)
+            data = study.task.load()
+            result = epoch(study, "base", data, epochs, max_steps)
+            jagged.HAVE_FBGEMM = have
+            rows.append({"config": "SASRec, BCE 1 neg", "data": "ML-1M SASRec format", "layout": name,
+                         "pool": pool, **result})
+            print(rows[-1]["config"], name, pool, {k: v for k, v in result.items() if k != "model"}, flush=True)
+            if name == "padded" and pool == 8:
+                model_for_eval, eval_study, eval_data = result["model"], study, data
+    for variant, label in (("base", "SASRec"), ("hstu", "HSTU"), ("fuxi-alpha", "FuXi-α")):
+        study = load(HSTU_FUXI)
+        data = study.task.load()
+        result = epoch(study, variant, data, epochs, max_steps)
+        rows.append({"config": f"{label}, sampled softmax 128", "data": "ML-1M users 1–2999", "layout": "jagged (fbgemm)",
+                     "pool": 8, **result})
+        print(label, {k: v for k, v in result.items() if k != "model"}, flush=True)
+    evaluation = {"seconds": evaluation_time(eval_study, model_for_eval, eval_data),
+                  "users": eval_data.num_users, "items": eval_data.num_items}
+    print("evaluation", evaluation, flush=True)
+    return rows, evaluation
+
+
+def table(rows: list[dict], evaluation: dict, epochs: int, max_steps: int, loads: tuple, note: str) -> str:
+    measured = f"{max_steps} steps, extrapolated to an epoch" if max_steps else f"{epochs} epoch(s)"
+    out = [
+        SECTION, "",
+        f"`python benchmarks/seqrec.py` — {date.today()}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} CPU threads ({platform.processor() or platform.machine()}); {measured} of "
+        f"training per row (Adam step included, evaluation excluded); tokens/s counts real target tokens; "
+        f"padding = padded / real tokens; peak = resident-set growth. Load average (1 min) "
+        f"{loads[0]:.1f} before, {loads[1]:.1f} after.{(' ' + note) if note else ''}",
+        "",
+        "| config | data | layout | length_pool | step s | epoch s | tokens/s | padding | peak MB | params |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        out.append(f"| {r['config']} | {r['data']} | {r['layout']} | {r['pool']} | {r['step_s']:.3f} | "
+                   f"{r['epoch_s']:.1f} | {r['tokens_per_s']:,.0f} | {r['padding']:.2f} | {r['peak_mb']:.0f} | "
+                   f"{r['params']:,} |")
+    out += ["", f"Full-ranking evaluation of all {evaluation['users']:,} users × {evaluation['items']:,} items "
+                f"(forward, scores, history exclusion, ranks, HR@10 / NDCG@10; median of 3): "
+                f"**{evaluation['seconds']:.2f} s** (target ≤ 1 s).", ""]
+    return "\n".join(out)
+
+
+def write(section: str) -> None:
+    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
+    if SECTION in text:
+        start = text.index(SECTION)
+        end = text.find("\n## ", start + len(SECTION))
+        text = text[:start] + section + (text[end + 1:] if end != -1 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    RESULTS.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--max-steps", type=int, default=0, help="time this many steps per row, not whole epochs")
+    parser.add_argument("--note", default="", help="what else was running, for the record")
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    before = os.getloadavg()[0]
+    rows, evaluation = run(args.epochs, args.max_steps)
+    section = table(rows, evaluation, args.epochs, args.max_steps, (before, os.getloadavg()[0]), args.note)
+    print(section)
+    if not args.no_write:
+        write(section)
+
+
+if __name__ == "__main__":
+    main()
