@@ -15,10 +15,33 @@ from typing import Any, ClassVar, Iterable
 
 import pandas as pd
 import torch
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from torch import Tensor, nn
 
 from .components import BuildContext, Options
+
+
+def untagged(exc: ValidationError, at: tuple, tag: Any) -> ValidationError:
+    """``exc`` with the discriminated-union tag pydantic puts after ``at`` removed from each
+    error location (``data.synthetic.users`` → ``data.users``)."""
+    n = len(at)
+    errors = [{**e, "loc": e["loc"][:n] + e["loc"][n + 1:] if e["loc"][:n + 1] == (*at, tag) else e["loc"]}
+              for e in exc.errors(include_url=False)]
+    return ValidationError.from_exception_data(exc.title, errors)
+
+
+class TaskOptions(Options):
+    """Options of a task whose ``data`` is a union of formats told apart by ``format``:
+    validation errors name ``data.users`` as the study file does, not pydantic's
+    ``data.synthetic.users``."""
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any):
+        try:
+            return super().model_validate(obj, **kwargs)
+        except ValidationError as exc:
+            data = obj.get("data") if isinstance(obj, dict) else None
+            raise untagged(exc, ("data",), data.get("format") if isinstance(data, dict) else None) from None
 
 
 @dataclass
@@ -62,9 +85,18 @@ class Task:
         """None if ``name`` is a metric this task computes, else a one-line reason."""
         raise NotImplementedError
 
+    def data_path(self) -> Path | None:
+        """The file or folder the options' ``data.path`` names (relative to the study file's
+        folder), or None for data without a path (synthetic)."""
+        path = getattr(getattr(self.options, "data", None), "path", None)
+        return None if path is None else self.base_dir / Path(path).expanduser()
+
     def check_files(self) -> str | None:
         """None if every data file the options name exists, else a one-line reason."""
-        return None
+        path = self.data_path()
+        if path is None or path.exists():
+            return None
+        return f"{'folder' if path.suffix == '' else 'file'} not found: {path}"
 
     # -- data ------------------------------------------------------------------------
     def load(self) -> Any:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from ablate.components import Options
-from ablate_plugins.seqrec.options import untagged
+from ablate.tasks import TaskOptions
 
 # How rows are split into train / validation / test (see data.split_borders).
 SplitScheme = Literal["auto", "ett_hour", "ett_minute", "ratio"]
@@ -48,22 +48,13 @@ class SyntheticData(Options):
 DataOptions = Annotated[Union[SyntheticData, CsvData], Field(discriminator="format")]
 
 
-class ForecastOptions(Options):
+class ForecastOptions(TaskOptions):
     data: DataOptions = SyntheticData()
     lookback: int = Field(96, ge=2)  # input window w (rows)
     horizon: int = Field(96, ge=1)  # rows to predict
     # Per-window, per-channel normalisation of the input (and its inverse on the output), as in
     # iTransformer / DUET (RevIN without affine parameters).
     instance_norm: bool = True
-
-    @classmethod
-    def model_validate(cls, obj: Any, **kwargs: Any) -> "ForecastOptions":
-        """As pydantic's, with error locations that match the study file (``data.rows``)."""
-        try:
-            return super().model_validate(obj, **kwargs)
-        except ValidationError as exc:
-            data = obj.get("data") if isinstance(obj, dict) else None
-            raise untagged(exc, ("data",), data.get("format") if isinstance(data, dict) else None) from None
 
 
 class LossOptions(Options):

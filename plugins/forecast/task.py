@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Iterable
 
 import torch
@@ -45,16 +44,6 @@ class ForecastTask(Task):
 
     def metric_higher_is_better(self, name: str) -> bool:
         return False
-
-    def check_files(self) -> str | None:
-        if isinstance(self.options.data, CsvData):
-            path = self.data_path()
-            if not path.is_file():
-                return f"file not found: {path}"
-        return None
-
-    def data_path(self) -> Path:
-        return self.base_dir / Path(self.options.data.path).expanduser()
 
     def load(self) -> Series:
         opts, data = self.options, self.options.data

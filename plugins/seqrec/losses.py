@@ -23,8 +23,8 @@ from pydantic import ConfigDict, Field, RootModel, ValidationError, model_valida
 from torch import Tensor
 
 from ablate.components import Options
+from ablate.tasks import untagged
 
-from .options import untagged
 
 DEFAULT_KIND = "bce"
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from ablate.components import Options
+from ablate.tasks import TaskOptions
 
 
 class SyntheticData(Options):
@@ -78,7 +79,7 @@ DataOptions = Annotated[Union[SyntheticData, MovieLensData, UserItemData, UserLi
                         Field(discriminator="format")]
 
 
-class SeqRecOptions(Options):
+class SeqRecOptions(TaskOptions):
     data: DataOptions = SyntheticData()
     max_len: int = Field(50, gt=0)  # history window: the last max_len items
     # How plain metric names (hr@10) rank: against every item the user has not seen ("full"), or
@@ -95,20 +96,3 @@ class SeqRecOptions(Options):
     # Score (and train) with cosine similarity: L2-normalised outputs and item vectors (HSTU / FuXi-α).
     normalize: bool = False
 
-    @classmethod
-    def model_validate(cls, obj: Any, **kwargs: Any) -> "SeqRecOptions":
-        """As pydantic's, with error locations that match the study file (``data.users``)."""
-        try:
-            return super().model_validate(obj, **kwargs)
-        except ValidationError as exc:
-            data = obj.get("data") if isinstance(obj, dict) else None
-            raise untagged(exc, ("data",), data.get("format") if isinstance(data, dict) else None) from None
-
-
-def untagged(exc: ValidationError, at: tuple, tag: Any) -> ValidationError:
-    """``exc`` with the discriminated-union tag pydantic puts after ``at`` removed from each
-    error location (``data.synthetic.users`` → ``data.users``)."""
-    n = len(at)
-    errors = [{**e, "loc": e["loc"][:n] + e["loc"][n + 1:] if e["loc"][:n + 1] == (*at, tag) else e["loc"]}
-              for e in exc.errors(include_url=False)]
-    return ValidationError.from_exception_data(exc.title, errors)

@@ -57,16 +57,6 @@ class SeqRecTask(Task):
     def check_metric(self, name: str) -> str | None:
         return metrics.check(name)
 
-    def check_files(self) -> str | None:
-        if isinstance(self.options.data, FileData):
-            path = self.data_path()
-            if not path.is_file():
-                return f"file not found: {path}"
-        return None
-
-    def data_path(self) -> Path:
-        return self.base_dir / Path(self.options.data.path).expanduser()
-
     def load(self) -> Interactions:
         data = self.options.data
         if isinstance(data, FileData):

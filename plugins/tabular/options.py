@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from ablate.components import Options
-from ablate_plugins.seqrec.options import untagged
+from ablate.tasks import TaskOptions
 
 TaskType = Literal["regression", "binclass", "multiclass"]
 # What to do with a missing value: refuse the data (naming file and row), drop the rows that have
@@ -76,7 +76,7 @@ class SyntheticData(Options):
 DataOptions = Annotated[Union[SyntheticData, NpyData, CsvData], Field(discriminator="format")]
 
 
-class TabularOptions(Options):
+class TabularOptions(TaskOptions):
     data: DataOptions = SyntheticData()
     # Numeric feature scaling fitted on the training rows: quantile (sklearn QuantileTransformer with
     # normal output, as FT-Transformer / T2G-Former), standard (z-score) or none.
@@ -84,11 +84,3 @@ class TabularOptions(Options):
     # Standardise a regression target with training statistics (predictions are mapped back, so
     # RMSE is in the target's original units).
     standardize_target: bool = True
-
-    @classmethod
-    def model_validate(cls, obj: Any, **kwargs: Any) -> "TabularOptions":
-        try:
-            return super().model_validate(obj, **kwargs)
-        except ValidationError as exc:
-            data = obj.get("data") if isinstance(obj, dict) else None
-            raise untagged(exc, ("data",), data.get("format") if isinstance(data, dict) else None) from None

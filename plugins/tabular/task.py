@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 from typing import Iterable
 
 import torch
@@ -50,17 +49,6 @@ class TabularTask(Task):
 
     def metric_higher_is_better(self, name: str) -> bool:
         return evaluation.HIGHER_IS_BETTER.get(name, True)
-
-    def check_files(self) -> str | None:
-        data = self.options.data
-        if isinstance(data, NpyData) and not self.data_path().is_dir():
-            return f"folder not found: {self.data_path()}"
-        if isinstance(data, CsvData) and not self.data_path().is_file():
-            return f"file not found: {self.data_path()}"
-        return None
-
-    def data_path(self) -> Path:
-        return self.base_dir / Path(self.options.data.path).expanduser()
 
     def load(self) -> Table:
         data = self.options.data

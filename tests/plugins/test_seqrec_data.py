@@ -9,7 +9,6 @@ import logging
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from ablate.errors import DataError

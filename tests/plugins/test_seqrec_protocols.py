@@ -4,7 +4,6 @@ against values computed independently (per user / per position loops)."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
