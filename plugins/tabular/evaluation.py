@@ -8,6 +8,9 @@ absolute error. Classification: ``accuracy``, per row 1 if correct.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 import torch
@@ -18,12 +21,35 @@ from .batches import eval_batches
 from .data import Table
 from .model import TabularModel
 
-METRICS = {"regression": ("rmse", "mae"), "binclass": ("accuracy",), "multiclass": ("accuracy",)}
+def _errors(prediction: np.ndarray, target: np.ndarray) -> dict[str, np.ndarray]:
+    error = prediction - target
+    return {"rmse": error**2, "mae": np.abs(error)}
+
+
+def _hits(prediction: np.ndarray, target: np.ndarray) -> dict[str, np.ndarray]:
+    return {"accuracy": (prediction == target).astype(np.float64)}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one task type predicts: its metrics, how head outputs ``[r, out]`` become a
+    prediction ``[r]`` (original units or class index), and the per-row metric values."""
+
+    metrics: tuple[str, ...]
+    predict: Callable[[np.ndarray, float, float], np.ndarray]  # outputs, y_mean, y_std
+    row_values: Callable[[np.ndarray, np.ndarray], dict[str, np.ndarray]]
+
+
+TARGETS = {
+    "regression": Target(("rmse", "mae"), lambda out, mean, std: out[:, 0].astype(np.float64) * std + mean, _errors),
+    "binclass": Target(("accuracy",), lambda out, mean, std: (out[:, 0] > 0).astype(np.int64), _hits),  # sigmoid > .5
+    "multiclass": Target(("accuracy",), lambda out, mean, std: out.argmax(axis=1), _hits),
+}
 HIGHER_IS_BETTER = {"rmse": False, "mae": False, "accuracy": True}
 
 
 def check(name: str, task_type: str | None) -> str | None:
-    allowed = METRICS[task_type] if task_type else tuple(HIGHER_IS_BETTER)
+    allowed = TARGETS[task_type].metrics if task_type else tuple(HIGHER_IS_BETTER)
     if name in allowed:
         return None
     kind = f"{task_type} " if task_type else ""
@@ -32,18 +58,11 @@ def check(name: str, task_type: str | None) -> str | None:
 
 def predictions(outputs: np.ndarray, task_type: str, y_mean: float, y_std: float) -> np.ndarray:
     """Head outputs ``[r, out]`` → predicted value (original units) or class index ``[r]``."""
-    if task_type == "regression":
-        return outputs[:, 0].astype(np.float64) * y_std + y_mean
-    if task_type == "binclass":
-        return (outputs[:, 0] > 0).astype(np.int64)  # sigmoid(logit) > 0.5
-    return outputs.argmax(axis=1)
+    return TARGETS[task_type].predict(outputs, y_mean, y_std)
 
 
 def row_values(prediction: np.ndarray, target: np.ndarray, task_type: str) -> dict[str, np.ndarray]:
-    if task_type == "regression":
-        error = prediction - target
-        return {"rmse": error**2, "mae": np.abs(error)}
-    return {"accuracy": (prediction == target).astype(np.float64)}
+    return TARGETS[task_type].row_values(prediction, target)
 
 
 def summarise(values: dict[str, np.ndarray], metrics: list[str]) -> dict[str, float]:
