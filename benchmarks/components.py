@@ -21,7 +21,6 @@ import platform
 import statistics
 import time
 from datetime import date
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -30,8 +29,8 @@ from torch import nn
 from ablate import registry
 from ablate.components import BuildContext, TokenContext
 from ablate.train import PeakMemory
+from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
 SECTION = "## Components"
 WINDOW = 96  # raw values per token for unordered kinds (a channel's lookback window)
 
@@ -168,14 +167,7 @@ def table(rows: list[dict], batch: int, n: int, reps: int) -> str:
 
 
 def write(section: str) -> None:
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
-    if SECTION in text:
-        start = text.index(SECTION)
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + (text[end + 1:] if end != -1 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    RESULTS.write_text(text)
+    write_section(SECTION, section)
 
 
 def main() -> None:

@@ -33,9 +33,9 @@ from ablate import jagged
 from ablate.build import build_backbone, count_parameters
 from ablate.spec import load_study
 from ablate.train import PeakMemory
+from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = Path(__file__).with_name("RESULTS.md")
 SECTION = "## Sequential recommendation"
 SASREC = REPO / "studies/sasrec_ml1m.yaml"
 HSTU_FUXI = REPO / "studies/hstu_fuxi_ml1m.yaml"
@@ -148,14 +148,7 @@ def table(rows: list[dict], evaluation: dict, epochs: int, max_steps: int, loads
 
 
 def write(section: str) -> None:
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    if SECTION in text:
-        start = text.index(SECTION)
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + (text[end + 1:] if end != -1 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    RESULTS.write_text(text)
+    write_section(SECTION, section)
 
 
 def main() -> None:
