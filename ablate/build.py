@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from .components import BuildContext, TokenContext
+from .jagged import last_of_rows
 from .spec import Part, Variant
 
 
@@ -45,7 +46,20 @@ class PostNorm(nn.Module):
         return self.norm(self.connection(streams, branch))
 
 
-PLACEMENTS: dict[str, type[nn.Module]] = {"pre": PreNorm, "post": PostNorm}
+class PreNormSkip(nn.Module):
+    """``streams ← connection(norm(streams), branch)``: the skip path carries the normalised
+    stream too, ``x ← LN(x) + f(LN(x))`` — what SASRec's released code does (its paper writes
+    ``x + f(LN(x))``). Up to the first norm this is post-norm: ``LN`` closes each join."""
+
+    def __init__(self, norm: nn.Module, connection: nn.Module):
+        super().__init__()
+        self.norm, self.connection = norm, connection
+
+    def forward(self, streams: Tensor, branch: Callable[[Tensor], Tensor]) -> Tensor:
+        return self.connection(self.norm(streams), branch)
+
+
+PLACEMENTS: dict[str, type[nn.Module]] = {"pre": PreNorm, "post": PostNorm, "pre_skip": PreNormSkip}
 
 
 class Block(nn.Module):
@@ -60,6 +74,22 @@ class Block(nn.Module):
         layout = tokens.layout
         streams = self.mix(streams, lambda h: layout.values(self.attention(layout.padded(h), tokens)))
         return self.feed(streams, lambda h: self.ffn(h, layout.values(tokens.valid)))
+
+    def last(self, streams: Tensor, tokens: TokenContext) -> Tensor:
+        """The block's output at each row's last real token only, ``[b, 1, (s,) d]``: the
+        attention computes that query alone (keys are the whole row), the FFN runs on ``b``
+        tokens. Other positions of the join carry no attention output, and are dropped."""
+        layout, lengths = tokens.layout, tokens.lengths
+        rows = torch.arange(len(lengths), device=lengths.device)
+
+        def attend_last(h: Tensor) -> Tensor:
+            padded = layout.padded(h)
+            out = torch.zeros_like(padded)
+            out[rows, lengths - 1] = self.attention.last_query(padded, tokens)
+            return layout.values(out)
+
+        streams = layout.last(self.mix(streams, attend_last), lengths).unsqueeze(1)
+        return self.feed(streams, lambda h: self.ffn(h, tokens.valid.new_ones(len(rows), 1)))
 
 
 class Backbone(nn.Module):
@@ -77,7 +107,9 @@ class Backbone(nn.Module):
         self.final_norm = final_norm
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:
+    def forward(self, x: Tensor, tokens: TokenContext, last_only: bool = False) -> Tensor:
+        """``[b, n, d]``, or with ``last_only`` ``[b, d]`` at each row's last real token (causal
+        right-padded rows: next-item ranking), the final block computing only those."""
         # The caller's context stays untouched: bias channels fill in a per-forward copy.
         tokens = replace(tokens, rotations=list(tokens.rotations))
         logit_biases = []
@@ -94,9 +126,14 @@ class Backbone(nn.Module):
         x = x * tokens.valid.unsqueeze(-1).to(x.dtype)
         # Position-wise work from here on runs on the layout's tokens (all real ones if jagged).
         streams = self.stem.expand(self.dropout(tokens.layout.values(x)))
+        if last_only and self.blocks:
+            for block in self.blocks[:-1]:
+                streams = block(streams, tokens)
+            return self.final_norm(self.stem.reduce(self.blocks[-1].last(streams, tokens)))[:, 0]
         for block in self.blocks:
             streams = block(streams, tokens)
-        return tokens.layout.padded(self.final_norm(self.stem.reduce(streams)))
+        out = tokens.layout.padded(self.final_norm(self.stem.reduce(streams)))
+        return last_of_rows(out, tokens.lengths) if last_only else out
 
     def auxiliary_loss(self) -> Tensor | None:
         """Sum of every sub-module's auxiliary loss (e.g. MoE load balancing), or None."""

@@ -18,7 +18,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
 
-from .jagged import Jagged, Padded
+from .jagged import Jagged, Padded, last_of_rows
 
 __all__ = [
     "default",
@@ -100,6 +100,11 @@ class TokenContext:
     @property
     def shape(self) -> tuple[int, int]:
         return tuple(self.valid.shape)  # type: ignore[return-value]
+
+    @property
+    def lengths(self) -> Tensor:
+        """``[b]`` real tokens per row, at least 1."""
+        return self.valid.sum(1).clamp(min=1)
 
     def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Apply rotary-style bias channels to ``q, k`` of shape ``[b, h, n, e]``."""
@@ -186,6 +191,12 @@ class Attention(Component):
 
     def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def last_query(self, x: Tensor, tokens: TokenContext) -> Tensor:
+        """``[b, d]``: the output at each row's last real token only (causal right-padded rows;
+        what next-item ranking needs from the final block). A kind may compute just that query;
+        this default computes every query and keeps the last."""
+        return last_of_rows(self.forward(x, tokens), tokens.lengths)
 
 
 class FeedForward(Component):

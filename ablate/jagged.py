@@ -62,6 +62,11 @@ def to_values(dense: Tensor, offsets: Tensor, use_fbgemm: bool | None = None) ->
     return dense[valid]
 
 
+def last_of_rows(dense: Tensor, lengths: Tensor) -> Tensor:
+    """``[b, n, ...] → [b, ...]``: each right-padded row's last real token (``lengths ≥ 1``)."""
+    return dense[torch.arange(len(lengths), device=dense.device), lengths - 1]
+
+
 class Padded:
     """Tokens stay ``[b, n, ...]``: the conversions are the identity."""
 
@@ -72,6 +77,9 @@ class Padded:
 
     def padded(self, values: Tensor) -> Tensor:
         return values
+
+    def last(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+        return last_of_rows(tokens, lengths)
 
 
 class Jagged:
@@ -94,3 +102,7 @@ class Jagged:
 
     def padded(self, values: Tensor) -> Tensor:
         return to_padded(values, self.offsets, self.n, self.use_fbgemm)
+
+    def last(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+        """``[t, ...] → [b, ...]``: each row's last real token (rows of ``lengths ≥ 1``)."""
+        return tokens[self.offsets[1:] - 1]

@@ -42,7 +42,7 @@ class ComponentSpec(BaseModel):
 
 
 class NormSpec(ComponentSpec):
-    placement: Literal["pre", "post"] = "pre"  # a block option, not one of the norm kind's
+    placement: Literal["pre", "post", "pre_skip"] = "pre"  # a block option, not one of the norm kind's
 
     def options(self) -> dict[str, Any]:
         return {k: v for k, v in super().options().items() if k != "placement"}

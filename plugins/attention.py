@@ -73,6 +73,25 @@ class SoftmaxAttention(Attention):
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=p)
         return self.out(merge_heads(o))
 
+    def last_query(self, x: Tensor, tokens: TokenContext) -> Tensor:
+        """One query per row (its last real token) against the row's real keys: ``n·d`` work
+        per row instead of ``n²·d``, and no query projection for the other tokens."""
+        if tokens.rotations:  # rotary channels rotate by position: keep the general path
+            return super().last_query(x, tokens)
+        lengths = tokens.lengths
+        rows = torch.arange(len(lengths), device=x.device)
+        d = x.shape[-1]
+        w, b = self.qkv.weight, self.qkv.bias
+        q = F.linear(x[rows, lengths - 1], w[:d], None if b is None else b[:d])[:, None]  # [b, 1, d]
+        k, v = (split_heads(t, self.heads) for t in F.linear(x, w[d:], None if b is None else b[d:]).chunk(2, -1))
+        mask = torch.zeros(tokens.valid.shape, dtype=x.dtype, device=x.device).masked_fill(~tokens.valid, float("-inf"))
+        mask = mask[:, None, None, :]  # [b, 1, 1, n]: the last query sees every real key
+        if tokens.logit_bias is not None:
+            bias = tokens.logit_bias.to(x.dtype)
+            mask = mask + bias.expand(len(rows), -1, -1, -1)[rows, :, lengths - 1][:, :, None]
+        o = F.scaled_dot_product_attention(split_heads(q, self.heads), k, v, attn_mask=mask)
+        return self.out(merge_heads(o))[:, 0]
+
 
 # ----------------------------------------------------------------------------------------------
 # Helpers shared by the kinds below.

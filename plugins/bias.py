@@ -13,6 +13,7 @@ key ``j``); timestamps are seconds, only their differences ``t_i − t_j`` are u
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from pydantic import Field
@@ -34,22 +35,35 @@ def check_positions(positions: Tensor, max_len: int) -> None:
         )
 
 
+class AbsolutePositionOptions(Options):
+    # "start": token i of a row gets row i of the table. "end": rows are counted back from the
+    # last real token, which always gets row L - 1 — what SASRec's left-padded windows do, so
+    # the row that predicts the next item is the same for every user, however long its history.
+    align: Literal["start", "end"] = "start"
+
+
 class AbsolutePosition(BiasChannel):
-    """Learned absolute positions (SASRec): ``x ← x + P[positions]``, ``P: [L, d]``.
+    """Learned absolute positions (SASRec): ``x ← x + P[positions]``, ``P: [L, d]``; with
+    ``align: end`` every position of a row is shifted so that its last real token's is ``L − 1``.
 
     Scaling the token embeddings (SASRec's ``√d``) is the task's business, not this channel's:
     otherwise replacing ``abs_pos`` by another bias kind would silently change the input scale.
     Padded tokens look up row 0; their value is unused."""
 
+    Options = AbsolutePositionOptions
     ordered_only = True
 
-    def __init__(self, options: Options, ctx: BuildContext):
+    def __init__(self, options: AbsolutePositionOptions, ctx: BuildContext):
         super().__init__(options, ctx)
         self.table = nn.Embedding(ctx.max_len, ctx.dim)
         nn.init.xavier_normal_(self.table.weight)  # SASRec's initialisation, on the item table's scale
 
     def embed(self, x: Tensor, tokens: TokenContext) -> Tensor:
-        positions = tokens.positions.masked_fill(~tokens.valid, 0)
+        positions = tokens.positions
+        if self.options.align == "end":
+            last = (tokens.valid.sum(-1, keepdim=True) - 1).clamp(min=0)  # rows are right-padded
+            positions = positions + (self.table.num_embeddings - 1 - positions.gather(1, last))
+        positions = positions.masked_fill(~tokens.valid, 0)
         check_positions(positions, self.table.num_embeddings)
         return x + self.table(positions)
 

@@ -99,7 +99,7 @@ def test_every_compatible_combination_trains_one_step(data):
     built = refused = 0
     start = time.perf_counter()
     for i, (attention, ffn, norm, connection, bias) in enumerate(_combinations()):
-        placement = ("pre", "post")[i % 2]
+        placement = ("pre", "post", "pre_skip")[i % 3]
         variant = _variant(attention, ffn, norm, connection, bias, placement)
         label = f"{data}: {attention} × {ffn} × {norm}({placement}) × {connection} × {bias or 'no bias'}"
         problem = _problem(variant, data)

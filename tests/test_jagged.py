@@ -85,3 +85,39 @@ def test_jagged_backbone_matches_padded_outputs_and_gradients(write_study, patch
         torch.testing.assert_close(g_j[k], g_p[k], rtol=1e-4, atol=1e-4, msg=k)
     if aux_p is not None:  # MoE balance statistics count the same real tokens
         torch.testing.assert_close(aux_j, aux_p)
+
+
+@pytest.mark.parametrize("patch", [
+    {},
+    {"bias": [{"kind": "abs_pos", "align": "end"}, {"kind": "rel_pos"}], "attention": {"kind": "softmax", "heads": 2}},
+    {"bias": [{"kind": "rope"}], "norm": {"kind": "layernorm", "placement": "pre_skip"}},
+    {"norm": {"kind": "rmsnorm", "placement": "post"}, "connection": {"kind": "hyper", "streams": 2}},
+    {"attention": {"kind": "pointwise", "heads": 2}, "ffn": {"kind": "none"}, "bias": [{"kind": "rel_pos"}]},
+    {"attention": {"kind": "ams", "heads": 1}, "ffn": {"kind": "mffn"}, "bias": []},
+    {"blocks": 1, "ffn": {"kind": "moe", "experts": 3, "top_k": 2}},
+])
+@pytest.mark.parametrize("layout", ["padded", "jagged"])
+def test_last_only_forward_is_the_full_forward_at_the_last_token(write_study, patch, layout):
+    """Ranking runs the final block for each row's last token only: same numbers as the full
+    forward there, whatever the attention kind (fast path or the general fallback)."""
+    study = load_study(write_study({"model": {"dropout": 0.0, **patch}}))
+    variant = study.variants["base"]
+    ctx = study.build_context(variant, 12)
+    torch.manual_seed(0)
+    backbone = build_backbone(variant, ctx).eval()
+    b, n = 5, 12
+    lengths = torch.tensor([12, 3, 7, 1, 9])
+    valid = torch.arange(n)[None, :] < lengths[:, None]
+    x = torch.randn(b, n, ctx.dim)
+
+    def tokens() -> TokenContext:
+        chosen = J.Padded() if layout == "padded" else J.Jagged.from_valid(valid)
+        return TokenContext(valid=valid, causal=True, positions=torch.arange(n).expand(b, n), layout=chosen,
+                            timestamps=times)
+
+    times = torch.rand(b, n).mul(1e5).cumsum(1)
+    with torch.no_grad():
+        full = backbone(x, tokens())
+        last = backbone(x, tokens(), last_only=True)
+    assert last.shape == (b, ctx.dim)
+    torch.testing.assert_close(last, full[torch.arange(b), lengths - 1], rtol=1e-5, atol=1e-5)

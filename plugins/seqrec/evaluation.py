@@ -34,7 +34,7 @@ def evaluate(model: SeqRecModel, data: Interactions, split: str, metrics: list[s
             batch = batch.to(device)
             rows = torch.arange(len(histories), device=device)
             last = batch.lengths - 1
-            hidden = model(batch)[rows, last]  # [b, d]
+            hidden = model(batch, last_only=True)  # [b, d]
             # float32 scores even under bf16 autocast: rounding would create ties, which count
             # against the target.
             with torch.autocast(device.type, enabled=False):

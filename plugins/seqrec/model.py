@@ -45,12 +45,13 @@ class SeqRecModel(nn.Module):
     def num_items(self) -> int:
         return self.items.num_embeddings - 1
 
-    def forward(self, batch: Batch) -> Tensor:
-        """Hidden states ``[b, n, d]``; position ``i`` has seen items ``0..i``."""
+    def forward(self, batch: Batch, last_only: bool = False) -> Tensor:
+        """Hidden states ``[b, n, d]``; position ``i`` has seen items ``0..i``. With ``last_only``
+        ``[b, d]`` at each user's last item only (ranking; the final block computes just those)."""
         x = self.items(batch.items) * self.scale
         tokens = batch.token_context()
         tokens.layout = self.layout(batch.valid)
-        return self.backbone(x, tokens)
+        return self.backbone(x, tokens, last_only=True) if last_only else self.backbone(x, tokens)
 
     def head(self, hidden: Tensor) -> Tensor:
         """Hidden states as they meet the item table: L2-normalised under ``normalize``."""

@@ -42,6 +42,17 @@ def test_matches_reference(build, make_tokens):
     torch.testing.assert_close(y[tokens.valid], expected[tokens.valid])
 
 
+def test_end_alignment_counts_back_from_the_last_real_token(build, make_tokens):
+    """SASRec's left-padded windows: a row of ``len`` tokens uses table rows ``L - len .. L - 1``."""
+    channel = build(AbsolutePosition, D, max_len=L, align="end")
+    tokens = make_tokens([5, 3, 1], 5, causal=True)
+    x = torch.randn(3, 5, D, dtype=torch.float64)
+    table = channel.table.weight
+    y = channel.embed(x, tokens)
+    for row, length in enumerate([5, 3, 1]):
+        torch.testing.assert_close(y[row, :length], x[row, :length] + table[L - length:])
+
+
 def test_is_an_embedding_only_channel_for_ordered_tokens(build, make_tokens):
     channel = build(AbsolutePosition, D, max_len=L)
     assert AbsolutePosition.ordered_only

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from ablate.build import Backbone, Block, PostNorm, PreNorm
+from ablate.build import Backbone, Block, PostNorm, PreNorm, PreNormSkip
 from ablate.components import BuildContext
 from ablate_plugins.connection import (
     HyperConnection,
@@ -204,6 +204,21 @@ def test_hyper_at_init_is_the_residual_backbone(make_tokens, placement, final_no
             if isinstance(m, HyperConnection):
                 m.scale_alpha.fill_(0.5)
         assert not torch.allclose(hyper(x, tokens), expected)
+
+
+def test_placements_by_their_formulas():
+    """pre: x + f(LN x); post: LN(x + f x); pre_skip (SASRec's code): LN x + f(LN x)."""
+    ctx = BuildContext(dim=D)
+    norm, f = nn.LayerNorm(D).double(), FFN(D).double()
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    ln = lambda t: (t - t.mean(-1, keepdim=True)) / (t.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt() * norm.weight + norm.bias  # noqa: E731
+    expected = {PreNorm: x + f(ln(x)), PostNorm: ln(x + f(x)), PreNormSkip: ln(x) + f(ln(x))}
+    with torch.no_grad():
+        for placement, value in expected.items():
+            torch.testing.assert_close(placement(norm, Residual(Residual.Options(), ctx))(x, f), value)
 
 
 def test_hyper_sublayer_l_reads_stream_l_mod_s_at_init():

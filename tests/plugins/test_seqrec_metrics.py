@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from ablate.jagged import last_of_rows
 from ablate_plugins.seqrec import Interactions, SeqRecModel, SeqRecOptions, SeqRecTask, popularity_evaluation
 from ablate_plugins.seqrec import metrics as M
 
@@ -64,8 +65,8 @@ def test_check_metric_rejects_with_the_accepted_forms(name):
 
 
 class IdentityBackbone(nn.Module):
-    def forward(self, x, tokens):
-        return x
+    def forward(self, x, tokens, last_only=False):
+        return last_of_rows(x, tokens.lengths) if last_only else x
 
     def auxiliary_loss(self):
         return None
