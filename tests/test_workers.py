@@ -118,7 +118,8 @@ def test_three_workers_on_postgresql(write_study, tmp_path):
         assert counts["killed_runs"] == 1 and counts["workers"] == 2
         print(f"\npostgresql, 3 workers (one SIGKILLed in its first trial): {len(trials)} Optuna trials, "
               f"{counts['complete']} COMPLETE for 6 planned keys (each once), 1 FAIL (stale heartbeat) "
-              f"re-queued and completed once, {len(raced)} closed as lost queue races; MLflow FINISHED {counts['finished']}, KILLED "
+              f"re-queued and completed once, {len(raced)} closed as lost queue races; "
+              f"MLflow FINISHED {counts['finished']}, KILLED "
               f"{counts['killed_runs']}; trained by {counts['workers']} surviving workers")
     finally:
         optuna.delete_study(study_name=name, storage=storage)
