@@ -61,7 +61,7 @@ class AbsolutePosition(BiasChannel):
     def embed(self, x: Tensor, tokens: TokenContext) -> Tensor:
         positions = tokens.positions
         if self.options.align == "end":
-            last = (tokens.valid.sum(-1, keepdim=True) - 1).clamp(min=0)  # rows are right-padded
+            last = (tokens.lengths - 1)[:, None]  # rows are right-padded
             positions = positions + (self.table.num_embeddings - 1 - positions.gather(1, last))
         positions = positions.masked_fill(~tokens.valid, 0)
         check_positions(positions, self.table.num_embeddings)
