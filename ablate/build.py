@@ -154,6 +154,8 @@ def build_backbone(variant: Variant, ctx: BuildContext) -> Backbone:
               sublayer(2 * i), sublayer(2 * i + 1))
         for i in range(variant.spec.blocks)
     ]
+    for block in blocks:
+        INITIALISERS[variant.spec.init](block)
     return Backbone(
         bias=[make(b, ctx) for b in variant.bias],
         stem=variant.connection.cls.stem(variant.connection.options, ctx),
@@ -161,6 +163,21 @@ def build_backbone(variant: Variant, ctx: BuildContext) -> Backbone:
         final_norm=make(variant.norm, ctx),
         dropout=variant.spec.dropout,
     )
+
+
+def xavier_normal_linears(module: nn.Module) -> None:
+    """Xavier-normal weights ``N(0, 2 / (fan_in + fan_out))`` for every ``nn.Linear`` inside
+    ``module``; biases and other parameters keep their kind's initialisation."""
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear):
+            nn.init.xavier_normal_(layer.weight)
+
+
+# ``model.init`` → how the blocks' linear weights are (re-)initialised after the kinds built them.
+INITIALISERS: dict[str, Callable[[nn.Module], None]] = {
+    "default": lambda module: None,
+    "xavier_normal": xavier_normal_linears,
+}
 
 
 def count_parameters(model: nn.Module) -> int:

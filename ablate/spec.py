@@ -57,6 +57,9 @@ class ModelSpec(_Strict):
     norm: NormSpec = NormSpec(kind="layernorm")
     connection: ComponentSpec = ComponentSpec(kind="residual")
     bias: list[ComponentSpec] = [ComponentSpec(kind="abs_pos")]
+    # Weights of the blocks' linear layers: each kind's own initialisation (``default``: PyTorch's
+    # for nn.Linear) or Xavier-normal for all of them (SASRec's released code).
+    init: Literal["default", "xavier_normal"] = "default"
 
 
 class TaskSpec(BaseModel):
@@ -78,6 +81,9 @@ class TrainSpec(_Strict):
     eval_every: int = Field(1, gt=0)
     loss: dict[str, Any] = {}
     device: str = "auto"
+    # Training steps under bf16 autocast (weights and optimizer stay fp32; evaluation is fp32):
+    # ``auto`` = bf16 on CUDA, fp32 elsewhere; ``bf16`` on CPU uses AMX / AVX-512-BF16 if present.
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
 
     @field_validator("device")
     @classmethod

@@ -123,6 +123,17 @@ def _malloc_trim() -> None:
 EpochCallback = Callable[[int, dict[str, float]], None]
 
 
+def trains_in_bf16(precision: str, device: torch.device) -> bool:
+    """``train.precision``: ``auto`` is bf16 on CUDA (tensor cores) and fp32 elsewhere; ``bf16``
+    asks for it on any device."""
+    return precision == "bf16" or (precision == "auto" and device.type == "cuda")
+
+
+def training_autocast(precision: str, device: torch.device) -> torch.autocast:
+    """The autocast context training steps run in."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=trains_in_bf16(precision, device))
+
+
 def train_trial(
     study: Study,
     variant: Variant,
@@ -149,7 +160,7 @@ def train_trial(
         raise TrialFailed(f"could not build variant '{variant.name}': {exc}") from exc
     optimizer_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[train.optimizer]
     optimizer = optimizer_cls(model.parameters(), lr=train.lr, betas=train.betas, weight_decay=train.weight_decay)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+    autocast = training_autocast(train.precision, device)
 
     result = TrialResult(summary={}, per_unit=pd.DataFrame(), params=count_parameters(model))
     best_score, best_state, stale = -math.inf, None, 0

@@ -19,6 +19,9 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU}
 
 class PointwiseOptions(Options):
     dropout: float | None = Field(None, ge=0.0, lt=1.0)  # None uses the model's dropout
+    # Dropout on the FFN's own output (SASRec's code drops out after each of its two layers and
+    # none after attention: set this with a connection dropout of 0 for that arrangement).
+    output_dropout: float = Field(0.0, ge=0.0, lt=1.0)
 
 
 class MLPOptions(Options):
@@ -46,12 +49,16 @@ class TwoLayer(FeedForward):
 
 
 class PointwiseFFN(TwoLayer):
-    """SASRec's point-wise feed-forward: ``k = d``, ReLU."""
+    """SASRec's point-wise feed-forward: ``k = d``, ReLU; ``y = dropout_out(W₂ · dropout(ReLU(W₁ x + b₁)) + b₂)``."""
 
     Options = PointwiseOptions
 
     def __init__(self, options: PointwiseOptions, ctx: BuildContext):
         super().__init__(options, ctx, hidden=ctx.dim, activation=nn.ReLU())
+        self.output_dropout = nn.Dropout(options.output_dropout)
+
+    def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
+        return self.output_dropout(super().forward(x, valid))
 
 
 class MLPFFN(TwoLayer):

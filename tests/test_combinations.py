@@ -14,7 +14,9 @@ Kinds come from the registry, so a new plugin is covered without touching this f
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 import time
 
 import pytest
@@ -140,3 +142,25 @@ def test_incompatible_combination_fails_study_validation(write_study, cli):
     assert code == 2 and "variants.t.bias.0.kind" in err and "rel_time" in err and "timestamps" in err
     code, _, err = cli("validate", write_study({"variants": {"g": {"attention": {"kind": "fr_graph"}}}}))
     assert code == 2 and "fr_graph" in err and "seqrec" in err and "ordered" in err
+
+
+def test_xavier_normal_init_sets_every_block_linear_weight():
+    """``model.init: xavier_normal`` draws each linear weight from N(0, 2 / (fan_in + fan_out));
+    the default keeps PyTorch's U(±1/√fan_in) (std 1/√(3·fan_in), clearly smaller here)."""
+    d = 256
+    variant = _variant("softmax", "pointwise", "layernorm", "residual", (), "pre")
+    ctx = BuildContext(dim=d, dropout=0.0, max_len=8)
+    torch.manual_seed(0)
+    xavier = build_backbone(dataclasses.replace(variant, spec=variant.spec.model_copy(
+        update={"dim": d, "init": "xavier_normal"})), ctx)
+    default = build_backbone(dataclasses.replace(variant, spec=variant.spec.model_copy(update={"dim": d})), ctx)
+    linears = [(name, m) for name, m in xavier.named_modules() if isinstance(m, nn.Linear)]
+    assert len(linears) == 4  # qkv, out, w1, w2
+    for name, layer in linears:
+        fan_out, fan_in = layer.weight.shape
+        expected = math.sqrt(2 / (fan_in + fan_out))
+        assert abs(layer.weight.std().item() / expected - 1) < 0.03, name
+        assert abs(layer.weight.mean().item()) < 0.05 * expected, name
+        plain = default.get_submodule(name).weight
+        assert abs(plain.std().item() / (1 / math.sqrt(3 * fan_in)) - 1) < 0.03, name
+        assert layer.bias.abs().max() <= 1 / math.sqrt(fan_in)  # biases keep their init

@@ -305,3 +305,16 @@ def test_tracking_calls_retry_while_sqlite_is_locked(monkeypatch):
     with pytest.raises(RuntimeError, match="no such table"):
         client.broken()
     assert Flaky.calls == 1
+
+
+def test_precision_auto_is_bf16_on_cuda_only_and_bf16_casts_cpu_matmuls():
+    from ablate.train import trains_in_bf16, training_autocast
+
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    with training_autocast("auto", torch.device("cpu")):
+        assert (a @ b).dtype == torch.float32
+    with training_autocast("fp32", torch.device("cpu")):
+        assert (a @ b).dtype == torch.float32
+    with training_autocast("bf16", torch.device("cpu")):
+        assert (a @ b).dtype == torch.bfloat16
+    assert trains_in_bf16("auto", torch.device("cuda")) and not trains_in_bf16("fp32", torch.device("cuda"))

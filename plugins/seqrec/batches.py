@@ -50,6 +50,9 @@ class Batch:
     positions: Tensor  # [b, n] long, 0..len-1 within the window
     timestamps: Tensor | None  # [b, n] float32 seconds since the window's first item
     users: Tensor  # [b] long, user ids in the source
+    # Sorted ``row · (num_items + 1) + item`` over each row's training items (training batches
+    # only; see :func:`seen_keys`), for negatives drawn among unseen items.
+    seen: Tensor | None = None
 
     def to(self, device: torch.device | str) -> "Batch":
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -89,6 +92,14 @@ def collate(items: list[np.ndarray], targets: list[np.ndarray], times: list[np.n
     )
 
 
+def seen_keys(parts: list[np.ndarray], num_items: int) -> Tensor:
+    """Sorted flat keys ``row · (num_items + 1) + item`` of the distinct items in each row's
+    ``parts``: rows are disjoint key ranges, so one sorted array serves the whole batch."""
+    width = num_items + 1
+    keys = [row * width + np.unique(part) for row, part in enumerate(parts)]
+    return torch.from_numpy(np.concatenate(keys).astype(np.int64)) if keys else torch.zeros(0, dtype=torch.long)
+
+
 def train_batches(data: Interactions, max_len: int, batch_size: int, generator: torch.Generator,
                   pool: int = 1) -> Iterator[Batch]:
     """One epoch over the users with at least one training target, shuffled by ``generator``.
@@ -115,8 +126,9 @@ def train_batches(data: Interactions, max_len: int, batch_size: int, generator: 
         times = None
         if data.timestamps is not None:
             times = [train_part(data.timestamps[u])[:-1][-max_len:] for u in chunk]
-        yield collate([p[:-1][-max_len:] for p in parts], [p[1:][-max_len:] for p in parts], times,
-                      data.users[chunk])
+        batch = collate([p[:-1][-max_len:] for p in parts], [p[1:][-max_len:] for p in parts], times,
+                        data.users[chunk])
+        yield replace(batch, seen=seen_keys(parts, data.num_items))
 
 
 def eval_batches(data: Interactions, split: str, max_len: int,

@@ -4,7 +4,8 @@ Each kind is an options model plus a function of the hidden states at target pos
 ``h [t, d]``, the target items ``[t]`` and the item table ``[m, d]`` (``m = num_items + 1``,
 row 0 padding). Adding a loss is adding a model to ``LossKind`` and its function to ``LOSSES``.
 
-* ``bce`` — SASRec: binary cross-entropy, positive against ``negatives`` sampled items.
+* ``bce`` — SASRec: binary cross-entropy, positive against ``negatives`` sampled items
+  (with ``exclude_seen``, only items the user has not rated in training, as SASRec's code).
 * ``sampled_softmax`` — softmax over the positive and ``negatives`` uniform items (HSTU /
   FuXi-α), negatives equal to the positive masked out (accidental hits), logits ÷ temperature.
 * ``softmax`` — full cross-entropy over every item (Klenitskiy & Vasilev 2023).
@@ -15,6 +16,7 @@ similarity); ``temperature`` then sets the logits' scale (HSTU / FuXi-α use 0.0
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Literal, Union
 
 import torch
@@ -35,6 +37,9 @@ class BCE(Options):
 
     kind: Literal["bce"] = "bce"
     negatives: int = Field(1, gt=0)
+    # Draw negatives only among items the user has not rated in training (SASRec's released
+    # code); False: any item but the target (the paper's wording).
+    exclude_seen: bool = False
 
 
 class SampledSoftmax(Options):
@@ -82,16 +87,55 @@ class LossOptions(RootModel[LossKind]):
             raise untagged(exc, (), tag) from None
 
 
-def sample_negatives(positives: Tensor, num_items: int, count: int, generator: torch.Generator) -> Tensor:
+@dataclass
+class SeenItems:
+    """Which items each target position's user has rated in training: ``keys`` holds
+    ``row · width + item`` sorted (see :func:`.batches.seen_keys`), ``rows [t]`` the batch row
+    of each target position. A flat sorted set answers membership by binary search in
+    ``O(t·k·log)`` without a ``[b, m]`` bitmap (large catalogues)."""
+
+    keys: Tensor
+    width: int
+    rows: Tensor
+
+    def contains(self, items: Tensor) -> Tensor:
+        """``[t, k]`` items → ``[t, k]`` bool: rated in training by that position's user."""
+        if not len(self.keys):
+            return torch.zeros_like(items, dtype=torch.bool)
+        query = self.rows[:, None] * self.width + items
+        at = torch.searchsorted(self.keys, query).clamp(max=len(self.keys) - 1)
+        return self.keys[at] == query
+
+
+# A user who rated nearly every item would make rejection sampling loop for long; after this
+# many redraws the remaining hits stand (they are still never the target).
+MAX_REDRAWS = 64
+
+
+def sample_negatives(positives: Tensor, num_items: int, count: int, generator: torch.Generator,
+                     seen: SeenItems | None = None) -> Tensor:
     """``[t, count]`` items uniform over ``1..num_items`` minus each row's positive: draw from
-    ``num_items - 1`` values and shift those at or above the positive up by one."""
-    draw = torch.randint(1, num_items, (len(positives), count), generator=generator, device=generator.device)
-    draw = draw.to(positives.device)
-    return draw + (draw >= positives[:, None]).long()
+    ``num_items - 1`` values and shift those at or above the positive up by one. With ``seen``,
+    uniform over the items that user has not rated (draws that hit one are redrawn)."""
+
+    def draw() -> Tensor:
+        values = torch.randint(1, num_items, (len(positives), count), generator=generator, device=generator.device)
+        values = values.to(positives.device)
+        return values + (values >= positives[:, None]).long()
+
+    negatives = draw()
+    for _ in range(MAX_REDRAWS if seen is not None else 0):
+        hit = seen.contains(negatives)
+        if not hit.any():
+            break
+        negatives = torch.where(hit, draw(), negatives)
+    return negatives
 
 
-def bce(options: BCE, h: Tensor, positives: Tensor, table: Tensor, generator: torch.Generator) -> Tensor:
-    negatives = sample_negatives(positives, table.shape[0] - 1, options.negatives, generator)  # [t, k]
+def bce(options: BCE, h: Tensor, positives: Tensor, table: Tensor, generator: torch.Generator,
+        seen: SeenItems | None = None) -> Tensor:
+    negatives = sample_negatives(positives, table.shape[0] - 1, options.negatives, generator,
+                                 seen if options.exclude_seen else None)  # [t, k]
     pos = (h * table[positives]).sum(-1)  # [t]
     neg = torch.einsum("td,tkd->tk", h, table[negatives])  # [t, k]
     # -log σ(x) = softplus(-x); -log(1 - σ(x)) = softplus(x)
@@ -99,7 +143,7 @@ def bce(options: BCE, h: Tensor, positives: Tensor, table: Tensor, generator: to
 
 
 def sampled_softmax(options: SampledSoftmax, h: Tensor, positives: Tensor, table: Tensor,
-                    generator: torch.Generator) -> Tensor:
+                    generator: torch.Generator, seen: SeenItems | None = None) -> Tensor:
     num_items = table.shape[0] - 1
     shape = (1, options.negatives) if options.shared else (len(positives), options.negatives)
     negatives = torch.randint(1, num_items + 1, shape, generator=generator, device=generator.device)
@@ -114,7 +158,8 @@ def sampled_softmax(options: SampledSoftmax, h: Tensor, positives: Tensor, table
     return -torch.log_softmax(logits.float(), dim=1)[:, 0].mean()
 
 
-def softmax(options: Softmax, h: Tensor, positives: Tensor, table: Tensor, generator: torch.Generator) -> Tensor:
+def softmax(options: Softmax, h: Tensor, positives: Tensor, table: Tensor, generator: torch.Generator,
+            seen: SeenItems | None = None) -> Tensor:
     logits = (h @ table[1:].T) / options.temperature  # [t, m - 1]: item i is column i - 1
     return F.cross_entropy(logits.float(), positives - 1)
 
@@ -122,7 +167,9 @@ def softmax(options: Softmax, h: Tensor, positives: Tensor, table: Tensor, gener
 LOSSES: dict[type, Callable[..., Tensor]] = {BCE: bce, SampledSoftmax: sampled_softmax, Softmax: softmax}
 
 
-def compute(options: Any, h: Tensor, positives: Tensor, table: Tensor, generator: torch.Generator) -> Tensor:
-    """Mean loss over target positions; ``options`` is a :class:`LossOptions` or a kind's options."""
+def compute(options: Any, h: Tensor, positives: Tensor, table: Tensor, generator: torch.Generator,
+            seen: SeenItems | None = None) -> Tensor:
+    """Mean loss over target positions; ``options`` is a :class:`LossOptions` or a kind's options;
+    ``seen`` the users' rated items, for kinds that sample negatives among the unseen."""
     kind = options.root if isinstance(options, LossOptions) else options
-    return LOSSES[type(kind)](kind, h, positives, table, generator)
+    return LOSSES[type(kind)](kind, h, positives, table, generator, seen)

@@ -99,8 +99,11 @@ class SeqRecTask(Task):
              generator: torch.Generator) -> Tensor:
         """Mean over real target positions, plus the backbone's auxiliary loss."""
         where = batch.targets > 0
+        seen = None
+        if batch.seen is not None:
+            seen = losses.SeenItems(batch.seen, model.num_items + 1, where.nonzero(as_tuple=True)[0])
         value = losses.compute(loss, model.head(model(batch)[where]), batch.targets[where], model.table(),
-                               generator)
+                               generator, seen)
         auxiliary = model.backbone.auxiliary_loss()
         return value if auxiliary is None else value + auxiliary
 

@@ -88,6 +88,15 @@ def test_dropout_acts_on_the_hidden_units(build):
     torch.testing.assert_close(ffn(x), reference(ffn, x, "relu"))
 
 
+def test_pointwise_output_dropout_drops_the_output(build):
+    ffn = build(PointwiseFFN, D, output_dropout=0.5).train()  # hidden dropout 0: the model's
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    torch.manual_seed(1)
+    y = ffn(x)
+    torch.testing.assert_close(y, reference(ffn, x, "relu") * dropout_mask(1, x.shape, 0.5))
+    assert build(PointwiseFFN, D).output_dropout.p == 0.0  # off unless asked for
+
+
 def test_unknown_activation_is_rejected(build):
     with pytest.raises(pydantic.ValidationError, match="activation"):
         build(MLPFFN, D, activation="swish")

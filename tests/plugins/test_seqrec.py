@@ -30,7 +30,7 @@ from ablate_plugins.seqrec import (
     read_movielens,
     synthetic,
 )
-from ablate_plugins.seqrec.losses import sample_negatives
+from ablate_plugins.seqrec.losses import SeenItems, sample_negatives
 
 ML100K = Path(__file__).resolve().parents[3] / "shared/data/movielens/ml-100k/u.data"
 
@@ -306,6 +306,35 @@ def test_negatives_are_uniform_over_the_other_items():
     assert counts[0] == 0 and counts[3] == 0
     for item in (1, 2, 4, 5):
         assert abs(counts[item] / 40_000 - 0.25) < 0.01
+
+
+def test_negatives_exclude_the_users_rated_items_and_stay_uniform_over_the_rest():
+    # Two batch rows: row 0 rated {1, 2, 3} of 6 items, row 1 rated {5}. Positives are rated items.
+    keys = torch.tensor(sorted([0 * 7 + i for i in (1, 2, 3)] + [1 * 7 + 5]))
+    rows = torch.tensor([0] * 15_000 + [1] * 15_000)
+    positives = torch.tensor([2] * 15_000 + [5] * 15_000)
+    seen = SeenItems(keys, width=7, rows=rows)
+    draws = sample_negatives(positives, num_items=6, count=2, generator=torch.Generator().manual_seed(0),
+                             seen=seen)
+    row0 = torch.bincount(draws[:15_000].flatten(), minlength=7) / 30_000
+    row1 = torch.bincount(draws[15_000:].flatten(), minlength=7) / 30_000
+    assert row0[[0, 1, 2, 3]].sum() == 0 and row1[[0, 5]].sum() == 0
+    for item in (4, 5, 6):  # the unseen items of row 0, 1/3 each
+        assert abs(row0[item] - 1 / 3) < 0.01
+    for item in (1, 2, 3, 4, 6):
+        assert abs(row1[item] - 1 / 5) < 0.01
+
+
+def test_seen_keys_hold_each_rows_training_items(tmp_path):
+    data = Interactions(users=np.array([7, 8]), sequences=[np.array([3, 1, 3, 2, 4, 5]), np.array([2, 4, 1, 6])],
+                        timestamps=None, num_items=6, item_ids=np.r_[-1, 1:7], source="two users")
+    (batch,) = task_for(tmp_path).train_batches(data, 4, torch.Generator().manual_seed(0))
+    rated = {int(u): set() for u in batch.users}
+    for key in batch.seen.tolist():
+        rated[int(batch.users[key // 7])].add(key % 7)
+    # training parts s[:-2]: user 7 → 3 1 3 2, user 8 → 2 4
+    assert rated == {7: {1, 2, 3}, 8: {2, 4}}
+    assert batch.seen.tolist() == sorted(batch.seen.tolist())
 
 
 @pytest.mark.parametrize("negatives", [1, 3])
