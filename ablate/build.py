@@ -84,8 +84,9 @@ class Block(nn.Module):
 
         def attend_last(h: Tensor) -> Tensor:
             padded = layout.padded(h)
-            out = torch.zeros_like(padded)
-            out[rows, lengths - 1] = self.attention.last_query(padded, tokens)
+            last = self.attention.last_query(padded, tokens)
+            out = padded.new_zeros(padded.shape, dtype=last.dtype)  # bf16 under autocast
+            out[rows, lengths - 1] = last
             return layout.values(out)
 
         streams = layout.last(self.mix(streams, attend_last), lengths).unsqueeze(1)

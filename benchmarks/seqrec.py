@@ -33,7 +33,7 @@ from ablate import jagged
 from ablate.build import build_backbone, count_parameters
 from ablate.jagged import last_of_rows
 from ablate.spec import load_study
-from ablate.train import PeakMemory
+from ablate.train import PeakMemory, training_autocast
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,8 +48,9 @@ def load(path: Path, **task_options):
     return study
 
 
-def epoch(study, variant: str, data, epochs: int, max_steps: int) -> dict:
-    """Train ``epochs`` epochs (or ``max_steps`` steps) of ``variant``; time and tokens."""
+def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str = "fp32") -> dict:
+    """Train ``epochs`` epochs (or ``max_steps`` steps) of ``variant`` in ``precision``
+    (``train.precision``); time and tokens."""
     task = study.task
     spec = study.variants[variant]
     ctx = study.build_context(spec, task.max_len(data))
@@ -59,13 +60,15 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int) -> dict:
     optimizer_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[train.optimizer]
     optimizer = optimizer_cls(model.parameters(), lr=train.lr, betas=train.betas, weight_decay=train.weight_decay)
     generator = torch.Generator().manual_seed(0)
+    autocast = training_autocast(precision, torch.device("cpu"))
     steps = tokens = padded = 0
     model.train()
     with PeakMemory(torch.device("cpu")) as memory:
         start = time.perf_counter()
         for _ in range(epochs):
             for batch in task.train_batches(data, train.batch_size, generator):
-                loss = task.loss(model, batch, study.loss, generator)
+                with autocast:
+                    loss = task.loss(model, batch, study.loss, generator)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
@@ -122,17 +125,24 @@ def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
             result = epoch(study, "base", data, epochs, max_steps)
             jagged.HAVE_FBGEMM = have
             rows.append({"config": "SASRec, BCE 1 neg", "data": "ML-1M SASRec format", "layout": name,
-                         "pool": pool, **result})
+                         "pool": pool, "precision": "fp32", **result})
             print(rows[-1]["config"], name, pool, {k: v for k, v in result.items() if k != "model"}, flush=True)
             if name == "padded" and pool == 8:
                 model_for_eval, eval_study, eval_data = result["model"], study, data
+    # bf16 autocast (AMX on this CPU) for the study's own layout: `train.precision: bf16`.
+    study = load(SASREC)
+    result = epoch(study, "base", study.task.load(), epochs, max_steps, "bf16")
+    rows.append({"config": "SASRec, BCE 1 neg", "data": "ML-1M SASRec format", "layout": "padded", "pool": 8,
+                 "precision": "bf16", **result})
+    print("SASRec bf16", {k: v for k, v in result.items() if k != "model"}, flush=True)
     for variant, label in (("base", "SASRec"), ("hstu", "HSTU"), ("fuxi-alpha", "FuXi-α")):
         study = load(HSTU_FUXI)
         data = study.task.load()
-        result = epoch(study, variant, data, epochs, max_steps)
-        rows.append({"config": f"{label}, sampled softmax 128", "data": "ML-1M users 1–2999", "layout": "jagged (fbgemm)",
-                     "pool": 8, **result})
-        print(label, {k: v for k, v in result.items() if k != "model"}, flush=True)
+        for precision in ("fp32", "bf16"):
+            result = epoch(study, variant, data, epochs, max_steps, precision)
+            rows.append({"config": f"{label}, sampled softmax 128", "data": "ML-1M users 1–2999",
+                         "layout": "jagged (fbgemm)", "pool": 8, "precision": precision, **result})
+            print(label, precision, {k: v for k, v in result.items() if k != "model"}, flush=True)
     evaluation = {**evaluation_time(eval_study, model_for_eval, eval_data),
                   "users": eval_data.num_users, "items": eval_data.num_items}
     print("evaluation", evaluation, flush=True)
@@ -149,11 +159,13 @@ def table(rows: list[dict], evaluation: dict, epochs: int, max_steps: int, loads
         f"padding = padded / real tokens; peak = resident-set growth. Load average (1 min) "
         f"{loads[0]:.1f} before, {loads[1]:.1f} after.{(' ' + note) if note else ''}",
         "",
-        "| config | data | layout | length_pool | step s | epoch s | tokens/s | padding | peak MB | params |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| config | data | layout | length_pool | precision | step s | epoch s | tokens/s | padding "
+        "| peak MB | params |",
+        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        out.append(f"| {r['config']} | {r['data']} | {r['layout']} | {r['pool']} | {r['step_s']:.3f} | "
+        out.append(f"| {r['config']} | {r['data']} | {r['layout']} | {r['pool']} | {r['precision']} | "
+                   f"{r['step_s']:.3f} | "
                    f"{r['epoch_s']:.1f} | {r['tokens_per_s']:,.0f} | {r['padding']:.2f} | {r['peak_mb']:.0f} | "
                    f"{r['params']:,} |")
     out += ["", f"Full-ranking evaluation of all {evaluation['users']:,} users × {evaluation['items']:,} items "

@@ -49,7 +49,8 @@ class TwoLayer(FeedForward):
 
 
 class PointwiseFFN(TwoLayer):
-    """SASRec's point-wise feed-forward: ``k = d``, ReLU; ``y = dropout_out(W₂ · dropout(ReLU(W₁ x + b₁)) + b₂)``."""
+    """SASRec's point-wise feed-forward: ``k = d``, ReLU;
+    ``y = dropout_out(W₂ · dropout(ReLU(W₁ x + b₁)) + b₂)``."""
 
     Options = PointwiseOptions
 

@@ -153,7 +153,8 @@ def test_xavier_normal_init_sets_every_block_linear_weight():
     torch.manual_seed(0)
     xavier = build_backbone(dataclasses.replace(variant, spec=variant.spec.model_copy(
         update={"dim": d, "init": "xavier_normal"})), ctx)
-    default = build_backbone(dataclasses.replace(variant, spec=variant.spec.model_copy(update={"dim": d})), ctx)
+    plain_spec = variant.spec.model_copy(update={"dim": d})
+    default = build_backbone(dataclasses.replace(variant, spec=plain_spec), ctx)
     linears = [(name, m) for name, m in xavier.named_modules() if isinstance(m, nn.Linear)]
     assert len(linears) == 4  # qkv, out, w1, w2
     for name, layer in linears:

@@ -97,7 +97,9 @@ def seen_keys(parts: list[np.ndarray], num_items: int) -> Tensor:
     ``parts``: rows are disjoint key ranges, so one sorted array serves the whole batch."""
     width = num_items + 1
     keys = [row * width + np.unique(part) for row, part in enumerate(parts)]
-    return torch.from_numpy(np.concatenate(keys).astype(np.int64)) if keys else torch.zeros(0, dtype=torch.long)
+    if not keys:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.from_numpy(np.concatenate(keys).astype(np.int64))
 
 
 def train_batches(data: Interactions, max_len: int, batch_size: int, generator: torch.Generator,

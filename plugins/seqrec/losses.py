@@ -119,7 +119,8 @@ def sample_negatives(positives: Tensor, num_items: int, count: int, generator: t
     uniform over the items that user has not rated (draws that hit one are redrawn)."""
 
     def draw() -> Tensor:
-        values = torch.randint(1, num_items, (len(positives), count), generator=generator, device=generator.device)
+        shape = (len(positives), count)
+        values = torch.randint(1, num_items, shape, generator=generator, device=generator.device)
         values = values.to(positives.device)
         return values + (values >= positives[:, None]).long()
 

@@ -64,17 +64,17 @@ def ranks(scores: Tensor, targets: Tensor, exclude: Tensor) -> Tensor:
     NaN scores count against the target: a NaN candidate ranks above it, a NaN target last.
     """
     target_score = scores.gather(1, targets[:, None])
-    above = ((scores >= target_score) | scores.isnan() | target_score.isnan()) & ~exclude
-    above[torch.arange(len(targets), device=scores.device), targets] = False
-    return above.sum(1)
+    # "not below" is ≥ with NaN on either side counted as above: one comparison pass. The
+    # target itself always counts once (never excluded, never below itself).
+    above = (scores < target_score).logical_not_().logical_and_(exclude.logical_not())
+    return above.sum(1) - 1
 
 
 def sampled_ranks(scores: Tensor, targets: Tensor, negatives: Tensor) -> Tensor:
     """``[b]`` long: how many of each row's sampled ``negatives [b, k]`` score ≥ the target
     (a negative drawn twice counts twice, as in SASRec's evaluation). NaN counts against the target."""
     target_score = scores.gather(1, targets[:, None])
-    negative_scores = scores.gather(1, negatives)
-    return ((negative_scores >= target_score) | negative_scores.isnan() | target_score.isnan()).sum(1)
+    return (scores.gather(1, negatives) < target_score).logical_not_().sum(1)  # NaN on either side: above
 
 
 def draw_negatives(sequences: list[np.ndarray], num_items: int, count: int, seed: int) -> np.ndarray:

@@ -326,7 +326,8 @@ def test_negatives_exclude_the_users_rated_items_and_stay_uniform_over_the_rest(
 
 
 def test_seen_keys_hold_each_rows_training_items(tmp_path):
-    data = Interactions(users=np.array([7, 8]), sequences=[np.array([3, 1, 3, 2, 4, 5]), np.array([2, 4, 1, 6])],
+    sequences = [np.array([3, 1, 3, 2, 4, 5]), np.array([2, 4, 1, 6])]
+    data = Interactions(users=np.array([7, 8]), sequences=sequences,
                         timestamps=None, num_items=6, item_ids=np.r_[-1, 1:7], source="two users")
     (batch,) = task_for(tmp_path).train_batches(data, 4, torch.Generator().manual_seed(0))
     rated = {int(u): set() for u in batch.users}
