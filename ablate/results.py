@@ -51,6 +51,14 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
             **{k: _number(v) for k, v in run.data.params.items() if k.startswith(("search.", "match."))},
             **{k: v for k, v in metrics.items() if k.startswith(("test.", "valid."))},
         }
+        # Validation metrics are logged per epoch (step = epoch) and once more for the restored best
+        # state (step 0); MLflow's "latest" value is the last epoch's, so read step 0 explicitly.
+        histories = {key: tracker.client.get_metric_history(run.info.run_id, key)
+                     for key in stored if key.startswith("valid.") or (curves and key == "train.loss")}
+        for key, history in histories.items():
+            final = [m.value for m in history if m.step == 0]
+            if key.startswith("valid.") and final:
+                row[from_mlflow(key)] = final[-1]
         if (variant, seed) in seen:  # should not happen; keep the newest, say so
             warnings.warn(f"two finished runs for {variant} seed {seed}; using the newest")
             rows[seen[(variant, seed)]] = row
@@ -67,10 +75,8 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
             except Exception:  # noqa: BLE001 - a run without unit metrics still reports
                 pass
         if curves:
-            for key in [k for k in stored if k.startswith("valid.") or k == "train.loss"]:
-                for m in tracker.client.get_metric_history(run.info.run_id, key):
-                    if m.step > 0:
-                        curve_rows.append((variant, seed, m.step, from_mlflow(key), m.value))
+            for key, history in histories.items():
+                curve_rows += [(variant, seed, m.step, from_mlflow(key), m.value) for m in history if m.step > 0]
     results = pd.DataFrame(rows)
     if not results.empty:
         results = results.sort_values(["variant", "seed"], kind="stable").reset_index(drop=True)

@@ -43,6 +43,12 @@ def test_run_writes_tracking_and_report(write_study, cli, tmp_path, monkeypatch)
         assert sorted(m.step for m in history if m.step > 0) == [1, 2]
     loaded = load_results(uri, "tiny")
     assert len(loaded.units) == 4 * 120  # every synthetic user, every trial
+    # The results' validation figure is the restored best state's (step 0), not the last epoch's.
+    for run in children:
+        history = client.get_metric_history(run.info.run_id, "valid.ndcg_at_10")
+        final = [m.value for m in history if m.step == 0]
+        row = loaded.results.set_index("run_id").loc[run.info.run_id]
+        assert len(final) == 1 and row["valid.ndcg@10"] == final[0]
     assert set(loaded.units.columns) >= {"variant", "seed", "unit", "ndcg@10", "hr@10"}
 
     # Optuna: one complete trial per (variant, seed).
@@ -79,3 +85,21 @@ def test_changed_settings_are_not_mixed_with_old_trials(write_study, cli, tmp_pa
     assert "2 trial(s) were already complete" in err
     results = pd.read_csv(tmp_path / "reports" / "tiny" / "results.csv")
     assert sorted(results.variant) == ["base", "mlp", "wide"]
+
+
+def test_results_take_validation_from_the_restored_best_state_not_the_last_epoch(tmp_path):
+    from ablate.track import Tracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, "best", artifact_root=tmp_path / "artifacts")
+    parent = tracker.study_run("best", {}, {})
+    run = tracker.start_trial(parent, "base-0", {"variant": "base", "seed": "0"}, {})
+    for epoch, value in ((1, 0.50), (2, 0.30)):  # best at epoch 1, the last epoch worse
+        tracker.log_metrics(run, {"valid.ndcg@10": value, "train.loss": 1.0 / epoch}, step=epoch)
+    tracker.finish_trial(run, {"valid.ndcg@10": 0.50, "test.ndcg@10": 0.40},
+                         pd.DataFrame({"unit": [1], "ndcg@10": [0.4]}))
+    loaded = load_results(uri, "best")
+    row = loaded.results.iloc[0]
+    assert row["valid.ndcg@10"] == 0.50 and row["test.ndcg@10"] == 0.40
+    curve = loaded.curves[loaded.curves.metric == "valid.ndcg@10"]
+    assert sorted(zip(curve.epoch, curve.value)) == [(1, 0.50), (2, 0.30)]
