@@ -64,10 +64,10 @@ def ranks(scores: Tensor, targets: Tensor, exclude: Tensor) -> Tensor:
     NaN scores count against the target: a NaN candidate ranks above it, a NaN target last.
     """
     target_score = scores.gather(1, targets[:, None])
-    # "not below" is ≥ with NaN on either side counted as above: one comparison pass. The
-    # target itself always counts once (never excluded, never below itself).
+    # "not below" is ≥ with NaN on either side counted as above: one comparison pass. The target's
+    # own column is taken off whatever ``exclude`` says about it.
     above = (scores < target_score).logical_not_().logical_and_(exclude.logical_not())
-    return above.sum(1) - 1
+    return above.sum(1) - above.gather(1, targets[:, None]).squeeze(1).long()
 
 
 def sampled_ranks(scores: Tensor, targets: Tensor, negatives: Tensor) -> Tensor:

@@ -131,3 +131,10 @@ def test_popularity_ranks_by_training_counts_with_the_same_exclusions():
     assert result.per_unit["unit"].tolist() == [3, 7, 9]
     np.testing.assert_allclose(result.per_unit["mrr"], [1 / 3, 1 / 2, 1 / 4])
     assert result.summary["hr@2"] == pytest.approx(1 / 3)
+
+
+def test_ranks_do_not_count_the_target_even_if_the_mask_excludes_it():
+    scores = torch.tensor([[0.0, 0.9, 0.5, 0.7]])
+    targets = torch.tensor([2])
+    exclude = torch.tensor([[True, False, True, False]])  # target column marked excluded
+    assert M.ranks(scores, targets, exclude).tolist() == [2]
