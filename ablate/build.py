@@ -59,7 +59,27 @@ class PreNormSkip(nn.Module):
         return self.connection(self.norm(streams), branch)
 
 
-PLACEMENTS: dict[str, type[nn.Module]] = {"pre": PreNorm, "post": PostNorm, "pre_skip": PreNormSkip}
+class PreNormSkipSource(nn.Module):
+    """As :class:`PreNormSkip`, and the branch also receives the un-normalised stream as the
+    attention's key / value source: ``x ← LN(x) + Attn(q = LN(x), k = v = x)`` — SASRec's
+    released code (``Q = LN(seqs); mha(Q, seqs, seqs)``). Single-stream connections only: the
+    branch input must be the connection's own input for ``x`` to be its un-normalised form."""
+
+    def __init__(self, norm: nn.Module, connection: nn.Module):
+        super().__init__()
+        self.norm, self.connection = norm, connection
+
+    def forward(self, streams: Tensor, branch: Callable[..., Tensor]) -> Tensor:
+        return self.connection(self.norm(streams), lambda h: branch(h, source=streams))
+
+
+# ``model.norm.placement`` → (attention sub-layer, FFN sub-layer) placements.
+PLACEMENTS: dict[str, tuple[type[nn.Module], type[nn.Module]]] = {
+    "pre": (PreNorm, PreNorm),
+    "post": (PostNorm, PostNorm),
+    "pre_skip": (PreNormSkip, PreNormSkip),
+    "pre_skip_kv": (PreNormSkipSource, PreNormSkip),
+}
 
 
 class Block(nn.Module):
@@ -72,7 +92,13 @@ class Block(nn.Module):
         """``streams`` in ``tokens.layout`` (``[b, n, (s,) d]`` or jagged ``[t, (s,) d]``); the
         attention sees padded blocks, the FFN whatever the layout holds."""
         layout = tokens.layout
-        streams = self.mix(streams, lambda h: layout.values(self.attention(layout.padded(h), tokens)))
+
+        def attend(h: Tensor, source: Tensor | None = None) -> Tensor:
+            if source is None:
+                return layout.values(self.attention(layout.padded(h), tokens))
+            return layout.values(self.attention(layout.padded(h), tokens, source=layout.padded(source)))
+
+        streams = self.mix(streams, attend)
         return self.feed(streams, lambda h: self.ffn(h, layout.values(tokens.valid)))
 
     def last(self, streams: Tensor, tokens: TokenContext) -> Tensor:
@@ -82,9 +108,12 @@ class Block(nn.Module):
         layout, lengths = tokens.layout, tokens.lengths
         rows = torch.arange(len(lengths), device=lengths.device)
 
-        def attend_last(h: Tensor) -> Tensor:
+        def attend_last(h: Tensor, source: Tensor | None = None) -> Tensor:
             padded = layout.padded(h)
-            last = self.attention.last_query(padded, tokens)
+            if source is None:
+                last = self.attention.last_query(padded, tokens)
+            else:
+                last = self.attention.last_query(padded, tokens, source=layout.padded(source))
             out = padded.new_zeros(padded.shape, dtype=last.dtype)  # bf16 under autocast
             out[rows, lengths - 1] = last
             return layout.values(out)
@@ -144,11 +173,11 @@ class Backbone(nn.Module):
 
 
 def build_backbone(variant: Variant, ctx: BuildContext) -> Backbone:
-    placement = PLACEMENTS[variant.spec.norm.placement]
+    placements = PLACEMENTS[variant.spec.norm.placement]  # the study loader checked the kinds fit
 
     def sublayer(layer: int) -> nn.Module:
         here = replace(ctx, layer=layer)
-        return placement(make(variant.norm, here), make(variant.connection, here))
+        return placements[layer % 2](make(variant.norm, here), make(variant.connection, here))
 
     blocks = [
         Block(make(variant.attention, replace(ctx, layer=2 * i)), make(variant.ffn, replace(ctx, layer=2 * i + 1)),

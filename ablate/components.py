@@ -187,7 +187,13 @@ class Component(nn.Module):
 
 
 class Attention(Component):
-    """Token mixer: ``forward(x [b, n, d], tokens: TokenContext) -> [b, n, d]``."""
+    """Token mixer: ``forward(x [b, n, d], tokens: TokenContext) -> [b, n, d]``.
+
+    A kind with ``takes_source`` also accepts ``forward(x, tokens, source=s)`` and
+    ``last_query(x, tokens, source=s)``: queries from ``x``, keys and values from ``s``
+    (``[b, n, d]``, same tokens) — for placements that attend over the un-normalised stream."""
+
+    takes_source: ClassVar[bool] = False
 
     def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError

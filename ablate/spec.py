@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import registry
-from .components import BuildContext, Component
+from .components import BuildContext, Component, Connection
 from .errors import AblateError, DataError, StudyError
 from .tasks import Task
 
@@ -41,8 +41,28 @@ class ComponentSpec(BaseModel):
         return dict(self.model_extra or {})
 
 
+# Placements whose attention sub-layer takes keys / values from the un-normalised stream.
+SOURCE_PLACEMENTS = frozenset({"pre_skip_kv"})
+
+
+def placement_problem(placement: str, attention: type, connection: type) -> str | None:
+    """Why ``placement`` cannot go with these attention / connection kinds, or None. A
+    placement that hands the attention a separate key / value source needs a kind that takes
+    one and a single-stream connection (whose branch input is its own input)."""
+    if placement not in SOURCE_PLACEMENTS:
+        return None
+    if not attention.takes_source:
+        return (f"{placement!r} takes the attention's keys and values from the un-normalised stream, "
+                f"which attention kind '{attention.kind_name()}' does not support (softmax does); "
+                f"use placement 'pre_skip'")
+    if connection.stem.__func__ is not Connection.stem.__func__:  # its own stem: a stream layout
+        return (f"{placement!r} needs a single-stream connection (residual), but connection kind "
+                f"'{connection.kind_name()}' keeps several streams; use placement 'pre_skip'")
+    return None
+
+
 class NormSpec(ComponentSpec):
-    placement: Literal["pre", "post", "pre_skip"] = "pre"  # a block option, not one of the norm kind's
+    placement: Literal["pre", "post", "pre_skip", "pre_skip_kv"] = "pre"  # a block option, not one of the norm kind's
 
     def options(self) -> dict[str, Any]:
         return {k: v for k, v in super().options().items() if k != "placement"}
@@ -458,6 +478,9 @@ def _resolve_variant(
         problem = incompatibility(p, task.kind_name(), task.features(), task.ordered)
         if problem:
             raise where.error(key + sub + ("kind",), problem, base_key + sub)
+    problem = placement_problem(spec.norm.placement, parts["attention"].cls, parts["connection"].cls)
+    if problem:
+        raise where.error(key + ("norm", "placement"), problem, base_key + ("norm", "placement"))
     return Variant(name=name, spec=spec, **parts)
 
 

@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from ablate.components import Attention, BuildContext, Options, TokenContext, default
+from ablate.jagged import last_of_rows
 
 
 class SoftmaxOptions(Options):
@@ -65,25 +66,38 @@ class SoftmaxAttention(Attention):
         self.qkv = nn.Linear(d, 3 * d, bias=options.bias)
         self.out = nn.Linear(d, d, bias=options.bias)
 
-    def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:
-        q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))
+    takes_source = True
+
+    def project_query(self, x: Tensor) -> Tensor:
+        d, b = x.shape[-1], self.qkv.bias
+        return F.linear(x, self.qkv.weight[:d], None if b is None else b[:d])
+
+    def project_key_value(self, source: Tensor) -> tuple[Tensor, Tensor]:
+        d, b = source.shape[-1], self.qkv.bias
+        return F.linear(source, self.qkv.weight[d:], None if b is None else b[d:]).chunk(2, dim=-1)
+
+    def forward(self, x: Tensor, tokens: TokenContext, source: Tensor | None = None) -> Tensor:
+        """Queries, keys and values from ``x``; with ``source``, keys and values from it."""
+        if source is None:  # one fused projection
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+        else:
+            q, (k, v) = self.project_query(x), self.project_key_value(source)
+        q, k, v = (split_heads(t, self.heads) for t in (q, k, v))
         q, k = tokens.rotate(q, k)
         attn_mask, is_causal = tokens.attention_mask(q.dtype)
         p = self.dropout_p if self.training else 0.0
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=p)
         return self.out(merge_heads(o))
 
-    def last_query(self, x: Tensor, tokens: TokenContext) -> Tensor:
+    def last_query(self, x: Tensor, tokens: TokenContext, source: Tensor | None = None) -> Tensor:
         """One query per row (its last real token) against the row's real keys: ``n·d`` work
         per row instead of ``n²·d``, and no query projection for the other tokens."""
         if tokens.rotations:  # rotary channels rotate by position: keep the general path
-            return super().last_query(x, tokens)
+            return last_of_rows(self.forward(x, tokens, source=source), tokens.lengths)
         lengths = tokens.lengths
         rows = torch.arange(len(lengths), device=x.device)
-        d = x.shape[-1]
-        w, b = self.qkv.weight, self.qkv.bias
-        q = F.linear(x[rows, lengths - 1], w[:d], None if b is None else b[:d])[:, None]  # [b, 1, d]
-        k, v = (split_heads(t, self.heads) for t in F.linear(x, w[d:], None if b is None else b[d:]).chunk(2, -1))
+        q = self.project_query(x[rows, lengths - 1])[:, None]  # [b, 1, d]
+        k, v = (split_heads(t, self.heads) for t in self.project_key_value(x if source is None else source))
         mask = torch.zeros(tokens.valid.shape, dtype=x.dtype, device=x.device).masked_fill(~tokens.valid, float("-inf"))
         mask = mask[:, None, None, :]  # [b, 1, 1, n]: the last query sees every real key
         if tokens.logit_bias is not None:

@@ -52,6 +52,7 @@ def test_fbgemm_and_torch_conversions_agree_with_gradients(shape):
     {"connection": {"kind": "hyper", "streams": 2}},
     {"attention": {"kind": "pointwise", "heads": 2}, "ffn": {"kind": "none"}, "bias": [{"kind": "rel_pos"}]},
     {"ffn": {"kind": "moe", "experts": 3, "top_k": 2}},
+    {"norm": {"kind": "layernorm", "placement": "pre_skip_kv"}},
 ])
 @pytest.mark.parametrize("use_fbgemm", [True, False])
 def test_jagged_backbone_matches_padded_outputs_and_gradients(write_study, patch, use_fbgemm):
@@ -91,6 +92,8 @@ def test_jagged_backbone_matches_padded_outputs_and_gradients(write_study, patch
     {},
     {"bias": [{"kind": "abs_pos", "align": "end"}, {"kind": "rel_pos"}], "attention": {"kind": "softmax", "heads": 2}},
     {"bias": [{"kind": "rope"}], "norm": {"kind": "layernorm", "placement": "pre_skip"}},
+    {"norm": {"kind": "layernorm", "placement": "pre_skip_kv"}},
+    {"bias": [{"kind": "rope"}], "norm": {"kind": "layernorm", "placement": "pre_skip_kv"}},
     {"norm": {"kind": "rmsnorm", "placement": "post"}, "connection": {"kind": "hyper", "streams": 2}},
     {"attention": {"kind": "pointwise", "heads": 2}, "ffn": {"kind": "none"}, "bias": [{"kind": "rel_pos"}]},
     {"attention": {"kind": "ams", "heads": 1}, "ffn": {"kind": "mffn"}, "bias": []},

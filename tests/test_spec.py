@@ -70,6 +70,11 @@ BAD = [
     ({"report": {"baseline": "nope"}}, ["report.baseline", "not a variant"]),
     ({"seeds": [1, 1]}, ["seeds", "distinct"]),
     ({"train": {"loss": {"kind": "hinge"}}}, ["train.loss"]),
+    ({"model": {"norm": {"kind": "layernorm", "placement": "pre_skip_kv"}, "attention": {"kind": "pointwise"}}},
+     ["model.norm.placement", "'pre_skip_kv'", "attention kind 'pointwise' does not support"]),
+    ({"variants": {"hc": {"connection": {"kind": "hyper"}}},
+      "model": {"norm": {"kind": "layernorm", "placement": "pre_skip_kv"}}},
+     ["norm.placement: 'pre_skip_kv' needs a single-stream connection", "connection kind 'hyper'"]),
 ]
 
 

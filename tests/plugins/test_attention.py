@@ -43,16 +43,20 @@ def allowed(tokens: TokenContext) -> Tensor:
     return see | (i == j)
 
 
-def reference(attn: SoftmaxAttention, x: Tensor, tokens: TokenContext) -> Tensor:
-    """``W_o · concat_h softmax(q kᵀ / √e + B, masked) v`` from the module's own weights."""
+def reference(attn: SoftmaxAttention, x: Tensor, tokens: TokenContext, source: Tensor | None = None) -> Tensor:
+    """``W_o · concat_h softmax(q kᵀ / √e + B, masked) v`` from the module's own weights; q from
+    ``x``, k and v from ``source`` (default ``x``)."""
     b, n, d = x.shape
     h = attn.heads
     e = d // h
     w_qkv, w_o = attn.qkv.weight, attn.out.weight
     b_qkv = attn.qkv.bias if attn.qkv.bias is not None else torch.zeros(3 * d, dtype=x.dtype)
     b_o = attn.out.bias if attn.out.bias is not None else torch.zeros(d, dtype=x.dtype)
-    qkv = torch.einsum("bnd,kd->bnk", x, w_qkv) + b_qkv
-    q, k, v = (t.reshape(b, n, h, e).permute(0, 2, 1, 3) for t in qkv.split(d, dim=-1))  # [b, h, n, e]
+    heads = lambda t: t.reshape(b, n, h, e).permute(0, 2, 1, 3)  # noqa: E731  [b, h, n, e]
+    q = heads(torch.einsum("bnd,kd->bnk", x, w_qkv[:d]) + b_qkv[:d])
+    source = x if source is None else source
+    k = heads(torch.einsum("bnd,kd->bnk", source, w_qkv[d:2 * d]) + b_qkv[d:2 * d])
+    v = heads(torch.einsum("bnd,kd->bnk", source, w_qkv[2 * d:]) + b_qkv[2 * d:])
     for rotation in tokens.rotations:
         q, k = rotation(q, k, tokens)
     logits = torch.einsum("bhie,bhje->bhij", q, k) / math.sqrt(e)
@@ -76,6 +80,23 @@ def test_matches_reference(build, make_tokens, causal, heads, bias):
     assert y.shape == (2, N, D)
     # Outputs at padded positions are unspecified; real positions must match the formula.
     torch.testing.assert_close(y[tokens.valid], reference(attn, x, tokens)[tokens.valid])
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_keys_and_values_from_a_source(build, make_tokens, causal, heads):
+    """``source``: queries from x, keys and values from the source (placement pre_skip_kv), in
+    the full forward and in the last-query fast path."""
+    attn = build(SoftmaxAttention, D, heads=heads)
+    tokens = make_tokens(LENGTHS, N, causal)
+    x, source = torch.randn(2, 2, N, D, dtype=torch.float64)
+    expected = reference(attn, x, tokens, source)
+    torch.testing.assert_close(attn(x, tokens, source=source)[tokens.valid], expected[tokens.valid])
+    assert not torch.allclose(expected[tokens.valid], reference(attn, x, tokens)[tokens.valid])
+    if causal:
+        last = tokens.lengths - 1
+        rows = torch.arange(len(last))
+        torch.testing.assert_close(attn.last_query(x, tokens, source=source), expected[rows, last])
 
 
 @pytest.mark.parametrize("causal", [True, False])

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from ablate.build import Backbone, Block, PostNorm, PreNorm, PreNormSkip
+from ablate.build import Backbone, Block, PostNorm, PreNorm, PreNormSkip, PreNormSkipSource
 from ablate.components import BuildContext
 from ablate_plugins.connection import (
     HyperConnection,
@@ -219,6 +219,10 @@ def test_placements_by_their_formulas():
     with torch.no_grad():
         for placement, value in expected.items():
             torch.testing.assert_close(placement(norm, Residual(Residual.Options(), ctx))(x, f), value)
+        # pre_skip_kv's attention sub-layer: LN x + f(LN x, source = x).
+        g = lambda h, source: f(h) * source.tanh()  # noqa: E731
+        placed = PreNormSkipSource(norm, Residual(Residual.Options(), ctx))(x, g)
+        torch.testing.assert_close(placed, ln(x) + f(ln(x)) * x.tanh())
 
 
 def test_hyper_sublayer_l_reads_stream_l_mod_s_at_init():
