@@ -46,7 +46,7 @@ class SampledSoftmax(Options):
     """``-log softmax([s⁺, s⁻_1 … s⁻_N] / τ)[0]`` with ``N = negatives`` items drawn uniformly
     from ``1..num_items``; a draw equal to the position's positive is masked (``-inf``).
     ``shared``: one draw of ``N`` for the whole batch (cheap: a ``[t, N]`` matmul); else ``N``
-    per target position (``[t, N, d]`` gathered, as HSTU's research code)."""
+    per target position, as HSTU's research code (see :func:`per_position_logits`)."""
 
     kind: Literal["sampled_softmax"]
     negatives: int = Field(128, gt=0)
@@ -143,6 +143,33 @@ def bce(options: BCE, h: Tensor, positives: Tensor, table: Tensor, generator: to
     return (F.softplus(-pos) + F.softplus(neg).sum(-1)).mean()
 
 
+# Above this many [t, m] logits the dense route's memory is not worth it (4 bytes each, twice
+# with the gradient).
+DENSE_LOGITS_LIMIT = 1 << 27
+
+
+def gathered_logits(h: Tensor, table: Tensor, negatives: Tensor) -> Tensor:
+    """``[t, k]``: ``h_t · E[negatives_tk]`` from the ``[t, k, d]`` gathered vectors."""
+    return torch.einsum("td,tkd->tk", h, table[negatives])
+
+
+def dense_logits(h: Tensor, table: Tensor, negatives: Tensor) -> Tensor:
+    """The same ``[t, k]`` picked out of every item's logit ``h Eᵀ [t, m]``."""
+    return (h @ table.T).gather(1, negatives)
+
+
+def per_position_logits(h: Tensor, table: Tensor, negatives: Tensor) -> Tensor:
+    """``[t, k]`` logits of each position's own negatives. Gathering moves ``t·k·d`` values
+    (and scatters as many back in the backward pass) — memory-bound; one ``[t, d] × [d, m]``
+    matmul does ``t·m·d`` multiply-adds at full speed. With small catalogues (``m ≤ k·d``;
+    ML-1M's 3,416 items against 128 negatives × d = 50) the matmul is the faster of the two
+    (benchmarks/RESULTS.md)."""
+    t, (m, d), k = len(h), table.shape, negatives.shape[1]
+    if m <= k * d and t * m <= DENSE_LOGITS_LIMIT:
+        return dense_logits(h, table, negatives)
+    return gathered_logits(h, table, negatives)
+
+
 def sampled_softmax(options: SampledSoftmax, h: Tensor, positives: Tensor, table: Tensor,
                     generator: torch.Generator, seen: SeenItems | None = None) -> Tensor:
     num_items = table.shape[0] - 1
@@ -150,10 +177,7 @@ def sampled_softmax(options: SampledSoftmax, h: Tensor, positives: Tensor, table
     negatives = torch.randint(1, num_items + 1, shape, generator=generator, device=generator.device)
     negatives = negatives.to(positives.device)  # [1|t, k]
     pos = (h * table[positives]).sum(-1, keepdim=True)  # [t, 1]
-    if options.shared:
-        neg = h @ table[negatives[0]].T  # [t, k]
-    else:
-        neg = torch.einsum("td,tkd->tk", h, table[negatives])
+    neg = h @ table[negatives[0]].T if options.shared else per_position_logits(h, table, negatives)  # [t, k]
     neg = neg.masked_fill(negatives == positives[:, None], float("-inf"))  # accidental hits
     logits = torch.cat([pos, neg], dim=1) / options.temperature  # [t, 1 + k]
     return -torch.log_softmax(logits.float(), dim=1)[:, 0].mean()

@@ -138,10 +138,11 @@ def test_loss_options_parse_the_new_kinds():
         LossOptions.model_validate({"kind": "sampled_softmax", "negatives": 0})
 
 
+@pytest.mark.parametrize("m", [9, 40], ids=["dense-route", "gather-route"])  # m ≤ k·d = 20 picks dense
 @pytest.mark.parametrize("shared", [True, False])
-def test_sampled_softmax_matches_a_per_position_reference(shared):
+def test_sampled_softmax_matches_a_per_position_reference(shared, m):
     torch.manual_seed(0)
-    m, t, d, k = 9, 6, 4, 5
+    t, d, k = 6, 4, 5
     table, h = torch.randn(m, d), torch.randn(t, d)
     positives = torch.tensor([1, 2, 3, 4, 5, 3])
     options = SampledSoftmax(kind="sampled_softmax", negatives=k, temperature=0.5, shared=shared)
@@ -155,6 +156,34 @@ def test_sampled_softmax_matches_a_per_position_reference(shared):
         negs = [float(h[r] @ table[j]) / 0.5 for j in drawn[r].tolist() if j != positives[r]]
         terms.append(-pos + math.log(math.exp(pos) + sum(math.exp(v) for v in negs)))
     assert value.item() == pytest.approx(sum(terms) / t, rel=1e-5)
+
+
+def test_per_position_logits_dense_and_gathered_agree_with_gradients(monkeypatch):
+    """Both routes compute h_t · E[neg_tk]; the rule takes the matmul for small catalogues
+    and the gather for large ones (or when the [t, m] logits would be too big)."""
+    torch.manual_seed(3)
+    t, m, d, k = 30, 50, 8, 16
+    negatives = torch.randint(1, m, (t, k))
+    weights = torch.randn(t, k)
+    grads = []
+    for route in (L.dense_logits, L.gathered_logits):
+        h, table = torch.randn(t, d, generator=torch.Generator().manual_seed(1)).requires_grad_(), \
+            torch.randn(m, d, generator=torch.Generator().manual_seed(2)).requires_grad_()
+        out = route(h, table, negatives)
+        torch.testing.assert_close(out, torch.stack([table[negatives[r]] @ h[r] for r in range(t)]))
+        (out * weights).sum().backward()
+        grads.append((h.grad, table.grad))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+    called = []
+    monkeypatch.setattr(L, "dense_logits", lambda *a: called.append("dense") or torch.zeros(t, k))
+    monkeypatch.setattr(L, "gathered_logits", lambda *a: called.append("gather") or torch.zeros(t, k))
+    h = torch.randn(t, d)
+    L.per_position_logits(h, torch.randn(k * d, d), negatives)
+    L.per_position_logits(h, torch.randn(k * d + 1, d), negatives)
+    monkeypatch.setattr(L, "DENSE_LOGITS_LIMIT", t * m - 1)
+    L.per_position_logits(h, torch.randn(m, d), negatives)
+    assert called == ["dense", "gather", "gather"]
 
 
 def test_accidental_hits_are_masked():
