@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from .components import BuildContext, TokenContext
+from .components import BuildContext, Dropout, TokenContext
 from .jagged import last_of_rows
 from .spec import Part, Variant
 
@@ -135,7 +135,7 @@ class Backbone(nn.Module):
         self.stem = stem  # the connection kind's expand / reduce
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = final_norm
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, tokens: TokenContext, last_only: bool = False) -> Tensor:
         """``[b, n, d]``, or with ``last_only`` ``[b, d]`` at each row's last real token (causal

@@ -11,10 +11,12 @@ Kinds never look at each other's configuration: the block hands them what they n
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
 import torch
+import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
 
@@ -22,6 +24,8 @@ from .jagged import Jagged, Padded, last_of_rows
 
 __all__ = [
     "default",
+    "dropout",
+    "Dropout",
     "Options",
     "BuildContext",
     "TokenContext",
@@ -38,6 +42,50 @@ __all__ = [
 def default(value, fallback):
     """``value`` unless it is None (e.g. a kind's own dropout, else the model's)."""
     return fallback if value is None else value
+
+
+# CPU dropout draws its masks with :func:`keep_mask` (False: torch's own kernels — for the benchmark
+# that compares the two).
+FAST_CPU_DROPOUT = True
+
+
+def keep_mask(shape: tuple[int, ...], keep: float, device: torch.device) -> Tensor:
+    """``shape`` bool, each entry True with probability ``keep`` (to within 2⁻¹⁷), independently.
+
+    Each 64-bit draw of the generator gives four 16-bit lanes, each compared with one threshold:
+    a quarter of the generator calls of ``torch.bernoulli`` — which on CPU draws one number per
+    element and made dropout a quarter of a SASRec training step (benchmarks/RESULTS.md)."""
+    n = math.prod(shape)
+    draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-2 ** 63, None)  # all 64 bits
+    lanes = draws.view(torch.int16)[:n]  # uniform over -32768..32767
+    return (lanes >= 32768 - round(keep * 65536)).view(shape)
+
+
+def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """Inverted dropout, as :func:`torch.nn.functional.dropout`: zero each entry with probability
+    ``p`` and scale the rest by ``1 / (1 - p)``. On CPU the mask comes from :func:`keep_mask`
+    (``p`` rounded to a multiple of 2⁻¹⁶); elsewhere torch's own kernel is already fast."""
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu" or not FAST_CPU_DROPOUT:
+        return F.dropout(x, p, True)
+    return (x * keep_mask(x.shape, 1.0 - p, x.device)).mul_(1.0 / (1.0 - p))
+
+
+class Dropout(nn.Module):
+    """:func:`dropout` as a module: ``nn.Dropout``'s drop-in, active in training mode only."""
+
+    def __init__(self, p: float = 0.5):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
 
 
 class Options(BaseModel):

@@ -10,7 +10,10 @@ Measures, with the studies' own code path (task batches → model → loss → A
   order (plain shuffle, length_pool 8);
 * SASRec / HSTU / FuXi-α in the HSTU code base's ML-1M setting (sampled softmax over 128
   negatives, cosine similarity) on the timestamped users 1–2999 (24 steps per epoch);
-* full-ranking evaluation of all 6,040 users × 3,416 items (forward + scores + ranks + metrics).
+* full-ranking evaluation of all 6,040 users × 3,416 items (forward + scores + ranks + metrics);
+* the package's CPU kernels against torch's (column "CPU kernels"): dropout masks from 16-bit
+  lanes of 64-bit draws vs ``torch.bernoulli``, per-position negatives' logits from one matmul vs
+  gathered vectors — same model, same step, side by side in one run.
 
 Epoch time is training only (no evaluation); tokens/s counts real target tokens. Peak memory
 is resident-set growth during the epoch. Results are printed and written to
@@ -24,16 +27,18 @@ import argparse
 import os
 import platform
 import time
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
 import torch
 
-from ablate import jagged
+from ablate import components, jagged
 from ablate.build import build_backbone, count_parameters
 from ablate.jagged import last_of_rows
 from ablate.spec import load_study
 from ablate.train import PeakMemory, training_autocast
+from ablate_plugins.seqrec import losses
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,10 +116,24 @@ def evaluation_time(study, model, data, reps: int = 3) -> dict[str, float]:
     return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
 
 
+@contextmanager
+def cpu_kernels(fast: bool):
+    """``fast``: the package's CPU paths (dropout masks from 16-bit lanes, per-position negatives'
+    logits from one matmul on small catalogues); else torch's dropout and gathered negatives."""
+    saved = components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT
+    components.FAST_CPU_DROPOUT = fast
+    losses.DENSE_LOGITS_LIMIT = saved[1] if fast else 0
+    try:
+        yield
+    finally:
+        components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT = saved
+
+
 def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
     rows = []
     layouts = {"padded": {"jagged": False}, "jagged (fbgemm)": {"jagged": True},
                "jagged (torch)": {"jagged": True, "fbgemm": False}}
+    sasrec = {"config": "SASRec, BCE 1 neg", "data": "ML-1M SASRec format"}
     model_for_eval = None
     for pool in (1, 8):
         for name, layout in layouts.items():
@@ -124,25 +143,29 @@ def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
             data = study.task.load()
             result = epoch(study, "base", data, epochs, max_steps)
             jagged.HAVE_FBGEMM = have
-            rows.append({"config": "SASRec, BCE 1 neg", "data": "ML-1M SASRec format", "layout": name,
-                         "pool": pool, "precision": "fp32", **result})
+            rows.append({**sasrec, "layout": name, "pool": pool, "precision": "fp32", "kernels": "ablate", **result})
             print(rows[-1]["config"], name, pool, {k: v for k, v in result.items() if k != "model"}, flush=True)
             if name == "padded" and pool == 8:
                 model_for_eval, eval_study, eval_data = result["model"], study, data
-    # bf16 autocast (AMX on this CPU) for the study's own layout: `train.precision: bf16`.
-    study = load(SASREC)
-    result = epoch(study, "base", study.task.load(), epochs, max_steps, "bf16")
-    rows.append({"config": "SASRec, BCE 1 neg", "data": "ML-1M SASRec format", "layout": "padded", "pool": 8,
-                 "precision": "bf16", **result})
-    print("SASRec bf16", {k: v for k, v in result.items() if k != "model"}, flush=True)
+    # The study's own layout with torch's CPU dropout (the ratio the lane masks buy), and in bf16
+    # autocast (AMX on this CPU): `train.precision: bf16`.
+    for precision, fast in (("fp32", False), ("bf16", True)):
+        study = load(SASREC)
+        with cpu_kernels(fast):
+            result = epoch(study, "base", study.task.load(), epochs, max_steps, precision)
+        rows.append({**sasrec, "layout": "padded", "pool": 8, "precision": precision,
+                     "kernels": "ablate" if fast else "torch", **result})
+        print("SASRec", precision, rows[-1]["kernels"], {k: v for k, v in result.items() if k != "model"}, flush=True)
     for variant, label in (("base", "SASRec"), ("hstu", "HSTU"), ("fuxi-alpha", "FuXi-α")):
         study = load(HSTU_FUXI)
         data = study.task.load()
-        for precision in ("fp32", "bf16"):
-            result = epoch(study, variant, data, epochs, max_steps, precision)
+        for fast in (True, False):
+            with cpu_kernels(fast):
+                result = epoch(study, variant, data, epochs, max_steps)
             rows.append({"config": f"{label}, sampled softmax 128", "data": "ML-1M users 1–2999",
-                         "layout": "jagged (fbgemm)", "pool": 8, "precision": precision, **result})
-            print(label, precision, {k: v for k, v in result.items() if k != "model"}, flush=True)
+                         "layout": "jagged (fbgemm)", "pool": 8, "precision": "fp32",
+                         "kernels": "ablate" if fast else "torch", **result})
+            print(label, rows[-1]["kernels"], {k: v for k, v in result.items() if k != "model"}, flush=True)
     evaluation = {**evaluation_time(eval_study, model_for_eval, eval_data),
                   "users": eval_data.num_users, "items": eval_data.num_items}
     print("evaluation", evaluation, flush=True)
@@ -156,16 +179,18 @@ def table(rows: list[dict], evaluation: dict, epochs: int, max_steps: int, loads
         f"`python benchmarks/seqrec.py` — {date.today()}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} CPU threads ({platform.processor() or platform.machine()}); {measured} of "
         f"training per row (Adam step included, evaluation excluded); tokens/s counts real target tokens; "
-        f"padding = padded / real tokens; peak = resident-set growth. Load average (1 min) "
+        f"padding = padded / real tokens; peak = resident-set growth; CPU kernels: `ablate` = dropout masks "
+        f"from 16-bit lanes and per-position negatives' logits from one matmul, `torch` = torch's dropout "
+        f"and gathered negatives (the code before 2026-11-22's session 5). Load average (1 min) "
         f"{loads[0]:.1f} before, {loads[1]:.1f} after.{(' ' + note) if note else ''}",
         "",
-        "| config | data | layout | length_pool | precision | step s | epoch s | tokens/s | padding "
+        "| config | data | layout | length_pool | precision | CPU kernels | step s | epoch s | tokens/s | padding "
         "| peak MB | params |",
-        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         out.append(f"| {r['config']} | {r['data']} | {r['layout']} | {r['pool']} | {r['precision']} | "
-                   f"{r['step_s']:.3f} | "
+                   f"{r['kernels']} | {r['step_s']:.3f} | "
                    f"{r['epoch_s']:.1f} | {r['tokens_per_s']:,.0f} | {r['padding']:.2f} | {r['peak_mb']:.0f} | "
                    f"{r['params']:,} |")
     out += ["", f"Full-ranking evaluation of all {evaluation['users']:,} users × {evaluation['items']:,} items "

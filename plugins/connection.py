@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from ablate.components import BuildContext, Connection, Options, Stem, default
+from ablate.components import BuildContext, Connection, Dropout, Options, Stem, default
 
 __all__ = ["Residual", "HyperConnection", "ManifoldHyperConnection", "StreamStem", "sinkhorn_knopp"]
 
@@ -43,7 +43,7 @@ class Residual(Connection):
 
     def __init__(self, options: ResidualOptions, ctx: BuildContext):
         super().__init__(options, ctx)
-        self.dropout = nn.Dropout(ctx.dropout if options.dropout is None else options.dropout)
+        self.dropout = Dropout(ctx.dropout if options.dropout is None else options.dropout)
 
     def forward(self, streams: Tensor, branch: Callable[[Tensor], Tensor]) -> Tensor:
         return streams + self.dropout(branch(streams))
@@ -125,7 +125,7 @@ class HyperConnection(Connection):
     def __init__(self, options: HyperOptions, ctx: BuildContext):
         super().__init__(options, ctx)
         s, d = options.streams, ctx.dim
-        self.dropout = nn.Dropout(default(options.dropout, ctx.dropout))
+        self.dropout = Dropout(default(options.dropout, ctx.dropout))
         k = ctx.layer % s  # the stream this sub-layer reads at initialisation (paper: l mod s)
         self.pre = nn.Parameter(torch.eye(s)[k])  # a_m = e_k
         self.res = nn.Parameter(torch.eye(s))  # A_r⁰ (rows: old stream, columns: new stream)
@@ -214,7 +214,7 @@ class ManifoldHyperConnection(Connection):
     def __init__(self, options: ManifoldOptions, ctx: BuildContext):
         super().__init__(options, ctx)
         s, d = options.streams, ctx.dim
-        self.dropout = nn.Dropout(default(options.dropout, ctx.dropout))
+        self.dropout = Dropout(default(options.dropout, ctx.dropout))
         # [φ_pre | φ_post | φ_res], one matrix as in the paper
         self.phi = nn.Parameter(torch.randn(s * d, 2 * s + s * s) / math.sqrt(s * d))
         self.alpha = nn.Parameter(torch.full((3,), options.alpha))  # α_pre, α_post, α_res

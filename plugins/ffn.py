@@ -12,7 +12,7 @@ import torch
 from pydantic import Field, ValidationInfo, field_validator
 from torch import Tensor, nn
 
-from ablate.components import BuildContext, FeedForward, Options, default
+from ablate.components import BuildContext, Dropout, FeedForward, Options, default
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU}
 
@@ -41,7 +41,7 @@ class TwoLayer(FeedForward):
         super().__init__(options, ctx)
         self.w1 = nn.Linear(ctx.dim, hidden)
         self.activation = activation
-        self.dropout = nn.Dropout(dropout_rate(options, ctx))
+        self.dropout = Dropout(dropout_rate(options, ctx))
         self.w2 = nn.Linear(hidden, ctx.dim)
 
     def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
@@ -56,7 +56,7 @@ class PointwiseFFN(TwoLayer):
 
     def __init__(self, options: PointwiseOptions, ctx: BuildContext):
         super().__init__(options, ctx, hidden=ctx.dim, activation=nn.ReLU())
-        self.output_dropout = nn.Dropout(options.output_dropout)
+        self.output_dropout = Dropout(options.output_dropout)
 
     def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
         return self.output_dropout(super().forward(x, valid))
@@ -119,7 +119,7 @@ class GatedFFN(GLU):
     def __init__(self, options: GatedOptions, ctx: BuildContext):
         hidden = default(options.hidden, glu_hidden(ctx.dim, options.multiple_of))
         super().__init__(options, ctx, hidden=hidden, bias=options.bias)
-        self.dropout = nn.Dropout(dropout_rate(options, ctx))
+        self.dropout = Dropout(dropout_rate(options, ctx))
 
     def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
         return self.dropout(super().forward(x))
@@ -185,7 +185,7 @@ class MFFN(GLU):
     def __init__(self, options: MFFNOptions, ctx: BuildContext):
         hidden = max(1, round(options.ffn_multiply * ctx.dim))
         super().__init__(options, ctx, hidden=hidden, bias=options.bias)
-        self.dropout = nn.Dropout(dropout_rate(options, ctx))
+        self.dropout = Dropout(dropout_rate(options, ctx))
         for linear in (self.gate, self.up, self.down):
             nn.init.xavier_uniform_(linear.weight)
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from ablate.components import Attention, BuildContext, Options, TokenContext, default
+from ablate.components import Attention, BuildContext, Dropout, Options, TokenContext, default
 from ablate_plugins.attention import check_heads, merge_heads, split_heads
 
 __all__ = [
@@ -175,7 +175,7 @@ class SetAttention(Attention):
         _unordered_only(self.label, ctx)
         check_heads(self.label, ctx.dim, options.heads)
         self.heads = options.heads
-        self.dropout = nn.Dropout(default(options.dropout, ctx.dropout))
+        self.dropout = Dropout(default(options.dropout, ctx.dropout))
 
 
 class FRGraphAttention(SetAttention):

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from ablate import registry
 from ablate.build import Backbone, Block, PreNorm
-from ablate.components import BuildContext, Stem, TokenContext
+from ablate.components import BuildContext, Stem, TokenContext, dropout
 from ablate_plugins.connection import Residual
 from ablate_plugins.ffn import (GEGLU, MFFN, MLPFFN, MoEFFN, NoFFN, PointwiseFFN, ReGLU, SwiGLU,
                                 glu_hidden)
@@ -171,9 +171,9 @@ def test_glu_gradcheck(build, gradcheck_all, kind):
 
 
 def dropout_mask(seed: int, shape: tuple[int, ...], p: float) -> Tensor:
-    """The mask ``nn.Dropout(p)`` draws first after ``torch.manual_seed(seed)``, scaled by 1 / (1 − p)."""
+    """The mask :func:`ablate.components.dropout` (the kinds' Dropout) draws first after ``torch.manual_seed(seed)``, scaled by 1 / (1 − p)."""
     torch.manual_seed(seed)
-    return nn.functional.dropout(torch.ones(shape, dtype=torch.float64), p)
+    return dropout(torch.ones(shape, dtype=torch.float64), p)
 
 
 def test_swiglu_drops_its_output(build):
