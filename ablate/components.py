@@ -69,7 +69,9 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         return x
     if x.device.type != "cpu" or not FAST_CPU_DROPOUT:
         return F.dropout(x, p, True)
-    return (x * keep_mask(x.shape, 1.0 - p, x.device)).mul_(1.0 / (1.0 - p))
+    # A float mask: multiplying by a bool one would convert it to float inside the product, in
+    # the forward and again in the backward pass.
+    return x * keep_mask(x.shape, 1.0 - p, x.device).to(x.dtype).mul_(1.0 / (1.0 - p))
 
 
 class Dropout(nn.Module):

@@ -56,14 +56,17 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Ten
     (about twice as fast per training step's attention, benchmarks/RESULTS.md)."""
     if dropout_p == 0.0 or q.device.type != "cpu" or not components.FAST_CPU_DROPOUT:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p)
-    logits = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # [b, h, n, n]
+    b, h, n, e = q.shape
+    m = k.shape[2]
+    # Three-dimensional bmm: matmul on [b, h, ...] tensors loops over the leading dims in backward.
+    logits = torch.bmm(q.reshape(b * h, n, e) * e ** -0.5, k.reshape(b * h, m, e).transpose(1, 2)).view(b, h, n, m)
     if is_causal:
-        n, m = logits.shape[-2:]
-        logits = logits.masked_fill(~torch.ones(n, m, dtype=torch.bool, device=q.device).tril(), float("-inf"))
+        logits.masked_fill_(~torch.ones(n, m, dtype=torch.bool, device=q.device).tril(), float("-inf"))
     if attn_mask is not None:
         logits = (logits.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
                   else logits + attn_mask)
-    return dropout(logits.softmax(-1), dropout_p) @ v
+    probs = dropout(logits.softmax(-1), dropout_p)
+    return torch.bmm(probs.reshape(b * h, n, m), v.reshape(b * h, m, e)).view(b, h, n, e)
 
 
 class SoftmaxAttention(Attention):
