@@ -62,7 +62,8 @@ def placement_problem(placement: str, attention: type, connection: type) -> str 
 
 
 class NormSpec(ComponentSpec):
-    placement: Literal["pre", "post", "pre_skip", "pre_skip_kv"] = "pre"  # a block option, not one of the norm kind's
+    # A block option, not one of the norm kind's.
+    placement: Literal["pre", "post", "pre_skip", "pre_skip_kv"] = "pre"
 
     def options(self) -> dict[str, Any]:
         return {k: v for k, v in super().options().items() if k != "placement"}
