@@ -326,12 +326,44 @@ def _settings(settings_cls, stored: dict, study) -> object:
     return settings_cls(**{k: v for k, v in stored.items() if k in known}, notes=notes)
 
 
+# Typer ≥ 0.2x vendors click under a private module; its exception classes are reached through
+# the public ``typer.BadParameter`` so that both vendored and plain click work.
+UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+def usage_line(exc: Exception) -> str:
+    """A usage error (missing argument, unknown option, out-of-range value) as one line naming
+    the command and where its help is, instead of click's usage block and rich's error box."""
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "ablate"
+    return f"{command}: {exc.format_message()} (see '{command} --help')"
+
+
+def say_error(message: str) -> None:
+    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+
+
 def main() -> None:
     try:
-        app()
+        # standalone_mode=False: usage errors reach us as exceptions, so they print as one line.
+        code = app(standalone_mode=False)
     except AblateError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        say_error(str(exc))
         sys.exit(exc.exit_code)
+    except UsageError as exc:
+        if exc.__class__.__name__ == "NoArgsIsHelpError":  # plain `ablate`: the help text
+            exc.show()
+        else:
+            say_error(usage_line(exc))
+        sys.exit(exc.exit_code)
+    except ClickException as exc:
+        say_error(exc.format_message())
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        say_error("aborted")
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

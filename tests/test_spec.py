@@ -120,9 +120,26 @@ def test_missing_study_file_and_bad_yaml(cli, tmp_path, write_study):
     assert code == 2 and "not valid YAML" in err and len(err.strip().splitlines()) == 1
 
 
-def test_bad_cli_argument_exit_2(cli):
-    code, _, err = cli("run")
-    assert code == 2 and "Missing argument" in err
+@pytest.mark.parametrize("args, names", [
+    (("run",), ["ablate run", "Missing argument", "study_file"]),
+    (("status", "x.yaml", "--bogus"), ["ablate status", "--bogus"]),
+    (("worker", "x.yaml", "--heartbeat", "0"), ["ablate worker", "--heartbeat"]),
+    (("run", "x.yaml", "--workers", "many"), ["ablate run", "--workers"]),
+    (("frobnicate",), ["frobnicate"]),
+])
+def test_bad_cli_argument_is_one_line_exit_2(cli, args, names):
+    code, out, err = cli(*args)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: "), err
+    assert all(name in err for name in names), err
+    assert "╭" not in err and "Traceback" not in err
+
+
+def test_cli_help_and_no_arguments_show_help(cli):
+    code, out, _ = cli("--help")
+    assert code == 0 and "run" in out and "validate" in out
+    code, out, err = cli()
+    assert code == 2 and "validate" in out + err
 
 
 def test_report_settings_reach_the_report(write_study):
