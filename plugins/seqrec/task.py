@@ -16,7 +16,7 @@ from ablate.tasks import Evaluation, Task
 
 from . import losses, metrics
 from . import metrics as M
-from .batches import Batch, train_batches
+from .batches import Batch, length_groups, train_batches
 from .data import Interactions, cached, read_movielens, read_table, read_user_item, read_user_lines, synthetic
 from .evaluation import evaluate
 from .model import SeqRecModel, padded_layout
@@ -97,7 +97,18 @@ class SeqRecTask(Task):
 
     def loss(self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions,
              generator: torch.Generator) -> Tensor:
-        """Mean over real target positions, plus the backbone's auxiliary loss."""
+        """Mean over real target positions, plus the backbone's auxiliary loss. With
+        ``micro_batches > 1`` the same mean from length-sorted groups of rows, each weighted by its
+        share of the targets."""
+        if self.options.micro_batches == 1:
+            return self.group_loss(model, batch, loss, generator)
+        groups = length_groups(batch, self.options.micro_batches, model.num_items + 1)
+        total = self.batch_tokens(batch)
+        return sum(self.group_loss(model, group, loss, generator) * (self.batch_tokens(group) / total)
+                   for group in groups)
+
+    def group_loss(self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions,
+                   generator: torch.Generator) -> Tensor:
         where = batch.targets > 0
         seen = None
         if batch.seen is not None:

@@ -435,3 +435,82 @@ def test_a_trained_backbone_beats_popularity_on_planted_structure(study):
     assert len(trained.per_unit) == 500
     model_hr, popular_hr = trained.summary["hr@10"], popular.summary["hr@10"]
     assert model_hr >= 2 * popular_hr and model_hr >= popular_hr + 0.15, (model_hr, popular_hr)
+
+
+# ---------------------------------------------------------------------------------------
+# Micro-batches: length-sorted groups of one batch
+
+
+def test_length_groups_cut_sorted_rows_to_their_own_length(tmp_path):
+    from ablate_plugins.seqrec.batches import length_groups
+
+    data = synthetic(40, 30, 3, 25, 0.5, seed=2, timestamps=True)
+    batch = next(iter(task_for(tmp_path, max_len=50).train_batches(data, 40, torch.Generator().manual_seed(0))))
+    width = data.num_items + 1
+    row_of = {int(u): r for r, u in enumerate(batch.users)}
+    rated = {int(u): set() for u in batch.users}
+    for key in batch.seen.tolist():
+        rated[int(batch.users[key // width])].add(key % width)
+    groups = length_groups(batch, 3, width)
+    b = len(batch.users)
+    assert [len(g.users) for g in groups] == [b // 3 + (i < b % 3) for i in range(3)]
+    assert sorted(torch.cat([g.users for g in groups]).tolist()) == sorted(batch.users.tolist())
+    lengths = torch.cat([g.lengths for g in groups])
+    assert lengths.tolist() == sorted(lengths.tolist())  # shortest rows first
+    for group in groups:
+        n = int(group.lengths.max())
+        assert group.items.shape == (len(group.users), n)
+        rows = torch.tensor([row_of[int(u)] for u in group.users])
+        for name in ("items", "targets", "valid", "positions", "timestamps"):
+            assert getattr(group, name).equal(getattr(batch, name)[rows, :n]), name
+        assert not batch.valid[rows, n:].any()  # nothing real was cut off
+        regrouped = {int(u): set() for u in group.users}
+        for key in group.seen.tolist():
+            regrouped[int(group.users[key // width])].add(key % width)
+        assert regrouped == {u: rated[u] for u in regrouped}
+        assert group.seen.tolist() == sorted(group.seen.tolist())
+
+
+@pytest.mark.parametrize("jagged", [True, False])
+def test_micro_batches_give_the_whole_batch_mean_loss_and_gradients(study, jagged):
+    from ablate.jagged import Jagged
+    from ablate_plugins.seqrec.model import padded_layout
+
+    task, data, model = build(study)
+    model.layout = Jagged.from_valid if jagged else padded_layout
+    model.eval()  # no dropout: both routes see the same network
+    batch = next(iter(task.train_batches(data, 64, torch.Generator().manual_seed(0))))
+    options = LossOptions.model_validate({"kind": "softmax"})  # no sampling: equal draws not needed
+    original = task.options
+    results = []
+    try:
+        for groups in (1, 3):
+            task.options = original.model_copy(update={"micro_batches": groups})
+            model.zero_grad()
+            value = task.loss(model, batch, options, torch.Generator().manual_seed(0))
+            value.backward()
+            results.append((value.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    finally:
+        task.options = original
+    (whole, whole_grads), (grouped, grouped_grads) = results
+    assert len(set(batch.lengths.tolist())) > 3  # the groups really differ in length
+    assert grouped.item() == pytest.approx(whole.item(), rel=1e-5)
+    for name, grad in whole_grads.items():
+        torch.testing.assert_close(grouped_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_micro_batches_keep_negatives_among_each_users_unseen_items(study):
+    task, data, model = build(study)
+    batch = next(iter(task.train_batches(data, 64, torch.Generator().manual_seed(0))))
+    from ablate_plugins.seqrec import losses
+    from ablate_plugins.seqrec.batches import length_groups
+
+    width = data.num_items + 1
+    for group in length_groups(batch, 4, width):
+        where = group.targets > 0
+        seen = losses.SeenItems(group.seen, width, where.nonzero(as_tuple=True)[0])
+        drawn = sample_negatives(group.targets[where], data.num_items, 8, torch.Generator().manual_seed(0), seen)
+        users = group.users[where.nonzero(as_tuple=True)[0]]
+        for user, row in zip(users.tolist(), drawn.tolist()):
+            rated = set(data.sequences[int(np.flatnonzero(data.users == user)[0])][:-2].tolist())
+            assert not rated & set(row)
