@@ -7,7 +7,7 @@ Measures, with the studies' own code path (task batches → model → loss → A
 * SASRec (published config, BCE with 1 negative) on ML-1M in SASRec's format (6,040 users,
   48 steps of 128 per epoch — the same job as SASRec.pytorch's 21.6 s/epoch in ANCHORS.md),
   for every combination of layout (padded, jagged via fbgemm, jagged via pure torch) and batch
-  order (plain shuffle, length_pool 8);
+  order (plain shuffle; the same cut into 4 length-sorted micro-batches; length_pool 8);
 * SASRec / HSTU / FuXi-α in the HSTU code base's ML-1M setting (sampled softmax over 128
   negatives, cosine similarity) on the timestamped users 1–2999 (24 steps per epoch);
 * full-ranking evaluation of all 6,040 users × 3,416 items (forward + scores + ranks + metrics);
@@ -39,6 +39,7 @@ from ablate.jagged import last_of_rows
 from ablate.spec import load_study
 from ablate.train import PeakMemory, training_autocast
 from ablate_plugins.seqrec import losses
+from ablate_plugins.seqrec.batches import length_groups
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,6 +68,7 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
     generator = torch.Generator().manual_seed(0)
     autocast = training_autocast(precision, torch.device("cpu"))
     steps = tokens = padded = 0
+    micro = task.options.micro_batches
     model.train()
     with PeakMemory(torch.device("cpu")) as memory:
         start = time.perf_counter()
@@ -79,7 +81,7 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
                 optimizer.step()
                 steps += 1
                 tokens += task.batch_tokens(batch)
-                padded += batch.items.numel()
+                padded += sum(g.items.numel() for g in length_groups(batch, micro, data.num_items + 1))
                 if max_steps and steps >= max_steps:
                     break
             if max_steps and steps >= max_steps:
@@ -87,7 +89,8 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
         seconds = time.perf_counter() - start
     per_step = seconds / steps
     steps_per_epoch = len(list(task.train_batches(data, train.batch_size, torch.Generator().manual_seed(0))))
-    return {"model": model, "params": count_parameters(model), "steps": steps, "step_s": per_step,
+    return {"model": model, "params": count_parameters(model), "pool": task.options.length_pool, "micro": micro,
+            "steps": steps, "step_s": per_step,
             "epoch_s": per_step * steps_per_epoch, "tokens_per_s": tokens / seconds,
             "padding": padded / tokens, "peak_mb": memory.mb}
 
@@ -135,17 +138,20 @@ def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
                "jagged (torch)": {"jagged": True, "fbgemm": False}}
     sasrec = {"config": "SASRec, BCE 1 neg", "data": "ML-1M SASRec format"}
     model_for_eval = None
-    for pool in (1, 8):
+    # (length_pool, micro_batches): plain shuffled batches, the same cut into 4 length-sorted groups
+    # (same loss), and length-pooled batches (a different objective, see the README).
+    for pool, micro in ((1, 1), (1, 4), (8, 1)):
         for name, layout in layouts.items():
             have = jagged.HAVE_FBGEMM
             jagged.HAVE_FBGEMM = have and layout.get("fbgemm", True)
-            study = load(SASREC, jagged=layout["jagged"], length_pool=pool)
+            study = load(SASREC, jagged=layout["jagged"], length_pool=pool, micro_batches=micro)
             data = study.task.load()
             result = epoch(study, "base", data, epochs, max_steps)
             jagged.HAVE_FBGEMM = have
-            rows.append({**sasrec, "layout": name, "pool": pool, "precision": "fp32", "kernels": "ablate", **result})
-            print(rows[-1]["config"], name, pool, {k: v for k, v in result.items() if k != "model"}, flush=True)
-            if name == "padded" and pool == 8:
+            rows.append({**sasrec, "layout": name, "precision": "fp32", "kernels": "ablate", **result})
+            print(rows[-1]["config"], name, pool, micro, {k: v for k, v in result.items() if k != "model"},
+                  flush=True)
+            if name == "padded" and (pool, micro) == (1, 1):
                 model_for_eval, eval_study, eval_data = result["model"], study, data
     # The study's own layout with torch's CPU dropout (the ratio the lane masks buy), and in bf16
     # autocast (AMX on this CPU): `train.precision: bf16`.
@@ -153,7 +159,7 @@ def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
         study = load(SASREC)
         with cpu_kernels(fast):
             result = epoch(study, "base", study.task.load(), epochs, max_steps, precision)
-        rows.append({**sasrec, "layout": "padded", "pool": 8, "precision": precision,
+        rows.append({**sasrec, "layout": "padded", "precision": precision,
                      "kernels": "ablate" if fast else "torch", **result})
         print("SASRec", precision, rows[-1]["kernels"], {k: v for k, v in result.items() if k != "model"}, flush=True)
     for variant, label in (("base", "SASRec"), ("hstu", "HSTU"), ("fuxi-alpha", "FuXi-α")):
@@ -163,7 +169,7 @@ def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
             with cpu_kernels(fast):
                 result = epoch(study, variant, data, epochs, max_steps)
             rows.append({"config": f"{label}, sampled softmax 128", "data": "ML-1M users 1–2999",
-                         "layout": "jagged (fbgemm)", "pool": 8, "precision": "fp32",
+                         "layout": "jagged (fbgemm)", "precision": "fp32",
                          "kernels": "ablate" if fast else "torch", **result})
             print(label, rows[-1]["kernels"], {k: v for k, v in result.items() if k != "model"}, flush=True)
     evaluation = {**evaluation_time(eval_study, model_for_eval, eval_data),
@@ -184,12 +190,12 @@ def table(rows: list[dict], evaluation: dict, epochs: int, max_steps: int, loads
         f"and gathered negatives (the code before 2026-11-22's session 5). Load average (1 min) "
         f"{loads[0]:.1f} before, {loads[1]:.1f} after.{(' ' + note) if note else ''}",
         "",
-        "| config | data | layout | length_pool | precision | CPU kernels | step s | epoch s | tokens/s | padding "
-        "| peak MB | params |",
-        "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
+        "| config | data | layout | length_pool | micro_batches | precision | CPU kernels | step s | epoch s "
+        "| tokens/s | padding | peak MB | params |",
+        "|---|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        out.append(f"| {r['config']} | {r['data']} | {r['layout']} | {r['pool']} | {r['precision']} | "
+        out.append(f"| {r['config']} | {r['data']} | {r['layout']} | {r['pool']} | {r['micro']} | {r['precision']} | "
                    f"{r['kernels']} | {r['step_s']:.3f} | "
                    f"{r['epoch_s']:.1f} | {r['tokens_per_s']:,.0f} | {r['padding']:.2f} | {r['peak_mb']:.0f} | "
                    f"{r['params']:,} |")
