@@ -89,7 +89,8 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
         seconds = time.perf_counter() - start
     per_step = seconds / steps
     steps_per_epoch = len(list(task.train_batches(data, train.batch_size, torch.Generator().manual_seed(0))))
-    return {"model": model, "params": count_parameters(model), "pool": task.options.length_pool, "micro": micro,
+    return {"model": model, "params": count_parameters(model), "pool": task.options.length_pool,
+            "micro": micro,
             "steps": steps, "step_s": per_step,
             "epoch_s": per_step * steps_per_epoch, "tokens_per_s": tokens / seconds,
             "padding": padded / tokens, "peak_mb": memory.mb}

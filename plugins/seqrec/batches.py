@@ -115,7 +115,8 @@ def rows_of(batch: Batch, rows: Tensor, width: int) -> Batch:
         seen = (moved[kept] * width + seen[kept] % width).sort().values
     timestamps = batch.timestamps[rows, :n] if batch.timestamps is not None else None
     return Batch(items=batch.items[rows, :n], targets=batch.targets[rows, :n], valid=batch.valid[rows, :n],
-                 positions=batch.positions[rows, :n], timestamps=timestamps, users=batch.users[rows], seen=seen)
+                 positions=batch.positions[rows, :n], timestamps=timestamps, users=batch.users[rows],
+                 seen=seen)
 
 
 def length_groups(batch: Batch, groups: int, width: int) -> list[Batch]:

@@ -445,7 +445,8 @@ def test_length_groups_cut_sorted_rows_to_their_own_length(tmp_path):
     from ablate_plugins.seqrec.batches import length_groups
 
     data = synthetic(40, 30, 3, 25, 0.5, seed=2, timestamps=True)
-    batch = next(iter(task_for(tmp_path, max_len=50).train_batches(data, 40, torch.Generator().manual_seed(0))))
+    task = task_for(tmp_path, max_len=50)
+    batch = next(iter(task.train_batches(data, 40, torch.Generator().manual_seed(0))))
     width = data.num_items + 1
     row_of = {int(u): r for r, u in enumerate(batch.users)}
     rated = {int(u): set() for u in batch.users}
@@ -509,7 +510,8 @@ def test_micro_batches_keep_negatives_among_each_users_unseen_items(study):
     for group in length_groups(batch, 4, width):
         where = group.targets > 0
         seen = losses.SeenItems(group.seen, width, where.nonzero(as_tuple=True)[0])
-        drawn = sample_negatives(group.targets[where], data.num_items, 8, torch.Generator().manual_seed(0), seen)
+        generator = torch.Generator().manual_seed(0)
+        drawn = sample_negatives(group.targets[where], data.num_items, 8, generator, seen)
         users = group.users[where.nonzero(as_tuple=True)[0]]
         for user, row in zip(users.tolist(), drawn.tolist()):
             rated = set(data.sequences[int(np.flatnonzero(data.users == user)[0])][:-2].tolist())
