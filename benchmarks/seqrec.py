@@ -81,7 +81,8 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
                 optimizer.step()
                 steps += 1
                 tokens += task.batch_tokens(batch)
-                padded += sum(g.items.numel() for g in length_groups(batch, micro, data.num_items + 1))
+                groups = length_groups(batch, micro, data.num_items + 1) if micro > 1 else [batch]
+                padded += sum(g.items.numel() for g in groups)
                 if max_steps and steps >= max_steps:
                     break
             if max_steps and steps >= max_steps:
@@ -90,8 +91,7 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
     per_step = seconds / steps
     steps_per_epoch = len(list(task.train_batches(data, train.batch_size, torch.Generator().manual_seed(0))))
     return {"model": model, "params": count_parameters(model), "pool": task.options.length_pool,
-            "micro": micro,
-            "steps": steps, "step_s": per_step,
+            "micro": micro, "steps": steps, "step_s": per_step,
             "epoch_s": per_step * steps_per_epoch, "tokens_per_s": tokens / seconds,
             "padding": padded / tokens, "peak_mb": memory.mb}
 
