@@ -47,7 +47,7 @@ from .errors import AblateError, StudyError
 from .faults import fault_point
 from .spec import Categorical, FloatRange, IntRange, Study, Variant, grid_points
 from .track import Tracker, default_uri
-from .train import TrialFailed, TrialResult, resolve_device, train_trial
+from .train import Checkpoint, TrialFailed, TrialResult, checkpoint_interval, resolve_device, train_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -299,6 +299,7 @@ class Driver:
     # -- setup ------------------------------------------------------------------------
     def open(self) -> None:
         study, stores = self.study, self.stores
+        self.checkpoint_s = checkpoint_interval()  # a bad $ABLATE_CHECKPOINT_S stops us before any trial
         self.storage = stores.storage()  # first: an unreachable database stops us before anything is created
         artifacts = stores.output_dir / "artifacts" if stores.tracking_uri.startswith("sqlite") else None
         self.tracker = Tracker(stores.tracking_uri, study.name, artifact_root=artifacts)
@@ -536,7 +537,7 @@ class Driver:
         run_id = self._start_run("search", cfg, variant, seed, tags, params, slot=slot)
         trial.set_user_attr("mlflow_run_id", run_id)
         self.reporter.trial(label, seed, study.spec.train.epochs)
-        outcome = self._train(cfg, variant, seed, run_id, trial, prune=True)
+        outcome = self._train(cfg, variant, seed, run_id, trial, prune=True, slot=slot)
         if outcome is None:
             return
         if outcome == "pruned":
@@ -596,9 +597,18 @@ class Driver:
         name = f"{variant}/seed{seed}" if slot is None else f"{variant}/search{slot}"
         return self.tracker.start_trial(self.parent, name, tags, run_params, role=role)
 
-    def _train(self, cfg: _Config, variant: str, seed: int, run_id: str, trial: optuna.Trial, prune: bool):
+    def _checkpoint(self, cfg: _Config, variant: str, seed: int, slot: int | None) -> Checkpoint:
+        """Where this (variant, seed) — or search slot — keeps its mid-training state."""
+        name = f"{variant}-seed{seed}" if slot is None else f"{variant}-search{slot}"
+        signature = f"{fingerprint(cfg.study, variant)}/seed{seed}/batch{cfg.study.spec.train.batch_size}"
+        path = self.stores.output_dir / "checkpoints" / f"{name.replace(os.sep, '_')}.pt"
+        return Checkpoint(path, signature, every_s=self.checkpoint_s)
+
+    def _train(self, cfg: _Config, variant: str, seed: int, run_id: str, trial: optuna.Trial, prune: bool,
+               slot: int | None = None):
         """Train with one retry at half batch size on GPU out-of-memory. Returns the result,
-        "pruned", or None when the trial failed (already recorded)."""
+        "pruned", or None when the trial failed (already recorded). A trial a dead worker left
+        half-trained resumes from its checkpoint; only an interruption keeps the checkpoint."""
         metric = f"valid.{self.study.metrics[0]}"
 
         def on_epoch(epoch: int, logged: dict[str, float]) -> None:
@@ -612,17 +622,24 @@ class Driver:
             fault_point("train")
 
         study, batch = cfg.study, cfg.study.spec.train.batch_size
+        checkpoint = self._checkpoint(cfg, variant, seed, slot)
         for attempt in (1, 2):
             try:
-                return train_trial(study, cfg.variant, seed, self.data, self.device,
-                                   on_epoch=on_epoch, on_step=self.reporter.step)
+                result = train_trial(study, cfg.variant, seed, self.data, self.device,
+                                     on_epoch=on_epoch, on_step=self.reporter.step, checkpoint=checkpoint)
+                if result.resumed_from:
+                    self.tracker.set_tag(run_id, "ablate.resumed_from_epoch", str(result.resumed_from))
+                return result
             except optuna.TrialPruned:
+                checkpoint.remove()
                 return "pruned"
             except torch.OutOfMemoryError as exc:
                 _free_accelerator()
+                checkpoint.remove()
                 if attempt == 1 and batch > 1:
                     batch //= 2
                     study, _ = study.with_params(variant, {"train.batch_size": batch})
+                    checkpoint = self._checkpoint(_Config(study, cfg.variant), variant, seed, slot)
                     self.tracker.set_tag(run_id, "ablate.oom_retry", f"batch size {batch}")
                     trial.set_user_attr("oom_retry_batch_size", batch)
                     continue
@@ -630,8 +647,10 @@ class Driver:
                           if attempt == 2 else f"out of memory at batch size {batch}: {str(exc).splitlines()[0]}")
                 return self._fail(trial, run_id, variant, seed, reason)
             except TrialFailed as exc:
+                checkpoint.remove()  # a retry starts afresh (e.g. after the code was fixed)
                 return self._fail(trial, run_id, variant, seed, str(exc))
             except Exception as exc:  # noqa: BLE001 - a crashing variant fails alone; the study goes on
+                checkpoint.remove()
                 message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 return self._fail(trial, run_id, variant, seed, f"{type(exc).__name__}: {message}".rstrip(": "))
             except BaseException:

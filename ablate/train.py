@@ -16,6 +16,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -23,6 +24,7 @@ import pandas as pd
 import torch
 
 from .build import build_backbone, count_parameters
+from .errors import AblateError
 from .faults import fault_point
 from .spec import Study, Variant
 
@@ -42,6 +44,7 @@ class TrialResult:
     wall_s: float = 0.0
     epochs: int = 0
     best_epoch: int = 0
+    resumed_from: int = 0  # the epoch a checkpoint brought this trial to (0: trained from scratch)
 
     def costs(self) -> dict[str, float]:
         return {
@@ -110,6 +113,9 @@ class PeakMemory:
 
     @property
     def mb(self) -> float:
+        """The peak so far (inside the ``with``) or of the whole block (after it)."""
+        if self.device.type == "cuda":
+            return max(self.peak, torch.cuda.max_memory_allocated(self.device)) / 2**20
         return self.peak / 2**20
 
 
@@ -121,6 +127,75 @@ def _malloc_trim() -> None:
 
 
 EpochCallback = Callable[[int, dict[str, float]], None]
+
+
+@dataclass
+class Checkpoint:
+    """Where one trial keeps its mid-training state, so a worker that dies (a killed session,
+    a lost machine) costs at most ``every_s`` seconds of training, not the whole trial.
+
+    The state is written at the end of an epoch once ``every_s`` seconds have passed since the
+    last write (atomically: a temporary file renamed over the old one) and holds everything the
+    rest of the training depends on — model, optimiser, the batch generator's and the global
+    random states, early-stopping state, curves — so a resumed trial continues exactly as the
+    uninterrupted one would have. ``signature`` names what the trial trains (the study's
+    fingerprint, seed, batch size): a checkpoint with another signature is ignored."""
+
+    path: Path
+    signature: str
+    every_s: float = 120.0
+
+    def load(self) -> dict[str, Any] | None:
+        try:
+            state = torch.load(self.path, map_location="cpu", weights_only=False)
+        except FileNotFoundError:
+            return None
+        except Exception:  # noqa: BLE001 - a torn or foreign file: train from scratch
+            return None
+        return state if isinstance(state, dict) and state.get("signature") == self.signature else None
+
+    def save(self, state: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
+        torch.save({**state, "signature": self.signature}, partial)
+        os.replace(partial, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+CHECKPOINT_ENV = "ABLATE_CHECKPOINT_S"
+
+
+def checkpoint_interval() -> float:
+    """Seconds between checkpoints: ``$ABLATE_CHECKPOINT_S`` (0: after every epoch), else 120."""
+    text = os.environ.get(CHECKPOINT_ENV, "").strip()
+    if not text:
+        return 120.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise AblateError(f"{CHECKPOINT_ENV}={text!r}: expected a number of seconds ≥ 0")
+    return value
+
+
+def _random_states(generator: torch.Generator) -> dict[str, Any]:
+    states = {"python": random.getstate(), "numpy": np.random.get_state(),
+              "torch": torch.get_rng_state(), "generator": generator.get_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def _restore_random_states(states: dict[str, Any], generator: torch.Generator) -> None:
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    generator.set_state(states["generator"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 def trains_in_bf16(precision: str, device: torch.device) -> bool:
@@ -142,8 +217,13 @@ def train_trial(
     device: torch.device,
     on_epoch: EpochCallback | None = None,
     on_step: Callable[[], None] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> TrialResult:
-    """Train ``variant`` with ``seed`` and evaluate it; raises :class:`TrialFailed`."""
+    """Train ``variant`` with ``seed`` and evaluate it; raises :class:`TrialFailed`.
+
+    With ``checkpoint``, a trial a dead worker left half-trained continues from its last saved
+    epoch; ``on_epoch`` is called again for the epochs before it (so a new tracking run gets the
+    whole curve), and the checkpoint is removed once the trial has a result."""
     task, train = study.task, study.spec.train
     primary = study.metrics[0]
     sign = 1.0 if task.metric_higher_is_better(primary) else -1.0
@@ -164,9 +244,25 @@ def train_trial(
 
     result = TrialResult(summary={}, per_unit=pd.DataFrame(), params=count_parameters(model))
     best_score, best_state, stale = -math.inf, None, 0
-    train_time, tokens = 0.0, 0
+    train_time, tokens, earlier_wall, earlier_peak, first_epoch = 0.0, 0, 0.0, 0.0, 1
+    saved = checkpoint.load() if checkpoint else None
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        _restore_random_states(saved["random"], generator)
+        best_score, best_state, stale = saved["best_score"], saved["best_state"], saved["stale"]
+        train_time, tokens, result.curves = saved["train_time"], saved["tokens"], saved["curves"]
+        earlier_wall, earlier_peak = saved["wall_s"], saved["peak_memory_mb"]
+        result.best_epoch = saved["best_epoch"]
+        result.epochs = result.resumed_from = saved["epoch"]
+        first_epoch = saved["epoch"] + 1
+        for epoch in range(1, first_epoch):
+            task.on_epoch_end(model, epoch)  # replay the epoch schedule (e.g. frozen topologies)
+            if on_epoch:
+                on_epoch(epoch, {k: v for e, k, v in result.curves if e == epoch})
+    last_save = time.perf_counter()
     with PeakMemory(device) as memory:
-        for epoch in range(1, train.epochs + 1):
+        for epoch in range(first_epoch, train.epochs + 1):
             model.train()
             t0, losses = time.perf_counter(), []
             for batch in task.train_batches(data, train.batch_size, generator):
@@ -202,6 +298,14 @@ def train_trial(
                 on_epoch(epoch, logged)
             if train.patience and stale >= train.patience:
                 break
+            if checkpoint and epoch < train.epochs and time.perf_counter() - last_save >= checkpoint.every_s:
+                checkpoint.save({
+                    "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "random": _random_states(generator), "best_score": best_score, "best_state": best_state,
+                    "stale": stale, "best_epoch": result.best_epoch, "curves": result.curves,
+                    "train_time": train_time, "tokens": tokens, "peak_memory_mb": max(earlier_peak, memory.mb),
+                    "wall_s": earlier_wall + time.perf_counter() - start})
+                last_save = time.perf_counter()
 
         if best_state is not None:
             model.load_state_dict(best_state)
@@ -212,6 +316,8 @@ def train_trial(
                       **{f"test.{k}": v for k, v in test.summary.items()}}
     result.per_unit = test.per_unit
     result.tokens_per_s = tokens / train_time if train_time > 0 else 0.0
-    result.peak_memory_mb = memory.mb
-    result.wall_s = time.perf_counter() - start
+    result.peak_memory_mb = max(earlier_peak, memory.mb)
+    result.wall_s = earlier_wall + time.perf_counter() - start
+    if checkpoint:
+        checkpoint.remove()
     return result

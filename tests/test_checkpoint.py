@@ -1,0 +1,124 @@
+"""Mid-trial checkpoints: a trial interrupted after epoch k continues from its last checkpoint and
+ends exactly where the uninterrupted trial ends (same curves, metrics and weights)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from ablate.faults import KILL_ENV
+from ablate.spec import load_study
+from ablate.train import CHECKPOINT_ENV, Checkpoint, train_trial
+
+PATCH = {"train": {"epochs": 6, "eval_every": 2, "patience": 10}, "model": {"dropout": 0.3}}
+
+
+class Interrupt(BaseException):
+    """Stands for a worker dying after an epoch (not an Exception: nothing catches it)."""
+
+
+def _train(study, data, checkpoint=None, stop_at=None, seen=None):
+    def on_epoch(epoch, logged):
+        if seen is not None:
+            seen.append((epoch, dict(logged)))
+        if epoch == stop_at:
+            raise Interrupt
+
+    return train_trial(study, study.variants["mlp"], 3, data, torch.device("cpu"), on_epoch=on_epoch,
+                       checkpoint=checkpoint)
+
+
+def test_resumed_trial_equals_the_uninterrupted_one(write_study, tmp_path, monkeypatch):
+    study = load_study(write_study(PATCH))
+    data = study.task.load()
+    states = []  # the last: the best weights, restored before the final evaluation
+    real_load = torch.nn.Module.load_state_dict
+
+    def capture(self, state, *args, **kwargs):
+        states.append({k: v.clone() for k, v in state.items()})
+        return real_load(self, state, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "load_state_dict", capture)
+    whole = _train(study, data)
+    whole_best = states[-1]
+
+    checkpoint = Checkpoint(tmp_path / "ck" / "mlp-seed3.pt", signature="sig", every_s=0)
+    with pytest.raises(Interrupt):
+        _train(study, data, checkpoint, stop_at=5)  # epochs 1-4 saved, killed during epoch 5's callback
+    assert checkpoint.path.is_file()
+    assert torch.load(checkpoint.path, weights_only=False)["epoch"] == 4
+
+    seen: list = []
+    states.clear()
+    resumed = _train(study, data, checkpoint, seen=seen)
+    assert resumed.resumed_from == 4 and resumed.epochs == 6
+    assert not checkpoint.path.exists()  # removed once the trial has its result
+    # The callback hears the restored epochs again (a new tracking run gets the whole curve).
+    assert [e for e, _ in seen] == [1, 2, 3, 4, 5, 6]
+    assert seen[1][1] == {k: v for e, k, v in whole.curves if e == 2}
+    assert resumed.curves == whole.curves
+    assert resumed.summary == whole.summary and resumed.best_epoch == whole.best_epoch
+    assert resumed.per_unit.equals(whole.per_unit)
+    assert resumed.tokens_per_s > 0 and resumed.wall_s > 0
+    for key, value in whole_best.items():
+        assert torch.equal(states[-1][key], value), key
+
+
+def test_a_checkpoint_of_another_configuration_is_ignored(write_study, tmp_path):
+    study = load_study(write_study(PATCH))
+    data = study.task.load()
+    checkpoint = Checkpoint(tmp_path / "mlp-seed3.pt", signature="one", every_s=0)
+    with pytest.raises(Interrupt):
+        _train(study, data, checkpoint, stop_at=3)
+    other = Checkpoint(checkpoint.path, signature="two", every_s=0)
+    assert other.load() is None and _train(study, data, other).resumed_from == 0
+    checkpoint.path.write_bytes(b"torn write")
+    assert checkpoint.load() is None
+
+
+def test_killed_worker_resumes_mid_trial(write_study, tmp_path):
+    """A real `ablate run` SIGKILLed after epoch 3 of its first trial: the rerun trains that
+    trial from epoch 2's checkpoint, and the tracked result equals an uninterrupted study's."""
+    patch = {**PATCH, "seeds": [0], "report": {"calibration": 0, "bootstrap": 200}}
+    results = {}
+    for label, kill in (("whole", None), ("killed", "train@3")):
+        study = write_study({**patch, "name": "tiny", "output": str(tmp_path / label)}, name=f"{label}.yaml")
+        cmd = [sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet",
+               "--reports", str(tmp_path / f"reports-{label}")]
+        env = {**os.environ, CHECKPOINT_ENV: "0"}
+        if kill:
+            proc = subprocess.run(cmd, cwd=tmp_path, env={**env, KILL_ENV: kill}, capture_output=True,
+                                  text=True, timeout=300)
+            assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+            assert (tmp_path / label / "checkpoints" / "base-seed0.pt").is_file()
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert not list((tmp_path / label / "checkpoints").glob("*.pt"))
+        client = MlflowClient(f"sqlite:///{tmp_path / label / 'mlflow.db'}")
+        exp = client.get_experiment_by_name("tiny")
+        runs = client.search_runs([exp.experiment_id], "tags.`ablate.role` = 'trial' and attributes.status = "
+                                  "'FINISHED'")
+        results[label] = {r.data.tags["variant"]: r for r in runs}
+    killed, whole = results["killed"], results["whole"]
+    assert sorted(killed) == sorted(whole) == ["base", "mlp"]
+    assert killed["base"].data.tags.get("ablate.resumed_from_epoch") == "2"
+    assert "ablate.resumed_from_epoch" not in killed["mlp"].data.tags
+    for variant in whole:
+        for key in ("test.ndcg_at_10", "test.hr_at_10", "valid.ndcg_at_10", "best_epoch"):
+            assert killed[variant].data.metrics[key] == whole[variant].data.metrics[key], (variant, key)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'killed' / 'mlflow.db'}")
+    curve = client.get_metric_history(killed["base"].info.run_id, "train.loss")
+    assert sorted(m.step for m in curve) == [1, 2, 3, 4, 5, 6]  # the whole curve in the new run
+
+
+def test_bad_checkpoint_interval_is_one_line(cli, write_study, monkeypatch):
+    monkeypatch.setenv(CHECKPOINT_ENV, "soon")
+    code, _, err = cli("run", write_study(), "--quiet")
+    assert code == 2 and "ABLATE_CHECKPOINT_S='soon'" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
