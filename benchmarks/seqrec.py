@@ -156,17 +156,18 @@ def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
                 model_for_eval, eval_study, eval_data = result["model"], study, data
     # The study's own layout with torch's CPU dropout (the ratio the lane masks buy), and in bf16
     # autocast (AMX on this CPU): `train.precision: bf16`.
-    for precision, fast in (("fp32", False), ("bf16", True)):
-        study = load(SASREC)
+    for precision, fast, micro in (("fp32", False, 1), ("bf16", True, 1), ("bf16", True, 4)):
+        study = load(SASREC, micro_batches=micro)
         with cpu_kernels(fast):
             result = epoch(study, "base", study.task.load(), epochs, max_steps, precision)
         rows.append({**sasrec, "layout": "padded", "precision": precision,
                      "kernels": "ablate" if fast else "torch", **result})
         print("SASRec", precision, rows[-1]["kernels"], {k: v for k, v in result.items() if k != "model"}, flush=True)
     for variant, label in (("base", "SASRec"), ("hstu", "HSTU"), ("fuxi-alpha", "FuXi-α")):
-        study = load(HSTU_FUXI)
-        data = study.task.load()
-        for fast in (True, False):
+        # The study's configuration (micro_batches 4) with both kernel sets, and plain batches.
+        for fast, micro in ((True, None), (False, None), (True, 1)):
+            study = load(HSTU_FUXI) if micro is None else load(HSTU_FUXI, micro_batches=micro)
+            data = study.task.load()
             with cpu_kernels(fast):
                 result = epoch(study, variant, data, epochs, max_steps)
             rows.append({"config": f"{label}, sampled softmax 128", "data": "ML-1M users 1–2999",
