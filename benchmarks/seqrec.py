@@ -13,7 +13,8 @@ Measures, with the studies' own code path (task batches → model → loss → A
 * full-ranking evaluation of all 6,040 users × 3,416 items (forward + scores + ranks + metrics);
 * the package's CPU kernels against torch's (column "CPU kernels"): dropout masks from 16-bit
   lanes of 64-bit draws vs ``torch.bernoulli``, per-position negatives' logits from one matmul vs
-  gathered vectors — same model, same step, side by side in one run.
+  gathered vectors, linear layers' bias added after the product vs ``addmm`` — same model, same
+  step, side by side in one run.
 
 Epoch time is training only (no evaluation); tokens/s counts real target tokens. Peak memory
 is resident-set growth during the epoch. Results are printed and written to
@@ -32,12 +33,14 @@ from datetime import date
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from ablate import components, jagged
 from ablate.build import build_backbone, count_parameters
 from ablate.jagged import last_of_rows
 from ablate.spec import load_study
 from ablate.train import PeakMemory, training_autocast
+from ablate_plugins import attention
 from ablate_plugins.seqrec import losses
 from ablate_plugins.seqrec.batches import length_groups
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
@@ -98,23 +101,26 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
 
 def evaluation_time(study, model, data, reps: int = 3) -> dict[str, float]:
     """Median seconds of one full-ranking test evaluation over every user: as the task runs it
-    (the final block computes each user's last token only) and with the whole final block
-    computed and the last token picked afterwards; interleaved, so load affects both alike."""
+    (the final block computes each user's last token only), with the whole final block computed
+    and the last token picked afterwards, and the task's path with torch's ``F.linear``;
+    interleaved, so load affects all alike."""
     plain_forward = model.forward
 
     def whole_final_block(batch, last_only=False):
         hidden = plain_forward(batch)
         return last_of_rows(hidden, batch.lengths) if last_only else hidden
 
-    forwards = {"last_only": plain_forward, "whole_block": whole_final_block}
+    forwards = {"last_only": (plain_forward, True), "whole_block": (whole_final_block, True),
+                "last_only_torch_kernels": (plain_forward, False)}
     times = {name: [] for name in forwards}
     try:
         for _ in range(reps):
-            for name, forward in forwards.items():
+            for name, (forward, fast) in forwards.items():
                 model.forward = forward
-                start = time.perf_counter()
-                study.task.evaluate(model, data, "test", ["full.ndcg@10", "full.hr@10"], torch.device("cpu"), 512)
-                times[name].append(time.perf_counter() - start)
+                with cpu_kernels(fast):
+                    start = time.perf_counter()
+                    study.task.evaluate(model, data, "test", ["full.ndcg@10", "full.hr@10"], torch.device("cpu"), 512)
+                    times[name].append(time.perf_counter() - start)
     finally:
         model.forward = plain_forward
     return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
@@ -123,14 +129,17 @@ def evaluation_time(study, model, data, reps: int = 3) -> dict[str, float]:
 @contextmanager
 def cpu_kernels(fast: bool):
     """``fast``: the package's CPU paths (dropout masks from 16-bit lanes, per-position negatives'
-    logits from one matmul on small catalogues); else torch's dropout and gathered negatives."""
-    saved = components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT
+    logits from one matmul on small catalogues, bias added after the product in linear layers);
+    else torch's dropout, gathered negatives and ``F.linear`` (addmm)."""
+    saved = components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT, components.linear, attention.linear
     components.FAST_CPU_DROPOUT = fast
     losses.DENSE_LOGITS_LIMIT = saved[1] if fast else 0
+    if not fast:
+        components.linear = attention.linear = F.linear
     try:
         yield
     finally:
-        components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT = saved
+        components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT, components.linear, attention.linear = saved
 
 
 def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
@@ -204,7 +213,8 @@ def table(rows: list[dict], evaluation: dict, epochs: int, max_steps: int, loads
     out += ["", f"Full-ranking evaluation of all {evaluation['users']:,} users × {evaluation['items']:,} items "
                 f"(forward, scores, history exclusion, ranks, HR@10 / NDCG@10; median of 3, interleaved): "
                 f"**{evaluation['last_only']:.2f} s** with the final block computing each user's last token "
-                f"only (the task's path), {evaluation['whole_block']:.2f} s computing the whole final block "
+                f"only (the task's path), {evaluation['whole_block']:.2f} s computing the whole final block, "
+                f"{evaluation['last_only_torch_kernels']:.2f} s on the task's path with torch's `F.linear` "
                 f"(target ≤ 1 s).", ""]
     return "\n".join(out)
 

@@ -15,7 +15,17 @@ from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from ablate import components
-from ablate.components import Attention, BuildContext, Dropout, Options, TokenContext, default, dropout
+from ablate.components import (
+    Attention,
+    BuildContext,
+    Dropout,
+    Linear,
+    Options,
+    TokenContext,
+    default,
+    dropout,
+    linear,
+)
 from ablate.jagged import last_of_rows
 
 
@@ -86,18 +96,18 @@ class SoftmaxAttention(Attention):
         check_heads("softmax", d, h)
         self.heads = h
         self.dropout_p = ctx.dropout if options.dropout is None else options.dropout
-        self.qkv = nn.Linear(d, 3 * d, bias=options.bias)
-        self.out = nn.Linear(d, d, bias=options.bias)
+        self.qkv = Linear(d, 3 * d, bias=options.bias)
+        self.out = Linear(d, d, bias=options.bias)
 
     takes_source = True
 
     def project_query(self, x: Tensor) -> Tensor:
         d, b = x.shape[-1], self.qkv.bias
-        return F.linear(x, self.qkv.weight[:d], None if b is None else b[:d])
+        return linear(x, self.qkv.weight[:d], None if b is None else b[:d])
 
     def project_key_value(self, source: Tensor) -> tuple[Tensor, Tensor]:
         d, b = source.shape[-1], self.qkv.bias
-        return F.linear(source, self.qkv.weight[d:], None if b is None else b[d:]).chunk(2, dim=-1)
+        return linear(source, self.qkv.weight[d:], None if b is None else b[d:]).chunk(2, dim=-1)
 
     def forward(self, x: Tensor, tokens: TokenContext, source: Tensor | None = None) -> Tensor:
         """Queries, keys and values from ``x``; with ``source``, keys and values from it."""
@@ -112,21 +122,36 @@ class SoftmaxAttention(Attention):
         return self.out(merge_heads(scaled_dot_product_attention(q, k, v, attn_mask, is_causal, p)))
 
     def last_query(self, x: Tensor, tokens: TokenContext, source: Tensor | None = None) -> Tensor:
-        """One query per row (its last real token) against the row's real keys: ``n·d`` work
-        per row instead of ``n²·d``, and no query projection for the other tokens."""
-        if tokens.rotations:  # rotary channels rotate by position: keep the general path
+        """One query per row (its last real token) against the row's real keys, with the key and
+        value projections folded into that query instead of applied to every token::
+
+            q_k = W_k,hᵀ q_h                  [b, h, d]   so  q_h · k_j = q_k · s_j + q_h · b_k,h
+            p   = softmax(q_k sᵀ / √e + mask)  [b, h, n]   (q_h · b_k,h is the same for every j)
+            o_h = (p s) W_v,hᵀ + b_v,h         [b, h, e]   (p sums to 1)
+
+        ``s`` is the key / value source (``x`` unless given). Per row that is ``2·n·h·d`` work
+        on all tokens instead of the ``n·2d·d`` of projecting every key and value."""
+        if tokens.rotations:  # rotary channels rotate keys by position: keep the general path
             return last_of_rows(self.forward(x, tokens, source=source), tokens.lengths)
+        source = x if source is None else source
         lengths = tokens.lengths
-        rows = torch.arange(len(lengths), device=x.device)
-        q = self.project_query(x[rows, lengths - 1])[:, None]  # [b, 1, d]
-        k, v = (split_heads(t, self.heads) for t in self.project_key_value(x if source is None else source))
-        mask = torch.zeros(tokens.valid.shape, dtype=x.dtype, device=x.device).masked_fill(~tokens.valid, float("-inf"))
-        mask = mask[:, None, None, :]  # [b, 1, 1, n]: the last query sees every real key
+        b, _, d = source.shape
+        h = self.heads
+        e = d // h
+        rows = torch.arange(b, device=x.device)
+        q = self.project_query(x[rows, lengths - 1]).view(b, h, e)
+        w_k, w_v = self.qkv.weight[d:2 * d].view(h, e, d), self.qkv.weight[2 * d:].view(h, e, d)
+        q_k = torch.einsum("bhe,hed->bhd", q, w_k) * e ** -0.5
+        logits = torch.bmm(q_k, source.transpose(1, 2))  # [b, h, n]
+        logits = logits.masked_fill(~tokens.valid[:, None, :], float("-inf"))
         if tokens.logit_bias is not None:
-            bias = tokens.logit_bias.to(x.dtype)
-            mask = mask + bias.expand(len(rows), -1, -1, -1)[rows, :, lengths - 1][:, :, None]
-        o = F.scaled_dot_product_attention(split_heads(q, self.heads), k, v, attn_mask=mask)
-        return self.out(merge_heads(o))[:, 0]
+            bias = tokens.logit_bias.to(logits.dtype)
+            logits = logits + bias.expand(b, -1, -1, -1)[rows, :, lengths - 1]
+        context = torch.bmm(logits.softmax(-1), source)  # [b, h, d]
+        o = torch.einsum("bhd,hed->bhe", context, w_v)
+        if self.qkv.bias is not None:
+            o = o + self.qkv.bias[2 * d:].view(h, e)
+        return self.out(o.reshape(b, h * e))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -192,10 +217,10 @@ class PointwiseAttention(Attention):
         self.heads = h
         self.e_qk = head_width("pointwise", d, h, options.qk_dim)
         self.e_v = head_width("pointwise", d, h, options.v_dim)
-        self.uvqk = nn.Linear(d, 2 * h * self.e_v + 2 * h * self.e_qk, bias=False)
+        self.uvqk = Linear(d, 2 * h * self.e_v + 2 * h * self.e_qk, bias=False)
         self.norm = nn.LayerNorm(h * self.e_v, eps=1e-6, elementwise_affine=False)
         self.dropout = Dropout(default(options.dropout, ctx.dropout))
-        self.out = nn.Linear(h * self.e_v, d)
+        self.out = Linear(h * self.e_v, d)
 
     def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:
         hv, hq = self.heads * self.e_v, self.heads * self.e_qk
@@ -272,7 +297,7 @@ class SemanticChannel(nn.Module):
     def __init__(self, d: int, h: int, e_qk: int):
         super().__init__()
         self.heads = h
-        self.qk = nn.Linear(d, 2 * h * e_qk, bias=False)
+        self.qk = Linear(d, 2 * h * e_qk, bias=False)
 
     def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:
         q, k = (split_heads(t, self.heads) for t in F.silu(self.qk(x)).chunk(2, dim=-1))
@@ -349,10 +374,10 @@ class AMSAttention(Attention):
         enabled = [name for name in makers if getattr(options, name)]
         self.channels = nn.ModuleDict({name: makers[name]() for name in enabled})
         self.width = len(self.channels) * h * self.e_v  # C·h·e_v
-        self.uv = nn.Linear(d, self.width + h * self.e_v, bias=False)
+        self.uv = Linear(d, self.width + h * self.e_v, bias=False)
         self.norm = nn.RMSNorm(self.width, eps=1e-6, elementwise_affine=False)
         self.dropout = Dropout(default(options.dropout, ctx.dropout))
-        self.out = nn.Linear(self.width, d)
+        self.out = Linear(self.width, d)
 
     @classmethod
     def requirements(cls, options: AMSOptions) -> frozenset[str]:
@@ -426,11 +451,11 @@ class TimeIntervalAttention(Attention):
         d, h = ctx.dim, options.heads
         check_heads("time_interval", d, h)
         self.heads, self.max_interval = h, options.max_interval
-        self.qkv = nn.Linear(d, 3 * d, bias=options.bias)
+        self.qkv = Linear(d, 3 * d, bias=options.bias)
         self.interval_k = nn.Parameter(nn.init.xavier_normal_(torch.empty(options.max_interval + 1, d)))
         self.interval_v = nn.Parameter(nn.init.xavier_normal_(torch.empty(options.max_interval + 1, d)))
         self.dropout = Dropout(default(options.dropout, ctx.dropout))
-        self.out = nn.Linear(d, d, bias=options.bias)
+        self.out = Linear(d, d, bias=options.bias)
 
     def intervals(self, tokens: TokenContext) -> Tensor:
         """``[b, n, n]`` long: r_ij for query i, key j."""

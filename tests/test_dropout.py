@@ -46,6 +46,15 @@ def test_kept_entries_are_scaled_and_the_gradient_uses_the_same_mask():
     torch.testing.assert_close(x.grad, torch.where(kept, weights / 0.7, 0.0))
 
 
+def test_dropout_zeroes_exactly_where_keep_mask_from_the_same_draws_is_false():
+    torch.manual_seed(5)
+    kept = keep_mask((123, 45), 0.75, torch.device("cpu"))
+    torch.manual_seed(5)
+    y = dropout(torch.ones(123, 45), 0.25)
+    assert torch.equal(y != 0, kept)
+    assert torch.equal(y[kept], torch.full((int(kept.sum()),), 1 / 0.75))
+
+
 def test_eval_mode_and_p_zero_are_the_identity_and_draw_nothing():
     x = torch.randn(10, 10)
     module = Dropout(0.4).eval()

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ablate.components import Linear
+
 from .batches import Batch
 
 EPS = 1e-5
@@ -20,9 +22,9 @@ EPS = 1e-5
 class ForecastModel(nn.Module):
     def __init__(self, backbone: nn.Module, lookback: int, horizon: int, dim: int, instance_norm: bool):
         super().__init__()
-        self.embed = nn.Linear(lookback, dim)
+        self.embed = Linear(lookback, dim)
         self.backbone = backbone
-        self.head = nn.Linear(dim, horizon)
+        self.head = Linear(dim, horizon)
         self.instance_norm = instance_norm
 
     def forward(self, batch: Batch) -> Tensor:

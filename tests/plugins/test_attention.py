@@ -99,6 +99,25 @@ def test_keys_and_values_from_a_source(build, make_tokens, causal, heads):
         torch.testing.assert_close(attn.last_query(x, tokens, source=source), expected[rows, last])
 
 
+@pytest.mark.parametrize("heads", [1, 2, 4])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("with_source", [False, True])
+@pytest.mark.parametrize("bias_shape", [None, (2, 1, N, N), (1, 4, N, N)])
+def test_last_query_folds_key_and_value_projections(build, make_tokens, heads, bias, with_source, bias_shape):
+    """The ranking fast path (key / value projections folded into the one query, no per-token
+    projection) equals the reference at each row's last real token."""
+    attn = build(SoftmaxAttention, D, heads=heads, bias=bias)
+    tokens = make_tokens([5, 2], N, causal=True)
+    if bias_shape is not None:
+        tokens.logit_bias = torch.randn((bias_shape[0], heads, N, N), dtype=torch.float64)
+    x, source = torch.randn(2, 2, N, D, dtype=torch.float64)
+    source = source if with_source else None
+    rows, last = torch.arange(2), tokens.lengths - 1
+    got = attn.last_query(x, tokens, source=source)
+    assert got.shape == (2, D)
+    torch.testing.assert_close(got, reference(attn, x, tokens, source)[rows, last])
+
+
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("bias_shape", [(2, 1, N, N), (1, 2, N, N)])
 def test_logit_bias_is_added_to_logits(build, make_tokens, causal, bias_shape):
