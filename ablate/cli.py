@@ -236,8 +236,11 @@ def report(
 @app.command()
 def status(study_file: StudyArg, output: OutputOpt = None, storage: StorageOpt = None) -> None:
     """Trials done / running / failed / left per variant (and search progress), with an ETA."""
+    import time
+
     from .drive import Stores, eta_seconds, progress
     from .spec import load_study
+    from .train import checkpoint_summaries
 
     study = load_study(study_file, check_files=False)
     stores = Stores.for_study(study, output, storage=storage)
@@ -265,6 +268,10 @@ def status(study_file: StudyArg, output: OutputOpt = None, storage: StorageOpt =
     for name, r in rows.items():
         for seed, reason in r.failures:
             out.print(f"failed: {name} seed {seed}: {reason}", markup=False, highlight=False, soft_wrap=True)
+    for name, saved in checkpoint_summaries(stores.output_dir / "checkpoints").items():
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(saved["saved"]))
+        out.print(f"checkpoint: {name} at epoch {saved['epoch']}/{saved['epochs']} (saved {when})",
+                  markup=False, highlight=False)
 
 
 def _duration(seconds: float) -> str:

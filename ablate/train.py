@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import gc
+import json
 import math
 import os
 import random
@@ -154,14 +155,34 @@ class Checkpoint:
             return None
         return state if isinstance(state, dict) and state.get("signature") == self.signature else None
 
+    @property
+    def summary_path(self) -> Path:
+        """A few bytes beside the state for ``ablate status``: epoch reached, epochs planned."""
+        return self.path.with_suffix(".json")
+
     def save(self, state: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
         torch.save({**state, "signature": self.signature}, partial)
         os.replace(partial, self.path)
+        summary = {"epoch": state["epoch"], "epochs": state["epochs"], "saved": time.time()}
+        partial.write_text(json.dumps(summary))
+        os.replace(partial, self.summary_path)
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
+        self.summary_path.unlink(missing_ok=True)
+
+
+def checkpoint_summaries(folder: Path) -> dict[str, dict[str, float]]:
+    """``{file stem: {"epoch", "epochs", "saved"}}`` of the checkpoints in ``folder``."""
+    found = {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            found[path.stem] = json.loads(path.read_text())
+        except (OSError, ValueError):  # being replaced, or torn: skip it this time
+            continue
+    return found
 
 
 CHECKPOINT_ENV = "ABLATE_CHECKPOINT_S"
@@ -300,7 +321,7 @@ def train_trial(
                 break
             if checkpoint and epoch < train.epochs and time.perf_counter() - last_save >= checkpoint.every_s:
                 checkpoint.save({
-                    "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "epoch": epoch, "epochs": train.epochs, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "random": _random_states(generator), "best_score": best_score, "best_state": best_state,
                     "stale": stale, "best_epoch": result.best_epoch, "curves": result.curves,
                     "train_time": train_time, "tokens": tokens, "peak_memory_mb": max(earlier_peak, memory.mb),

@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 
 from ablate.faults import KILL_ENV
 from ablate.spec import load_study
-from ablate.train import CHECKPOINT_ENV, Checkpoint, train_trial
+from ablate.train import CHECKPOINT_ENV, Checkpoint, checkpoint_summaries, train_trial
 
 PATCH = {"train": {"epochs": 6, "eval_every": 2, "patience": 10}, "model": {"dropout": 0.3}}
 
@@ -53,6 +53,8 @@ def test_resumed_trial_equals_the_uninterrupted_one(write_study, tmp_path, monke
         _train(study, data, checkpoint, stop_at=5)  # epochs 1-4 saved, killed during epoch 5's callback
     assert checkpoint.path.is_file()
     assert torch.load(checkpoint.path, weights_only=False)["epoch"] == 4
+    summary = checkpoint_summaries(checkpoint.path.parent)["mlp-seed3"]
+    assert (summary["epoch"], summary["epochs"]) == (4, 6)
 
     seen: list = []
     states.clear()
@@ -82,7 +84,7 @@ def test_a_checkpoint_of_another_configuration_is_ignored(write_study, tmp_path)
     assert checkpoint.load() is None
 
 
-def test_killed_worker_resumes_mid_trial(write_study, tmp_path):
+def test_killed_worker_resumes_mid_trial(write_study, tmp_path, cli):
     """A real `ablate run` SIGKILLed after epoch 3 of its first trial: the rerun trains that
     trial from epoch 2's checkpoint, and the tracked result equals an uninterrupted study's."""
     patch = {**PATCH, "seeds": [0], "report": {"calibration": 0, "bootstrap": 200}}
@@ -97,9 +99,11 @@ def test_killed_worker_resumes_mid_trial(write_study, tmp_path):
                                   text=True, timeout=300)
             assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
             assert (tmp_path / label / "checkpoints" / "base-seed0.pt").is_file()
+            code, status, _ = cli("status", study)
+            assert code == 0 and "checkpoint: base-seed0 at epoch 2/6" in status, status
         proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        assert not list((tmp_path / label / "checkpoints").glob("*.pt"))
+        assert not list((tmp_path / label / "checkpoints").iterdir())  # removed once the trial finished
         client = MlflowClient(f"sqlite:///{tmp_path / label / 'mlflow.db'}")
         exp = client.get_experiment_by_name("tiny")
         runs = client.search_runs([exp.experiment_id], "tags.`ablate.role` = 'trial' and attributes.status = "
