@@ -90,23 +90,6 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """:func:`torch.nn.functional.linear`. On CPU the bias is added to the product in place:
-    torch's CPU ``addmm`` first copies the broadcast bias into the output, which for this
-    field's narrow layers (``d`` ≈ 50) made a biased projection 1.1–1.8× the unbiased one
-    (benchmarks/RESULTS.md; a tenth of a full-ranking evaluation)."""
-    if bias is None or x.device.type != "cpu":
-        return F.linear(x, weight, bias)
-    return torch.matmul(x, weight.t()).add_(bias)
-
-
-class Linear(nn.Linear):
-    """``nn.Linear`` computed by :func:`linear` (same parameters, initialisation and state dict)."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.weight, self.bias)
-
-
 class Options(BaseModel):
     """Base for every kind's options: unknown keys are errors, values are validated."""
 

@@ -92,7 +92,7 @@ class TrainSpec(_Strict):
     epochs: int = Field(20, gt=0)
     batch_size: int = Field(128, gt=0)
     # Rows per evaluation forward. 128 keeps a d ≈ 50 model's activations in a CPU core's cache:
-    # ML-1M full ranking 1.2× faster than 512 (benchmarks/RESULTS.md); GPUs may want more.
+    # ML-1M full ranking 1.1–1.2× faster than 512 (benchmarks/RESULTS.md); GPUs may want more.
     eval_batch_size: int = Field(128, gt=0)
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)

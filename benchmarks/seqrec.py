@@ -13,8 +13,7 @@ Measures, with the studies' own code path (task batches → model → loss → A
 * full-ranking evaluation of all 6,040 users × 3,416 items (forward + scores + ranks + metrics);
 * the package's CPU kernels against torch's (column "CPU kernels"): dropout masks from 16-bit
   lanes of 64-bit draws vs ``torch.bernoulli``, per-position negatives' logits from one matmul vs
-  gathered vectors, linear layers' bias added after the product vs ``addmm`` — same model, same
-  step, side by side in one run.
+  gathered vectors — same model, same step, side by side in one run.
 
 Epoch time is training only (no evaluation); tokens/s counts real target tokens. Peak memory
 is resident-set growth during the epoch. Results are printed and written to
@@ -33,14 +32,12 @@ from datetime import date
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from ablate import components, jagged
 from ablate.build import build_backbone, count_parameters
 from ablate.jagged import last_of_rows
 from ablate.spec import load_study
 from ablate.train import PeakMemory, training_autocast
-from ablate_plugins import attention
 from ablate_plugins.seqrec import losses
 from ablate_plugins.seqrec.batches import length_groups
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
@@ -102,9 +99,9 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
 def evaluation_time(study, model, data, reps: int = 3) -> dict[str, float]:
     """Median seconds of one full-ranking test evaluation over every user, in batches of the
     study's ``eval_batch_size``: as the task runs it (the final block computes each user's last
-    token only), with the whole final block computed and the last token picked afterwards, the
-    task's path with torch's ``F.linear``, and the task's path in batches of 512 (the default
-    before 2026-11-22's session 7); interleaved, so load affects all alike."""
+    token only), with the whole final block computed and the last token picked afterwards, and
+    the task's path in batches of 512 (the default before 2026-11-22's session 7); interleaved,
+    so load affects all alike."""
     plain_forward = model.forward
 
     def whole_final_block(batch, last_only=False):
@@ -112,18 +109,17 @@ def evaluation_time(study, model, data, reps: int = 3) -> dict[str, float]:
         return last_of_rows(hidden, batch.lengths) if last_only else hidden
 
     rows = study.spec.train.eval_batch_size
-    forwards = {"last_only": (plain_forward, True, rows), "whole_block": (whole_final_block, True, rows),
-                "last_only_torch_kernels": (plain_forward, False, rows), "last_only_512": (plain_forward, True, 512)}
+    forwards = {"last_only": (plain_forward, rows), "whole_block": (whole_final_block, rows),
+                "last_only_512": (plain_forward, 512)}
     times = {name: [] for name in forwards}
     try:
         for _ in range(reps):
-            for name, (forward, fast, batch_size) in forwards.items():
+            for name, (forward, batch_size) in forwards.items():
                 model.forward = forward
-                with cpu_kernels(fast):
-                    start = time.perf_counter()
-                    study.task.evaluate(model, data, "test", ["full.ndcg@10", "full.hr@10"], torch.device("cpu"),
-                                        batch_size)
-                    times[name].append(time.perf_counter() - start)
+                start = time.perf_counter()
+                study.task.evaluate(model, data, "test", ["full.ndcg@10", "full.hr@10"], torch.device("cpu"),
+                                    batch_size)
+                times[name].append(time.perf_counter() - start)
     finally:
         model.forward = plain_forward
     return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
@@ -132,17 +128,14 @@ def evaluation_time(study, model, data, reps: int = 3) -> dict[str, float]:
 @contextmanager
 def cpu_kernels(fast: bool):
     """``fast``: the package's CPU paths (dropout masks from 16-bit lanes, per-position negatives'
-    logits from one matmul on small catalogues, bias added after the product in linear layers);
-    else torch's dropout, gathered negatives and ``F.linear`` (addmm)."""
-    saved = components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT, components.linear, attention.linear
+    logits from one matmul on small catalogues); else torch's dropout and gathered negatives."""
+    saved = components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT
     components.FAST_CPU_DROPOUT = fast
     losses.DENSE_LOGITS_LIMIT = saved[1] if fast else 0
-    if not fast:
-        components.linear = attention.linear = F.linear
     try:
         yield
     finally:
-        components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT, components.linear, attention.linear = saved
+        components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT = saved
 
 
 def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
@@ -218,7 +211,6 @@ def table(rows: list[dict], evaluation: dict, epochs: int, max_steps: int, loads
                 f"{evaluation['batch_size']} users; median of 3, interleaved): "
                 f"**{evaluation['last_only']:.2f} s** with the final block computing each user's last token "
                 f"only (the task's path), {evaluation['whole_block']:.2f} s computing the whole final block, "
-                f"{evaluation['last_only_torch_kernels']:.2f} s on the task's path with torch's `F.linear`, "
                 f"{evaluation['last_only_512']:.2f} s on the task's path in batches of 512 (target ≤ 1 s).", ""]
     return "\n".join(out)
 

@@ -15,17 +15,7 @@ from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from ablate import components
-from ablate.components import (
-    Attention,
-    BuildContext,
-    Dropout,
-    Linear,
-    Options,
-    TokenContext,
-    default,
-    dropout,
-    linear,
-)
+from ablate.components import Attention, BuildContext, Dropout, Options, TokenContext, default, dropout
 from ablate.jagged import last_of_rows
 
 
@@ -96,18 +86,18 @@ class SoftmaxAttention(Attention):
         check_heads("softmax", d, h)
         self.heads = h
         self.dropout_p = ctx.dropout if options.dropout is None else options.dropout
-        self.qkv = Linear(d, 3 * d, bias=options.bias)
-        self.out = Linear(d, d, bias=options.bias)
+        self.qkv = nn.Linear(d, 3 * d, bias=options.bias)
+        self.out = nn.Linear(d, d, bias=options.bias)
 
     takes_source = True
 
     def project_query(self, x: Tensor) -> Tensor:
         d, b = x.shape[-1], self.qkv.bias
-        return linear(x, self.qkv.weight[:d], None if b is None else b[:d])
+        return F.linear(x, self.qkv.weight[:d], None if b is None else b[:d])
 
     def project_key_value(self, source: Tensor) -> tuple[Tensor, Tensor]:
         d, b = source.shape[-1], self.qkv.bias
-        return linear(source, self.qkv.weight[d:], None if b is None else b[d:]).chunk(2, dim=-1)
+        return F.linear(source, self.qkv.weight[d:], None if b is None else b[d:]).chunk(2, dim=-1)
 
     def forward(self, x: Tensor, tokens: TokenContext, source: Tensor | None = None) -> Tensor:
         """Queries, keys and values from ``x``; with ``source``, keys and values from it."""
@@ -217,10 +207,10 @@ class PointwiseAttention(Attention):
         self.heads = h
         self.e_qk = head_width("pointwise", d, h, options.qk_dim)
         self.e_v = head_width("pointwise", d, h, options.v_dim)
-        self.uvqk = Linear(d, 2 * h * self.e_v + 2 * h * self.e_qk, bias=False)
+        self.uvqk = nn.Linear(d, 2 * h * self.e_v + 2 * h * self.e_qk, bias=False)
         self.norm = nn.LayerNorm(h * self.e_v, eps=1e-6, elementwise_affine=False)
         self.dropout = Dropout(default(options.dropout, ctx.dropout))
-        self.out = Linear(h * self.e_v, d)
+        self.out = nn.Linear(h * self.e_v, d)
 
     def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:
         hv, hq = self.heads * self.e_v, self.heads * self.e_qk
@@ -297,7 +287,7 @@ class SemanticChannel(nn.Module):
     def __init__(self, d: int, h: int, e_qk: int):
         super().__init__()
         self.heads = h
-        self.qk = Linear(d, 2 * h * e_qk, bias=False)
+        self.qk = nn.Linear(d, 2 * h * e_qk, bias=False)
 
     def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:
         q, k = (split_heads(t, self.heads) for t in F.silu(self.qk(x)).chunk(2, dim=-1))
@@ -374,10 +364,10 @@ class AMSAttention(Attention):
         enabled = [name for name in makers if getattr(options, name)]
         self.channels = nn.ModuleDict({name: makers[name]() for name in enabled})
         self.width = len(self.channels) * h * self.e_v  # C·h·e_v
-        self.uv = Linear(d, self.width + h * self.e_v, bias=False)
+        self.uv = nn.Linear(d, self.width + h * self.e_v, bias=False)
         self.norm = nn.RMSNorm(self.width, eps=1e-6, elementwise_affine=False)
         self.dropout = Dropout(default(options.dropout, ctx.dropout))
-        self.out = Linear(self.width, d)
+        self.out = nn.Linear(self.width, d)
 
     @classmethod
     def requirements(cls, options: AMSOptions) -> frozenset[str]:
@@ -451,11 +441,11 @@ class TimeIntervalAttention(Attention):
         d, h = ctx.dim, options.heads
         check_heads("time_interval", d, h)
         self.heads, self.max_interval = h, options.max_interval
-        self.qkv = Linear(d, 3 * d, bias=options.bias)
+        self.qkv = nn.Linear(d, 3 * d, bias=options.bias)
         self.interval_k = nn.Parameter(nn.init.xavier_normal_(torch.empty(options.max_interval + 1, d)))
         self.interval_v = nn.Parameter(nn.init.xavier_normal_(torch.empty(options.max_interval + 1, d)))
         self.dropout = Dropout(default(options.dropout, ctx.dropout))
-        self.out = Linear(d, d, bias=options.bias)
+        self.out = nn.Linear(d, d, bias=options.bias)
 
     def intervals(self, tokens: TokenContext) -> Tensor:
         """``[b, n, n]`` long: r_ij for query i, key j."""

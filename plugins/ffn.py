@@ -12,7 +12,7 @@ import torch
 from pydantic import Field, ValidationInfo, field_validator
 from torch import Tensor, nn
 
-from ablate.components import BuildContext, Dropout, FeedForward, Linear, Options, default
+from ablate.components import BuildContext, Dropout, FeedForward, Options, default
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU}
 
@@ -39,10 +39,10 @@ class TwoLayer(FeedForward):
 
     def __init__(self, options: Options, ctx: BuildContext, hidden: int, activation: nn.Module):
         super().__init__(options, ctx)
-        self.w1 = Linear(ctx.dim, hidden)
+        self.w1 = nn.Linear(ctx.dim, hidden)
         self.activation = activation
         self.dropout = Dropout(dropout_rate(options, ctx))
-        self.w2 = Linear(hidden, ctx.dim)
+        self.w2 = nn.Linear(hidden, ctx.dim)
 
     def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
         return self.w2(self.dropout(self.activation(self.w1(x))))
@@ -100,9 +100,9 @@ class GLU(FeedForward):
 
     def __init__(self, options: Options, ctx: BuildContext, hidden: int, bias: bool):
         super().__init__(options, ctx)
-        self.gate = Linear(ctx.dim, hidden, bias=bias)
-        self.up = Linear(ctx.dim, hidden, bias=bias)
-        self.down = Linear(hidden, ctx.dim, bias=bias)
+        self.gate = nn.Linear(ctx.dim, hidden, bias=bias)
+        self.up = nn.Linear(ctx.dim, hidden, bias=bias)
+        self.down = nn.Linear(hidden, ctx.dim, bias=bias)
         self.act = self.activation()
 
     def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
@@ -248,7 +248,7 @@ class MoEFFN(FeedForward):
                               dropout=options.dropout)
         self.top_k, self.alpha = options.top_k, options.alpha
         self.normalize = options.normalize_topk and options.top_k > 1
-        self.router = Linear(ctx.dim, options.experts, bias=False)
+        self.router = nn.Linear(ctx.dim, options.experts, bias=False)
         self.experts = nn.ModuleList(SwiGLU(expert, ctx) for _ in range(options.experts))
         self.shared = nn.ModuleList(SwiGLU(expert, ctx) for _ in range(options.shared_experts))
         self._aux: Tensor | None = None

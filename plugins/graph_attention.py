@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from ablate.components import Attention, BuildContext, Dropout, Linear, Options, TokenContext, default
+from ablate.components import Attention, BuildContext, Dropout, Options, TokenContext, default
 from ablate_plugins.attention import check_heads, merge_heads, split_heads
 
 __all__ = [
@@ -148,8 +148,8 @@ class EdgeWeights(nn.Module):
     def __init__(self, d: int, heads: int, symmetric: bool):
         super().__init__()
         self.heads = heads
-        self.w_head = Linear(d, d)
-        self.w_tail = self.w_head if symmetric else Linear(d, d)
+        self.w_head = nn.Linear(d, d)
+        self.w_tail = self.w_head if symmetric else nn.Linear(d, d)
         self.rel = nn.Parameter(torch.ones(heads, d // heads))  # r: learnable diagonal relation
         for m in {id(m): m for m in (self.w_head, self.w_tail)}.values():
             nn.init.xavier_uniform_(m.weight, gain=1 / math.sqrt(2))
@@ -200,8 +200,8 @@ class FRGraphAttention(SetAttention):
         d, h = ctx.dim, options.heads
         self.edges = EdgeWeights(d, h, options.sym_weight)
         self.topology = Topology(h, ctx.max_len, options.sym_topology, options.topology_lr_mult)
-        self.value = Linear(d, d)
-        self.out = Linear(d, d)
+        self.value = nn.Linear(d, d)
+        self.out = nn.Linear(d, d)
         if h > 1:  # T2G-Former initialises W_v like the edge projections when heads > 1
             nn.init.xavier_uniform_(self.value.weight, gain=1 / math.sqrt(2))
         nn.init.zeros_(self.value.bias)
@@ -342,8 +342,8 @@ class ChannelMaskedAttention(SetAttention):
                              f"values_width={ctx.values_width}; set attention.lookback")
         f = self.lookback // 2 + 1
         self.A = nn.Parameter(torch.randn(f, f))  # learned Mahalanobis map (DUET: randn init)
-        self.qkv = Linear(d, 3 * d)
-        self.out = Linear(d, d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
         self.eval_sampler = MASKS[options.eval_mask]
 
     @classmethod

@@ -12,8 +12,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ablate.components import Linear
-
 from .batches import Batch
 
 EPS = 1e-5
@@ -22,9 +20,9 @@ EPS = 1e-5
 class ForecastModel(nn.Module):
     def __init__(self, backbone: nn.Module, lookback: int, horizon: int, dim: int, instance_norm: bool):
         super().__init__()
-        self.embed = Linear(lookback, dim)
+        self.embed = nn.Linear(lookback, dim)
         self.backbone = backbone
-        self.head = Linear(dim, horizon)
+        self.head = nn.Linear(dim, horizon)
         self.instance_norm = instance_norm
 
     def forward(self, batch: Batch) -> Tensor:

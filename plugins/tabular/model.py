@@ -19,7 +19,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ablate.components import Linear, TokenContext
+from ablate.components import TokenContext
 
 from .batches import Batch
 
@@ -59,7 +59,7 @@ class TabularModel(nn.Module):
         super().__init__()
         self.tokenizer = FeatureTokenizer(numeric, cardinalities, dim)
         self.backbone = backbone
-        self.head = nn.Sequential(nn.ReLU(), Linear(dim, outputs))
+        self.head = nn.Sequential(nn.ReLU(), nn.Linear(dim, outputs))
 
     @staticmethod
     def token_context(b: int, n: int, device: torch.device) -> TokenContext:
