@@ -102,24 +102,42 @@ class Block(nn.Module):
         return self.feed(streams, lambda h: self.ffn(h, layout.values(tokens.valid)))
 
     def last(self, streams: Tensor, tokens: TokenContext) -> Tensor:
-        """The block's output at each row's last real token only, ``[b, 1, (s,) d]``: the
-        attention computes that query alone (keys are the whole row), the FFN runs on ``b``
-        tokens. Other positions of the join carry no attention output, and are dropped."""
+        """The block's output at each row's last real token only, ``[b, 1, (s,) d]``.
+
+        The attention needs every token's branch input (its keys and values) but computes one
+        query per row; the join and the FFN only run on the last tokens. Placements and
+        connections are position-wise up to the branch, so the branch input at every token comes
+        from one run of the placed sub-layer stopped at its branch (:class:`_BranchInput`), and the
+        join from a second run on the last tokens alone, whose branch hands back the attention."""
         layout, lengths = tokens.layout, tokens.lengths
-        rows = torch.arange(len(lengths), device=lengths.device)
 
-        def attend_last(h: Tensor, source: Tensor | None = None) -> Tensor:
-            padded = layout.padded(h)
-            if source is None:
-                last = self.attention.last_query(padded, tokens)
-            else:
-                last = self.attention.last_query(padded, tokens, source=layout.padded(source))
-            out = padded.new_zeros(padded.shape, dtype=last.dtype)  # bf16 under autocast
-            out[rows, lengths - 1] = last
-            return layout.values(out)
+        def stop(h: Tensor, source: Tensor | None = None) -> Tensor:
+            raise _BranchInput(h, source)
 
-        streams = layout.last(self.mix(streams, attend_last), lengths).unsqueeze(1)
-        return self.feed(streams, lambda h: self.ffn(h, tokens.valid.new_ones(len(rows), 1)))
+        try:
+            self.mix(streams, stop)
+        except _BranchInput as given:
+            every, source = given.h, given.source
+        else:  # pragma: no cover - every placement calls its branch
+            raise RuntimeError("the placed attention sub-layer never called its branch")
+        padded = layout.padded(every)
+        if source is None:
+            attended = self.attention.last_query(padded, tokens)
+        else:
+            attended = self.attention.last_query(padded, tokens, source=layout.padded(source))
+        attended = attended.unsqueeze(1)  # [b, 1, d]: the last tokens, in a padded layout of length 1
+
+        last_streams = layout.last(streams, lengths).unsqueeze(1)
+        joined = self.mix(last_streams, lambda h, source=None: attended)
+        return self.feed(joined, lambda h: self.ffn(h, tokens.valid.new_ones(len(lengths), 1)))
+
+
+class _BranchInput(Exception):
+    """Carries a placed sub-layer's branch input out of it, before the join (:meth:`Block.last`)."""
+
+    def __init__(self, h: Tensor, source: Tensor | None):
+        super().__init__()
+        self.h, self.source = h, source
 
 
 class Backbone(nn.Module):
