@@ -149,9 +149,7 @@ class Checkpoint:
     def load(self) -> dict[str, Any] | None:
         try:
             state = torch.load(self.path, map_location="cpu", weights_only=False)
-        except FileNotFoundError:
-            return None
-        except Exception:  # noqa: BLE001 - a torn or foreign file: train from scratch
+        except Exception:  # noqa: BLE001 - missing, torn or foreign: train from scratch
             return None
         return state if isinstance(state, dict) and state.get("signature") == self.signature else None
 
@@ -321,10 +319,11 @@ def train_trial(
                 break
             if checkpoint and epoch < train.epochs and time.perf_counter() - last_save >= checkpoint.every_s:
                 checkpoint.save({
-                    "epoch": epoch, "epochs": train.epochs, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "random": _random_states(generator), "best_score": best_score, "best_state": best_state,
-                    "stale": stale, "best_epoch": result.best_epoch, "curves": result.curves,
-                    "train_time": train_time, "tokens": tokens, "peak_memory_mb": max(earlier_peak, memory.mb),
+                    "epoch": epoch, "epochs": train.epochs, "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(), "random": _random_states(generator),
+                    "best_score": best_score, "best_state": best_state, "stale": stale,
+                    "best_epoch": result.best_epoch, "curves": result.curves, "train_time": train_time,
+                    "tokens": tokens, "peak_memory_mb": max(earlier_peak, memory.mb),
                     "wall_s": earlier_wall + time.perf_counter() - start})
                 last_save = time.perf_counter()
 

@@ -211,7 +211,8 @@ def table(rows: list[dict], evaluation: dict, epochs: int, max_steps: int, loads
                 f"{evaluation['batch_size']} users; median of 3, interleaved): "
                 f"**{evaluation['last_only']:.2f} s** with the final block computing each user's last token "
                 f"only (the task's path), {evaluation['whole_block']:.2f} s computing the whole final block, "
-                f"{evaluation['last_only_512']:.2f} s on the task's path in batches of 512 (target ≤ 1 s).", ""]
+                f"{evaluation['last_only_512']:.2f} s on the task's path in batches of 512 "
+                f"(target ≤ 1 s).", ""]
     return "\n".join(out)
 
 
