@@ -133,12 +133,19 @@ def sample_negatives(positives: Tensor, num_items: int, count: int, generator: t
     return negatives
 
 
+def lookup(table: Tensor, index: Tensor) -> Tensor:
+    """``table[index]`` through ``F.embedding``, whose CPU backward sums an item's repeated rows in
+    a fixed order. Advanced indexing's backward (``index_put_`` with accumulation) adds them with
+    atomics across threads: at 2 threads the same seed gave different weights from run to run."""
+    return F.embedding(index, table)
+
+
 def bce(options: BCE, h: Tensor, positives: Tensor, table: Tensor, generator: torch.Generator,
         seen: SeenItems | None = None) -> Tensor:
     negatives = sample_negatives(positives, table.shape[0] - 1, options.negatives, generator,
                                  seen if options.exclude_seen else None)  # [t, k]
-    pos = (h * table[positives]).sum(-1)  # [t]
-    neg = torch.einsum("td,tkd->tk", h, table[negatives])  # [t, k]
+    pos = (h * lookup(table, positives)).sum(-1)  # [t]
+    neg = torch.einsum("td,tkd->tk", h, lookup(table, negatives))  # [t, k]
     # -log σ(x) = softplus(-x); -log(1 - σ(x)) = softplus(x)
     return (F.softplus(-pos) + F.softplus(neg).sum(-1)).mean()
 
@@ -150,7 +157,7 @@ DENSE_LOGITS_LIMIT = 1 << 27
 
 def gathered_logits(h: Tensor, table: Tensor, negatives: Tensor) -> Tensor:
     """``[t, k]``: ``h_t · E[negatives_tk]`` from the ``[t, k, d]`` gathered vectors."""
-    return torch.einsum("td,tkd->tk", h, table[negatives])
+    return torch.einsum("td,tkd->tk", h, lookup(table, negatives))
 
 
 def dense_logits(h: Tensor, table: Tensor, negatives: Tensor) -> Tensor:
@@ -176,8 +183,9 @@ def sampled_softmax(options: SampledSoftmax, h: Tensor, positives: Tensor, table
     shape = (1, options.negatives) if options.shared else (len(positives), options.negatives)
     negatives = torch.randint(1, num_items + 1, shape, generator=generator, device=generator.device)
     negatives = negatives.to(positives.device)  # [1|t, k]
-    pos = (h * table[positives]).sum(-1, keepdim=True)  # [t, 1]
-    neg = h @ table[negatives[0]].T if options.shared else per_position_logits(h, table, negatives)  # [t, k]
+    pos = (h * lookup(table, positives)).sum(-1, keepdim=True)  # [t, 1]
+    shared = options.shared
+    neg = h @ lookup(table, negatives[0]).T if shared else per_position_logits(h, table, negatives)  # [t, k]
     neg = neg.masked_fill(negatives == positives[:, None], float("-inf"))  # accidental hits
     logits = torch.cat([pos, neg], dim=1) / options.temperature  # [t, 1 + k]
     return -torch.log_softmax(logits.float(), dim=1)[:, 0].mean()
