@@ -8,11 +8,6 @@ import os
 import subprocess
 import sys
 
-import yaml
-
-from conftest import TINY_STUDY, deep_update
-
-
 HASH = """
 import hashlib, sys, torch
 from ablate.build import build_backbone
@@ -39,13 +34,9 @@ print(digest.hexdigest())
 """
 
 
-def test_two_threaded_runs_at_once_train_identical_weights(tmp_path):
-    spec = deep_update(TINY_STUDY, {"task": {"data": {"users": 400, "items": 40, "min_len": 20, "max_len": 40},
-                                             "max_len": 40},
-                                    "train": {"loss": {"kind": "bce", "negatives": 4}}})
-    spec["output"] = str(tmp_path / "runs")
-    path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(spec))
+def test_two_threaded_runs_at_once_train_identical_weights(write_study, tmp_path):
+    path = write_study({"task": {"data": {"users": 400, "items": 40, "min_len": 20, "max_len": 40}, "max_len": 40},
+                        "train": {"loss": {"kind": "bce", "negatives": 4}}})
     script = tmp_path / "hash.py"
     script.write_text(HASH)
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
