@@ -18,8 +18,8 @@ task, variant = study.task, study.variants["base"]
 data = task.load()
 seed_everything(2)
 generator = torch.Generator().manual_seed(2)
-model = task.build_model(build_backbone(variant, study.build_context(variant, task.max_len(data))),
-                         study.build_context(variant, task.max_len(data)), data)
+ctx = study.build_context(variant, task.max_len(data))
+model = task.build_model(build_backbone(variant, ctx), ctx, data)
 optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
 for epoch in range(3):
     for batch in task.train_batches(data, 64, generator):
