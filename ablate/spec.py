@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
+import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -91,9 +92,11 @@ class TaskSpec(BaseModel):
 class TrainSpec(_Strict):
     epochs: int = Field(20, gt=0)
     batch_size: int = Field(128, gt=0)
-    # Rows per evaluation forward. 128 keeps a d ≈ 50 model's activations in a CPU core's cache:
-    # ML-1M full ranking 1.1–1.2× faster than 512 (benchmarks/RESULTS.md); GPUs may want more.
-    eval_batch_size: int = Field(128, gt=0)
+    # Rows per evaluation forward; unset: 64 on CPU, where each torch thread evaluates its own
+    # batches (ablate.tasks.evaluation_streams) and 64 rows of a d ≈ 50 model stay in a core's
+    # cache, 512 on a GPU. ML-1M full ranking: 1.1–1.2× faster than one two-threaded stream of
+    # 128 rows, 1.35–1.45× than of 512 (benchmarks/RESULTS.md).
+    eval_batch_size: int | None = Field(None, gt=0)
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     optimizer: Literal["adam", "adamw"] = "adam"
@@ -107,6 +110,12 @@ class TrainSpec(_Strict):
     # Training steps under bf16 autocast (weights and optimizer stay fp32; evaluation is fp32):
     # ``auto`` = bf16 on CUDA, fp32 elsewhere; ``bf16`` on CPU uses AMX / AVX-512-BF16 if present.
     precision: Literal["auto", "fp32", "bf16"] = "auto"
+
+    def eval_rows(self, device: torch.device) -> int:
+        """Rows per evaluation forward on ``device``."""
+        if self.eval_batch_size is not None:
+            return self.eval_batch_size
+        return 64 if torch.device(device).type == "cpu" else 512
 
     @field_validator("device")
     @classmethod

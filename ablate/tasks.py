@@ -9,9 +9,11 @@ Dimensions: ``b`` batch, ``n`` tokens, ``d`` model width.
 
 from __future__ import annotations
 
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable, Iterator, TypeVar
 
 import pandas as pd
 import torch
@@ -28,6 +30,48 @@ def untagged(exc: ValidationError, at: tuple, tag: Any) -> ValidationError:
     errors = [{**e, "loc": e["loc"][:n] + e["loc"][n + 1:] if e["loc"][:n + 1] == (*at, tag) else e["loc"]}
               for e in exc.errors(include_url=False)]
     return ValidationError.from_exception_data(exc.title, errors)
+
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+def evaluation_streams(work: Callable[[Item], Result], items: Iterable[Item],
+                       device: torch.device) -> Iterator[Result]:
+    """``work(item)`` for each item, results in the items' order.
+
+    On a CPU with several torch threads the items go to one Python thread per torch thread,
+    each running its ops single-threaded (torch releases the GIL inside ops): at evaluation's
+    small matrices (d = 50, a few thousand rows) two single-threaded streams beat one
+    two-threaded stream (benchmarks/seqrec.py). Grad mode and autocast are thread-local, so
+    the caller's are carried into the threads. At most two items per stream are in flight.
+    """
+    streams = torch.get_num_threads() if torch.device(device).type == "cpu" else 1
+    if streams == 1:
+        yield from map(work, items)
+        return
+    grad, autocast = torch.is_grad_enabled(), torch.is_autocast_enabled("cpu")
+    dtype = torch.get_autocast_dtype("cpu")
+
+    def in_stream(item: Item) -> Result:
+        with torch.set_grad_enabled(grad), torch.autocast("cpu", dtype=dtype, enabled=autocast):
+            return work(item)
+
+    # A new thread takes torch's process-wide thread count when it first runs an op, so the
+    # pool's threads run single-threaded; the caller's count is restored afterwards.
+    torch.set_num_threads(1)
+    pool = ThreadPoolExecutor(streams, thread_name_prefix="ablate-eval")
+    try:
+        pending = deque()
+        for item in items:
+            pending.append(pool.submit(in_stream, item))
+            if len(pending) >= 2 * streams:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(cancel_futures=True)
+        torch.set_num_threads(streams)
 
 
 class TaskOptions(Options):

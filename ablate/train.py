@@ -304,7 +304,7 @@ def train_trial(
             task.on_epoch_end(model, epoch)
             logged = {"train.loss": float(torch.stack(losses).mean())} if losses else {}
             if epoch % train.eval_every == 0 or epoch == train.epochs:
-                valid = task.evaluate(model, data, "valid", study.metrics, device, train.eval_batch_size)
+                valid = task.evaluate(model, data, "valid", study.metrics, device, train.eval_rows(device))
                 logged.update({f"valid.{k}": v for k, v in valid.summary.items()})
                 score = sign * valid.summary[primary]
                 if score > best_score:
@@ -330,8 +330,8 @@ def train_trial(
         if best_state is not None:
             model.load_state_dict(best_state)
         fault_point("evaluate")
-        valid = task.evaluate(model, data, "valid", study.metrics, device, train.eval_batch_size)
-        test = task.evaluate(model, data, "test", study.metrics, device, train.eval_batch_size)
+        valid = task.evaluate(model, data, "valid", study.metrics, device, train.eval_rows(device))
+        test = task.evaluate(model, data, "test", study.metrics, device, train.eval_rows(device))
     result.summary = {**{f"valid.{k}": v for k, v in valid.summary.items()},
                       **{f"test.{k}": v for k, v in test.summary.items()}}
     result.per_unit = test.per_unit

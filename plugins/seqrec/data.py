@@ -61,6 +61,8 @@ class Interactions:
     interactions_dropped: int = 0  # their interactions
     k_core_rows: int = 0  # rows removed by k-core filtering
     from_cache: bool = field(default=False, compare=False)
+    # Evaluation batches kept between evaluations (:func:`.batches.eval_batches`); not saved.
+    batch_cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def num_users(self) -> int:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import torch
+from torch import Tensor
 
-from ablate.tasks import Evaluation
+from ablate.tasks import Evaluation, evaluation_streams
 
 from . import metrics as M
 from .batches import eval_batches, history, target, train_part
@@ -26,27 +27,35 @@ def evaluate(model: SeqRecModel, data: Interactions, split: str, metrics: list[s
     protocols = {M.protocol(name, protocol) for name in metrics}
     if "sampled" in protocols and negatives is None:
         raise ValueError("the sampled protocol needs negatives")
+    num_items = data.num_items
+
+    def rank(prepared: tuple) -> tuple[Tensor, dict[str, Tensor]]:
+        batch, histories, rows_in_data = prepared
+        batch = batch.to(device)
+        rows = torch.arange(len(histories), device=device)
+        last = batch.lengths - 1
+        hidden = model(batch, last_only=True)  # [b, d]
+        # float32 scores even under bf16 autocast: rounding would create ties, which count
+        # against the target.
+        with torch.autocast(device.type, enabled=False):
+            scores = model.scores(hidden.float())  # [b, m]
+        targets = batch.targets[rows, last]
+        found = {}
+        if "full" in protocols:
+            found["full"] = M.ranks(scores, targets, M.exclusion_mask(histories, targets, num_items)).cpu()
+        if "sampled" in protocols:
+            drawn = torch.from_numpy(negatives[rows_in_data]).to(device)
+            found["sampled"] = M.sampled_ranks(scores, targets, drawn).cpu()
+        return batch.users.cpu(), found
+
     was_training = model.training
     model.eval()
     users, ranks = [], {p: [] for p in protocols}
     try:
-        for batch, histories, rows_in_data in eval_batches(data, split, max_len, batch_size):
-            batch = batch.to(device)
-            rows = torch.arange(len(histories), device=device)
-            last = batch.lengths - 1
-            hidden = model(batch, last_only=True)  # [b, d]
-            # float32 scores even under bf16 autocast: rounding would create ties, which count
-            # against the target.
-            with torch.autocast(device.type, enabled=False):
-                scores = model.scores(hidden.float())  # [b, m]
-            targets = batch.targets[rows, last]
-            if "full" in protocols:
-                exclude = M.exclusion_mask(histories, targets, data.num_items)
-                ranks["full"].append(M.ranks(scores, targets, exclude).cpu())
-            if "sampled" in protocols:
-                drawn = torch.from_numpy(negatives[rows_in_data]).to(device)
-                ranks["sampled"].append(M.sampled_ranks(scores, targets, drawn).cpu())
-            users.append(batch.users.cpu())
+        for batch_users, found in evaluation_streams(rank, eval_batches(data, split, max_len, batch_size), device):
+            users.append(batch_users)
+            for p, r in found.items():
+                ranks[p].append(r)
     finally:
         model.train(was_training)
     by_protocol = {p: torch.cat(r).numpy() for p, r in ranks.items()}

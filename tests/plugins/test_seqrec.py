@@ -262,6 +262,21 @@ def test_eval_batches_hold_the_history_and_target(split, items, targets, times):
     assert [h.tolist() for h in histories] == [[i for i in row if i] for row in items]
 
 
+def test_eval_batches_are_kept_on_the_data_up_to_a_token_budget(monkeypatch):
+    from ablate_plugins.seqrec import batches as B
+
+    data = synthetic(30, 20, 4, 12, 0.5, seed=1, timestamps=True)
+    monkeypatch.setattr(B, "EVAL_CACHE_TOKENS", 10)  # fewer than the users' history tokens
+    made = B.eval_batches(data, "test", 50, 8)
+    assert not isinstance(made, list) and data.batch_cache == {}
+    expected = [batch.items.tolist() for batch, _, _ in made]
+    monkeypatch.setattr(B, "EVAL_CACHE_TOKENS", 1 << 23)
+    kept = B.eval_batches(data, "test", 50, 8)
+    assert B.eval_batches(data, "test", 50, 8) is kept is data.batch_cache[("test", 50, 8)]
+    assert [batch.items.tolist() for batch, _, _ in kept] == expected
+    assert B.eval_batches(data, "valid", 50, 8) is not kept
+
+
 def test_train_batches_shuffle_with_the_generator_and_pad_to_the_batch(tmp_path):
     task = task_for(tmp_path, max_len=50)
     data = synthetic(30, 20, 4, 12, 0.5, seed=1, timestamps=True)

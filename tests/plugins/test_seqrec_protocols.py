@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from pydantic import ValidationError
@@ -90,7 +91,17 @@ metrics: {primary: ndcg@10, also: [hr@5, mrr, full.ndcg@10, full.hr@5]}
 """
 
 
-def test_evaluation_matches_a_per_user_reference_under_both_protocols(tmp_path):
+@pytest.mark.parametrize("threads", [1, 2])  # 2: one single-threaded stream of batches per thread
+def test_evaluation_matches_a_per_user_reference_under_both_protocols(tmp_path, threads):
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        check_evaluation_against_a_per_user_reference(tmp_path)
+    finally:
+        torch.set_num_threads(saved)
+
+
+def check_evaluation_against_a_per_user_reference(tmp_path):
     path = tmp_path / "study.yaml"
     path.write_text(STUDY)
     study = load_study(path)
@@ -101,6 +112,10 @@ def test_evaluation_matches_a_per_user_reference_under_both_protocols(tmp_path):
     torch.manual_seed(0)
     model = task.build_model(build_backbone(variant, ctx), ctx, data).eval()
     result = task.evaluate(model, data, "test", study.metrics, torch.device("cpu"), batch_size=7)
+    # A second evaluation reuses the split's batches kept on the data, with the same values.
+    assert list(data.batch_cache) == [("test", 12, 7)]
+    again = task.evaluate(model, data, "test", study.metrics, torch.device("cpu"), batch_size=7)
+    pd.testing.assert_frame_equal(again.per_unit, result.per_unit)
 
     negatives = M.draw_negatives(data.sequences, data.num_items, 20, seed=20180822)  # the task's test draw
     expected = {name: [] for name in study.metrics}
