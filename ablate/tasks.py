@@ -172,6 +172,14 @@ class Task:
     def loss(self, model: nn.Module, batch: Any, loss: BaseModel, generator: torch.Generator) -> Tensor:
         raise NotImplementedError
 
+    def loss_parts(self, model: nn.Module, batch: Any, loss: BaseModel,
+                   generator: torch.Generator) -> Iterator[Tensor]:
+        """The batch's :meth:`loss` as parts that sum to it, computed one at a time. Training
+        backpropagates each part before asking for the next, so only one part's graph is held
+        (a task that cuts a batch into micro-batches yields one part per micro-batch). Default:
+        the whole loss as one part."""
+        yield self.loss(model, batch, loss, generator)
+
     @torch.no_grad()
     def evaluate(self, model: nn.Module, data: Any, split: str, metrics: list[str],
                  device: torch.device, batch_size: int) -> Evaluation:

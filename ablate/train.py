@@ -23,11 +23,14 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 import torch
+from pydantic import BaseModel
+from torch import Tensor, nn
 
 from .build import build_backbone, count_parameters
 from .errors import AblateError
 from .faults import fault_point
 from .spec import Study, Variant
+from .tasks import Task
 
 
 class TrialFailed(Exception):
@@ -228,6 +231,24 @@ def training_autocast(precision: str, device: torch.device) -> torch.autocast:
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=trains_in_bf16(precision, device))
 
 
+def backward_parts(task: Task, model: nn.Module, batch: Any, loss: BaseModel, generator: torch.Generator,
+                   autocast: torch.autocast) -> Tensor:
+    """Backpropagate the batch's loss part by part (:meth:`Task.loss_parts`: one graph held at a
+    time) and return the loss, detached. A part that is not finite is returned at once, before
+    its backward."""
+    total = None
+    parts = iter(task.loss_parts(model, batch, loss, generator))
+    while True:
+        with autocast:  # each part's forward runs under autocast, its backward outside
+            part = next(parts, None)
+        if part is None:
+            return total
+        if not torch.isfinite(part):
+            return part.detach()
+        part.backward()
+        total = part.detach() if total is None else total + part.detach()
+
+
 def train_trial(
     study: Study,
     variant: Variant,
@@ -286,12 +307,10 @@ def train_trial(
             t0, losses = time.perf_counter(), []
             for batch in task.train_batches(data, train.batch_size, generator):
                 batch = batch.to(device)
-                with autocast:
-                    loss = task.loss(model, batch, study.loss, generator)
+                optimizer.zero_grad(set_to_none=True)
+                loss = backward_parts(task, model, batch, study.loss, generator, autocast)
                 if not torch.isfinite(loss):
                     raise TrialFailed(f"loss became {loss.item()} at epoch {epoch}")
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
                 if train.grad_clip:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
                 optimizer.step()

@@ -37,7 +37,7 @@ from ablate import components, jagged
 from ablate.build import build_backbone, count_parameters
 from ablate.jagged import last_of_rows
 from ablate.spec import load_study
-from ablate.train import PeakMemory, training_autocast
+from ablate.train import PeakMemory, backward_parts, training_autocast
 from ablate_plugins.seqrec import evaluation, losses
 from ablate_plugins.seqrec.batches import length_groups
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
@@ -74,10 +74,8 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
         start = time.perf_counter()
         for _ in range(epochs):
             for batch in task.train_batches(data, train.batch_size, generator):
-                with autocast:
-                    loss = task.loss(model, batch, study.loss, generator)
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                backward_parts(task, model, batch, study.loss, generator, autocast)
                 optimizer.step()
                 steps += 1
                 tokens += task.batch_tokens(batch)

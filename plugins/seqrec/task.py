@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -100,12 +100,17 @@ class SeqRecTask(Task):
         """Mean over real target positions, plus the backbone's auxiliary loss. With
         ``micro_batches > 1`` the same mean from length-sorted groups of rows, each weighted by its
         share of the targets."""
+        return sum(self.loss_parts(model, batch, loss, generator))
+
+    def loss_parts(self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions,
+                   generator: torch.Generator) -> Iterator[Tensor]:
+        """One part per micro-batch: each group's mean weighted by its share of the targets."""
         if self.options.micro_batches == 1:
-            return self.group_loss(model, batch, loss, generator)
-        groups = length_groups(batch, self.options.micro_batches, model.num_items + 1)
+            yield self.group_loss(model, batch, loss, generator)
+            return
         total = self.batch_tokens(batch)
-        return sum(self.group_loss(model, group, loss, generator) * (self.batch_tokens(group) / total)
-                   for group in groups)
+        for group in length_groups(batch, self.options.micro_batches, model.num_items + 1):
+            yield self.group_loss(model, group, loss, generator) * (self.batch_tokens(group) / total)
 
     def group_loss(self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions,
                    generator: torch.Generator) -> Tensor:

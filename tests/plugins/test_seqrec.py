@@ -17,6 +17,7 @@ from torch import nn
 from ablate.build import build_backbone
 from ablate.errors import DataError, StudyError
 from ablate.spec import load_study
+from ablate.train import backward_parts, training_autocast
 from ablate_plugins.seqrec import (
     BCE,
     Interactions,
@@ -31,6 +32,8 @@ from ablate_plugins.seqrec import (
     synthetic,
 )
 from ablate_plugins.seqrec.losses import SeenItems, sample_negatives
+
+NO_AUTOCAST = training_autocast("fp32", torch.device("cpu"))
 
 ML100K = Path(__file__).resolve().parents[3] / "shared/data/movielens/ml-100k/u.data"
 
@@ -506,13 +509,51 @@ def test_micro_batches_give_the_whole_batch_mean_loss_and_gradients(study, jagge
             value = task.loss(model, batch, options, torch.Generator().manual_seed(0))
             value.backward()
             results.append((value.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+        # As training runs it: each group's part backpropagated before the next is computed.
+        model.zero_grad()
+        value = backward_parts(task, model, batch, options, torch.Generator().manual_seed(0), NO_AUTOCAST)
+        results.append((value, {n: p.grad.clone() for n, p in model.named_parameters()}))
     finally:
         task.options = original
-    (whole, whole_grads), (grouped, grouped_grads) = results
+    (whole, whole_grads), *grouped_routes = results
     assert len(set(batch.lengths.tolist())) > 3  # the groups really differ in length
-    assert grouped.item() == pytest.approx(whole.item(), rel=1e-5)
-    for name, grad in whole_grads.items():
-        torch.testing.assert_close(grouped_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+    for grouped, grouped_grads in grouped_routes:
+        assert grouped.item() == pytest.approx(whole.item(), rel=1e-5)
+        for name, grad in whole_grads.items():
+            torch.testing.assert_close(grouped_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+class HeldBytes:
+    """A saved-tensor hook's record: the bytes autograd graphs hold now, and the most at once."""
+
+    live = peak = 0
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor, self.size = tensor, tensor.numel() * tensor.element_size()
+        HeldBytes.live += self.size
+        HeldBytes.peak = max(HeldBytes.peak, HeldBytes.live)
+
+    def __del__(self):
+        HeldBytes.live -= self.size
+
+
+def test_training_holds_one_micro_batch_graph_at_a_time(study):
+    task, data, model = build(study)
+    batch = next(iter(task.train_batches(data, 64, torch.Generator().manual_seed(0))))
+    options = LossOptions.model_validate({"kind": "softmax"})
+    original, peaks = task.options, {}
+    try:
+        for groups in (1, 4):
+            task.options = original.model_copy(update={"micro_batches": groups})
+            HeldBytes.live = HeldBytes.peak = 0
+            with torch.autograd.graph.saved_tensors_hooks(HeldBytes, lambda held: held.tensor):
+                backward_parts(task, model, batch, options, torch.Generator().manual_seed(0), NO_AUTOCAST)
+            peaks[groups] = HeldBytes.peak
+            assert HeldBytes.live == 0  # every graph was freed by its backward
+    finally:
+        task.options = original
+    # The longest of 4 length-sorted groups holds its quarter of the rows at most at full length.
+    assert peaks[4] < 0.4 * peaks[1]
 
 
 def test_micro_batches_keep_negatives_among_each_users_unseen_items(study):
