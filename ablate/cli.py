@@ -238,7 +238,7 @@ def status(study_file: StudyArg, output: OutputOpt = None, storage: StorageOpt =
     """Trials done / running / failed / left per variant (and search progress), with an ETA."""
     import time
 
-    from .drive import Stores, eta_seconds, progress
+    from .drive import Stores, checkpointed_fractions, eta_seconds, progress
     from .spec import load_study
     from .train import checkpoint_summaries
 
@@ -257,20 +257,22 @@ def status(study_file: StudyArg, output: OutputOpt = None, storage: StorageOpt =
         search = [f"{r.searched}/{r.search_budget}"] if searching else []
         table.add_row(escape(name), *search, str(r.done), str(r.running), str(r.failed), str(r.left))
     out.print(table)
-    eta = eta_seconds(rows)
+    saved = checkpoint_summaries(stores.output_dir / "checkpoints")
+    eta = eta_seconds(rows, checkpointed_fractions(saved))
     left = sum(r.left + r.running for r in rows.values())
     if left == 0:
         out.print("finished")
     elif eta is None:
         out.print("ETA: unknown until a trial finishes")
     else:
-        out.print(f"ETA: {_duration(eta)} (mean wall time of finished trials × trials left ÷ running workers)")
+        out.print(f"ETA: {_duration(eta)} (mean wall time of finished trials × trials left, less checkpointed "
+                  f"progress, ÷ running workers)")
     for name, r in rows.items():
         for seed, reason in r.failures:
             out.print(f"failed: {name} seed {seed}: {reason}", markup=False, highlight=False, soft_wrap=True)
-    for name, saved in checkpoint_summaries(stores.output_dir / "checkpoints").items():
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(saved["saved"]))
-        out.print(f"checkpoint: {name} at epoch {saved['epoch']}/{saved['epochs']} (saved {when})",
+    for name, summary in saved.items():
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(summary["saved"]))
+        out.print(f"checkpoint: {name} at epoch {summary['epoch']}/{summary['epochs']} (saved {when})",
                   markup=False, highlight=False)
 
 

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import random
+import re
 import socket
 import threading
 import time
@@ -766,16 +767,33 @@ def _live(stores: Stores, trial: optuna.trial.FrozenTrial) -> bool:
     return stores.shared or stores.worker_alive(trial.user_attrs.get("worker"))
 
 
-def eta_seconds(rows: dict[str, VariantStatus]) -> float | None:
-    """Remaining trials × mean wall time of finished trials ÷ trials running now (≥ 1)."""
+def eta_seconds(rows: dict[str, VariantStatus], checkpointed: dict[str, list[float]] | None = None) -> float | None:
+    """Remaining trials × mean wall time of finished trials ÷ trials running now (≥ 1).
+    ``checkpointed[variant]`` lists the done fraction (epoch / epochs) of that variant's trials
+    with a checkpoint: they count as that much less left; other running trials as half left."""
     walls = [w for r in rows.values() for w in r.walls]
     if not walls:
         return None
-    # A running trial counts as half left.
-    remaining = sum(r.left + 0.5 * r.running + max(r.search_budget - r.searched - r.running + r.final_running, 0)
-                    for r in rows.values())
+    checkpointed = checkpointed or {}
+    remaining = 0.0
+    for name, r in rows.items():
+        done = checkpointed.get(name, [])
+        unsaved_running = max(r.running - len(done), 0)
+        remaining += (r.left + r.running - sum(done) - 0.5 * unsaved_running
+                      + max(r.search_budget - r.searched - r.running + r.final_running, 0))
     parallel = max(1, sum(r.running for r in rows.values()))
-    return remaining * (sum(walls) / len(walls)) / parallel
+    return max(remaining, 0.0) * (sum(walls) / len(walls)) / parallel
+
+
+def checkpointed_fractions(summaries: dict[str, dict[str, float]]) -> dict[str, list[float]]:
+    """``{variant: [epoch / epochs, …]}`` from :func:`ablate.train.checkpoint_summaries`
+    (files named ``<variant>-seed<k>`` or ``<variant>-search<slot>``)."""
+    found: dict[str, list[float]] = {}
+    for stem, saved in summaries.items():
+        named = re.fullmatch(r"(.+)-(?:seed|search)\d+", stem)
+        if named:
+            found.setdefault(named.group(1), []).append(min(saved["epoch"] / saved["epochs"], 1.0))
+    return found
 
 
 def _study_tags(study: Study) -> dict[str, str]:

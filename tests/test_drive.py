@@ -239,6 +239,13 @@ def test_status_counts_and_eta(cli, write_study, tmp_path, monkeypatch):
                                                                                     "mlp": (1, 0, 0, 2)}
     walls = [w for r in rows.values() for w in r.walls]
     assert len(walls) == 2 and drive.eta_seconds(rows) == pytest.approx(4 * sum(walls) / 2)
+    # Checkpointed trials count as their unfinished share: base seed 1 at 1 of 4 epochs, mlp seed 2
+    # at 3 of 4 (a search slot's name parses too; an unrelated file is ignored).
+    saved = {"base-seed1": {"epoch": 1, "epochs": 4}, "mlp-search2": {"epoch": 3, "epochs": 4},
+             "notes": {"epoch": 1, "epochs": 2}}
+    fractions = drive.checkpointed_fractions(saved)
+    assert fractions == {"base": [0.25], "mlp": [0.75]}
+    assert drive.eta_seconds(rows, fractions) == pytest.approx(3 * sum(walls) / 2)
     code, out, _ = cli("status", write_study({"train": {"epochs": 1}, "seeds": [0, 1, 2]}))
     assert code == 0 and "2/6 trials done" in out and "ETA: " in out
 
