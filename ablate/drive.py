@@ -427,7 +427,7 @@ class Driver:
                 continue
             with warnings.catch_warnings():  # we beat the heart ourselves (see _beat)
                 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
-                trial = ostudy.ask()
+                trial = (phase == "final" and self._pop_checkpointed(ostudy)) or ostudy.ask()
             trial.set_user_attr("worker", worker_id)
             key = _key(ostudy._storage.get_trial(trial._trial_id))
             drop = self._drop_reason(ostudy, trial.number, key, phase)
@@ -438,6 +438,21 @@ class Driver:
             if self.stores.shared:
                 self._beat(trial)
             return ostudy, trial, phase
+        return None
+
+    def _pop_checkpointed(self, ostudy: optuna.Study) -> optuna.Trial | None:
+        """A queued final trial that an interrupted run left a checkpoint for, taken as
+        ``ask()`` takes one (so a resumed study finishes its half-trained trials before it starts
+        new ones), or None. Search trials are not preferred: a retried slot samples anew."""
+        for t in ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            key = _key(t)
+            if key is None or not self._checkpoint_path(*key).exists():
+                continue
+            try:
+                if ostudy._storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
+                    return optuna.Trial(ostudy, t._trial_id)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # another worker took and finished it meanwhile
         return None
 
     def _drop_reason(self, ostudy, number: int, key, phase: str) -> str | None:
@@ -598,12 +613,14 @@ class Driver:
         name = f"{variant}/seed{seed}" if slot is None else f"{variant}/search{slot}"
         return self.tracker.start_trial(self.parent, name, tags, run_params, role=role)
 
+    def _checkpoint_path(self, variant: str, seed: int, slot: int | None = None) -> Path:
+        name = f"{variant}-seed{seed}" if slot is None else f"{variant}-search{slot}"
+        return self.stores.output_dir / "checkpoints" / f"{name.replace(os.sep, '_')}.pt"
+
     def _checkpoint(self, cfg: _Config, variant: str, seed: int, slot: int | None) -> Checkpoint:
         """Where this (variant, seed) — or search slot — keeps its mid-training state."""
-        name = f"{variant}-seed{seed}" if slot is None else f"{variant}-search{slot}"
         signature = f"{fingerprint(cfg.study, variant)}/seed{seed}/batch{cfg.study.spec.train.batch_size}"
-        path = self.stores.output_dir / "checkpoints" / f"{name.replace(os.sep, '_')}.pt"
-        return Checkpoint(path, signature, every_s=self.checkpoint_s)
+        return Checkpoint(self._checkpoint_path(variant, seed, slot), signature, every_s=self.checkpoint_s)
 
     def _train(self, cfg: _Config, variant: str, seed: int, run_id: str, trial: optuna.Trial, prune: bool,
                slot: int | None = None):

@@ -12,6 +12,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
+from ablate import drive
 from ablate.faults import KILL_ENV
 from ablate.spec import load_study
 from ablate.train import CHECKPOINT_ENV, Checkpoint, checkpoint_summaries, train_trial
@@ -126,3 +127,27 @@ def test_bad_checkpoint_interval_is_one_line(cli, write_study, monkeypatch):
     code, _, err = cli("run", write_study(), "--quiet")
     assert code == 2 and "ABLATE_CHECKPOINT_S='soon'" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_resumed_study_takes_its_checkpointed_trials_first(write_study, tmp_path, monkeypatch):
+    """Queued trials go in plan order, except that one an interrupted run left a checkpoint for
+    is taken before the others (a resumed study finishes what it half-trained first)."""
+    monkeypatch.chdir(tmp_path)
+    study = load_study(write_study({"seeds": [0, 1]}))
+    stores = drive.Stores.for_study(study)
+    drive.prepare(study, stores)
+    driver = drive.Driver(study, stores)
+    driver.open()
+    queued = [drive._key(t) for t in driver.final.get_trials(deepcopy=False)]
+    assert len(queued) == 4
+    half_trained = queued[2]
+    path = driver._checkpoint_path(*half_trained)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")  # only its presence matters for the order
+    taken = []
+    while (popped := driver._pop("tester")) is not None:
+        ostudy, trial, _ = popped
+        taken.append(drive._key(ostudy._storage.get_trial(trial._trial_id)))
+        ostudy.tell(trial, 0.0)
+    assert taken == [half_trained, *(key for key in queued if key != half_trained)]
+
