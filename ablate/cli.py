@@ -5,6 +5,7 @@ Bad input (study files, data files, arguments) prints one line and exits with st
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -353,7 +354,14 @@ def say_error(message: str) -> None:
     err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
 
 
+def _interrupted(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    # `kill` (SIGTERM) stops a run as Ctrl-C does: a worker records its trial as interrupted (its
+    # checkpoint stays for the next run), and `ablate run --workers N` stops its workers too.
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
         # standalone_mode=False: usage errors reach us as exceptions, so they print as one line.
         code = app(standalone_mode=False)

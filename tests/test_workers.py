@@ -9,7 +9,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
+from pathlib import Path
 
 import optuna
 import pytest
@@ -77,6 +79,63 @@ def test_local_workers_share_one_queue(write_study, tmp_path):
     assert counts["failed"] == 1 and counts["killed_runs"] == 1  # the dead worker's trial, re-run once
     assert counts["workers"] == 2  # both workers trained trials
     assert not list((out / "workers").iterdir())  # every worker's lock file is gone
+
+
+def test_sigterm_stops_the_run_and_its_workers(write_study, tmp_path):
+    """`kill` on `ablate run --workers 2` stops both workers; their trials are recorded as
+    interrupted (re-queued by the next run), none is left running."""
+    study = write_study({"train": {"epochs": 400}, "seeds": [0, 1], "report": FAST_REPORT})
+    out = tmp_path / "runs" / "tiny"
+    run = subprocess.Popen([sys.executable, "-m", "ablate.cli", "run", str(study), "--workers", "2", "--quiet"],
+                           cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)  # its own process group: cleaned up whatever happens
+    try:
+        _stop_with_sigterm(run, out)
+    finally:
+        try:
+            os.killpg(run.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _stop_with_sigterm(run: subprocess.Popen, out: Path) -> None:
+    journal = out / "optuna.journal"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # both workers in a trial
+        if journal.exists() and len(_running(journal)) == 2:
+            break
+        time.sleep(0.5)
+    assert len(_running(journal)) == 2
+    workers = [int(p.name.rsplit("-", 2)[1]) for p in (out / "workers").iterdir()]
+    assert len(workers) == 2
+    run.send_signal(signal.SIGTERM)
+    assert run.wait(timeout=60) != 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in workers)
+    trials = optuna.load_study(study_name="tiny", storage=JournalStorage(JournalFileBackend(str(journal)))).trials
+    assert not _running(journal)
+    assert sorted(t.user_attrs.get("failure") for t in trials if t.state == FAIL) == ["interrupted"] * 2
+
+
+def _running(journal) -> list:
+    try:
+        study = optuna.load_study(study_name="tiny", storage=JournalStorage(JournalFileBackend(str(journal))))
+    except KeyError:  # the study is not created yet
+        return []
+    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped by its parent) counts as gone
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    except FileNotFoundError:
+        return False
 
 
 def _postgres_url() -> str:
