@@ -5,6 +5,7 @@ Bad input (study files, data files, arguments) prints one line and exits with st
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -130,7 +131,7 @@ def _run_workers(study_file: Path, study, stores, workers: int, quiet: bool, ret
            "--storage", stores.optuna_url, "--tracking-uri", stores.tracking_uri, "--quiet"]
     if retry_failed:
         cmd.append("--retry-failed")
-    procs = [subprocess.Popen(cmd) for _ in range(workers)]
+    procs = [subprocess.Popen(cmd, env={**os.environ, PARENT_ENV: str(os.getpid())}) for _ in range(workers)]
     total = len(study.variants) * len(study.spec.seeds)
     storage = stores.storage()  # one handle: a journal is then read incrementally, not replayed per poll
     try:
@@ -174,6 +175,7 @@ def worker(
     from .drive import Stores, run_study
     from .spec import load_study
 
+    _stop_with_parent()
     study = load_study(study_file)
     stores = Stores.for_study(study, output, tracking_uri, storage)
     stores.heartbeat_s, stores.grace_s = heartbeat, grace
@@ -354,7 +356,28 @@ def say_error(message: str) -> None:
     err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
 
 
+# Set by `ablate run --workers N` for its workers: the pid they stop with.
+PARENT_ENV = "ABLATE_WORKER_OF"
+
+
+def _stop_with_parent() -> None:
+    """On Linux, a worker of `ablate run --workers N` gets SIGTERM (a clean interrupt) when that
+    process dies, even by SIGKILL, instead of training on as an orphan."""
+    parent = os.environ.get(PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != int(parent):  # it died before the request took effect
+        raise KeyboardInterrupt
+
+
 def _interrupted(signum, frame) -> None:
+    # Once: a second SIGTERM (e.g. the parent-death one after `ablate run` stopped its workers)
+    # must not cut short the recording of the interrupted trial.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 

@@ -524,6 +524,13 @@ class Driver:
                         self._search_trial(ostudy, trial)
                     else:
                         self._final_trial(trial)
+                except KeyboardInterrupt:
+                    # Stopped outside training (setting up, logging): record the trial as
+                    # interrupted, as training itself does, so the next run re-queues it at once.
+                    if ostudy._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+                        trial.set_user_attr("failure", INTERRUPTED)
+                        ostudy.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+                    raise
                 finally:
                     self._end_beat()
             self._report_unsearchable()

@@ -81,16 +81,18 @@ def test_local_workers_share_one_queue(write_study, tmp_path):
     assert not list((out / "workers").iterdir())  # every worker's lock file is gone
 
 
-def test_sigterm_stops_the_run_and_its_workers(write_study, tmp_path):
-    """`kill` on `ablate run --workers 2` stops both workers; their trials are recorded as
-    interrupted (re-queued by the next run), none is left running."""
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL])
+def test_stopping_the_run_stops_its_workers(write_study, tmp_path, stop):
+    """`kill` on `ablate run --workers 2` stops both workers (`kill -9`: through the parent-death
+    signal they asked for); their trials are recorded as interrupted (re-queued by the next run),
+    none is left running."""
     study = write_study({"train": {"epochs": 400}, "seeds": [0, 1], "report": FAST_REPORT})
     out = tmp_path / "runs" / "tiny"
     run = subprocess.Popen([sys.executable, "-m", "ablate.cli", "run", str(study), "--workers", "2", "--quiet"],
                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)  # its own process group: cleaned up whatever happens
     try:
-        _stop_with_sigterm(run, out)
+        _stop(run, out, stop)
     finally:
         try:
             os.killpg(run.pid, signal.SIGKILL)
@@ -98,7 +100,7 @@ def test_sigterm_stops_the_run_and_its_workers(write_study, tmp_path):
             pass
 
 
-def _stop_with_sigterm(run: subprocess.Popen, out: Path) -> None:
+def _stop(run: subprocess.Popen, out: Path, stop: signal.Signals) -> None:
     journal = out / "optuna.journal"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # both workers in a trial
@@ -108,7 +110,7 @@ def _stop_with_sigterm(run: subprocess.Popen, out: Path) -> None:
     assert len(_running(journal)) == 2
     workers = [int(p.name.rsplit("-", 2)[1]) for p in (out / "workers").iterdir()]
     assert len(workers) == 2
-    run.send_signal(signal.SIGTERM)
+    run.send_signal(stop)
     assert run.wait(timeout=60) != 0
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
