@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.markup import escape
 from rich.table import Table
 
-from . import registry
+from . import registry, stopping
 from .drive import Reporter
 from .errors import AblateError
 
@@ -100,14 +100,15 @@ def run(
 
     study = load_study(study_file)
     stores = Stores.for_study(study, output, tracking_uri, storage)
-    if workers == 1:
-        with _progress(quiet) as progress:
-            summary = run_study(study, stores, BarReporter(progress), retry_failed=retry_failed)
-        skipped = summary.skipped
-        # Every failure standing in the study, not only this invocation's (a rerun leaves them).
-        failed = [f for f in summary.failed if f[1] < 0] + _standing_failures(study, stores)
-    else:
-        skipped, failed = _run_workers(study_file, study, stores, workers, quiet, retry_failed)
+    with stopping.stop_signals():  # `kill` or Ctrl-C: the trials stop cleanly, re-queued for the next run
+        if workers == 1:
+            with _progress(quiet) as progress:
+                summary = run_study(study, stores, BarReporter(progress), retry_failed=retry_failed)
+            skipped = summary.skipped
+            # Every failure standing in the study, not only this invocation's (a rerun leaves them).
+            failed = [f for f in summary.failed if f[1] < 0] + _standing_failures(study, stores)
+        else:
+            skipped, failed = _run_workers(study_file, study, stores, workers, quiet, retry_failed)
     if skipped:
         err.print(f"resumed: {skipped} trial(s) were already complete and were not retrained")
     paths = _report(stores.tracking_uri, study.name, reports / study.name, study)
@@ -121,7 +122,6 @@ def run(
 def _run_workers(study_file: Path, study, stores, workers: int, quiet: bool, retry_failed: bool):
     """N ``ablate worker`` processes on this machine, sharing the study's stores."""
     import subprocess
-    import time
 
     from .drive import prepare, progress
 
@@ -138,13 +138,18 @@ def _run_workers(study_file: Path, study, stores, workers: int, quiet: bool, ret
         with _progress(quiet) as bars:
             task = bars.add_task(f"trials ({workers} workers)", total=total, completed=before)
             while any(p.poll() is None for p in procs):
-                time.sleep(2.0)
+                stopping.sleep(2.0)
                 if not quiet:
                     bars.update(task, completed=sum(r.done for r in progress(study, stores, storage).values()))
             bars.update(task, completed=sum(r.done for r in progress(study, stores, storage).values()))
     except BaseException:
         for p in procs:
             p.terminate()
+        for p in procs:  # they record their trials as interrupted before this run returns
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
         raise
     crashed = [p.returncode for p in procs if p.returncode not in (0, 1)]
     if crashed:
@@ -175,11 +180,11 @@ def worker(
     from .drive import Stores, run_study
     from .spec import load_study
 
-    _stop_with_parent()
     study = load_study(study_file)
     stores = Stores.for_study(study, output, tracking_uri, storage)
     stores.heartbeat_s, stores.grace_s = heartbeat, grace
-    with _progress(quiet) as progress:
+    with stopping.stop_signals(), _progress(quiet) as progress:
+        _stop_with_parent()
         summary = run_study(study, stores, BarReporter(progress), retry_failed=retry_failed)
     err.print(f"worker done: {summary.finished} trial(s) and {summary.searched} search trial(s) trained here")
     for variant, seed, reason in summary.failed:
@@ -361,8 +366,9 @@ PARENT_ENV = "ABLATE_WORKER_OF"
 
 
 def _stop_with_parent() -> None:
-    """On Linux, a worker of `ablate run --workers N` gets SIGTERM (a clean interrupt) when that
-    process dies, even by SIGKILL, instead of training on as an orphan."""
+    """On Linux, a worker of `ablate run --workers N` gets SIGTERM (a clean stop, see
+    :mod:`ablate.stopping`) when that process dies, even by SIGKILL, instead of training on as
+    an orphan."""
     parent = os.environ.get(PARENT_ENV)
     if not parent or not sys.platform.startswith("linux"):
         return
@@ -374,17 +380,7 @@ def _stop_with_parent() -> None:
         raise KeyboardInterrupt
 
 
-def _interrupted(signum, frame) -> None:
-    # Once: a second SIGTERM (e.g. the parent-death one after `ablate run` stopped its workers)
-    # must not cut short the recording of the interrupted trial.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
 def main() -> None:
-    # `kill` (SIGTERM) stops a run as Ctrl-C does: a worker records its trial as interrupted (its
-    # checkpoint stays for the next run), and `ablate run --workers N` stops its workers too.
-    signal.signal(signal.SIGTERM, _interrupted)
     try:
         # standalone_mode=False: usage errors reach us as exceptions, so they print as one line.
         code = app(standalone_mode=False)

@@ -44,6 +44,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from . import match as matching
+from . import stopping
 from .errors import AblateError, StudyError
 from .faults import fault_point
 from .spec import Categorical, FloatRange, IntRange, Study, Variant, grid_points
@@ -510,12 +511,13 @@ class Driver:
             if self.summary.skipped < len(plan(self.study)):
                 _ = self.data  # a bad data file stops the run here (one line, exit 2), not every trial
             while True:
+                stopping.check()
                 with self.stores.queue_lock():
                     self.sync()
                     popped = self._pop(worker_id)
                 if popped is None:
                     if wait_for_others and self._busy_elsewhere():
-                        time.sleep(POLL_S)
+                        stopping.sleep(POLL_S)
                         continue
                     break
                 ostudy, trial, phase = popped

@@ -20,6 +20,7 @@ import torch
 from pydantic import BaseModel, ValidationError
 from torch import Tensor, nn
 
+from . import stopping
 from .components import BuildContext, Options
 
 
@@ -48,7 +49,9 @@ def evaluation_streams(work: Callable[[Item], Result], items: Iterable[Item],
     """
     streams = torch.get_num_threads() if torch.device(device).type == "cpu" else 1
     if streams == 1:
-        yield from map(work, items)
+        for item in items:
+            stopping.check()  # SIGTERM / Ctrl-C stop here, between batches
+            yield work(item)
         return
     grad, autocast = torch.is_grad_enabled(), torch.is_autocast_enabled("cpu")
     dtype = torch.get_autocast_dtype("cpu")
@@ -66,6 +69,7 @@ def evaluation_streams(work: Callable[[Item], Result], items: Iterable[Item],
         for item in items:
             pending.append(pool.submit(in_stream, item))
             if len(pending) >= 2 * streams:
+                stopping.check()
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from .build import build_backbone, count_parameters
 from .errors import AblateError
+from . import stopping
 from .faults import fault_point
 from .spec import Study, Variant
 from .tasks import Task
@@ -316,6 +317,7 @@ def train_trial(
                 optimizer.step()
                 losses.append(loss.detach())
                 tokens += task.batch_tokens(batch)
+                stopping.check()  # SIGTERM / Ctrl-C stop here, between steps
                 if on_step:
                     on_step()
             train_time += time.perf_counter() - t0

@@ -85,7 +85,8 @@ def test_local_workers_share_one_queue(write_study, tmp_path):
 def test_stopping_the_run_stops_its_workers(write_study, tmp_path, stop):
     """`kill` on `ablate run --workers 2` stops both workers (`kill -9`: through the parent-death
     signal they asked for); their trials are recorded as interrupted (re-queued by the next run),
-    none is left running."""
+    none is left running. (A stop request that landed in a finaliser used to be dropped, and the
+    worker trained on: tests/test_stopping.py.)"""
     study = write_study({"train": {"epochs": 400}, "seeds": [0, 1], "report": FAST_REPORT})
     out = tmp_path / "runs" / "tiny"
     run = subprocess.Popen([sys.executable, "-m", "ablate.cli", "run", str(study), "--workers", "2", "--quiet"],
@@ -111,7 +112,9 @@ def _stop(run: subprocess.Popen, out: Path, stop: signal.Signals) -> None:
     workers = [int(p.name.rsplit("-", 2)[1]) for p in (out / "workers").iterdir()]
     assert len(workers) == 2
     run.send_signal(stop)
-    assert run.wait(timeout=60) != 0
+    assert run.wait(timeout=90) != 0
+    if stop == signal.SIGTERM:  # `ablate run` waits for its workers to record their trials
+        assert not any(_alive(pid) for pid in workers)
     deadline = time.monotonic() + 90  # their clean-up writes share the stores: allow for contention
     while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
         time.sleep(0.2)

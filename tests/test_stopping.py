@@ -1,0 +1,66 @@
+"""SIGTERM and Ctrl-C ask a run to stop; it stops at the next safe point. A stop asked for while
+Python runs a finaliser is not lost (a handler that raised there was dropped as "Exception
+ignored", and the worker trained on)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from ablate import stopping
+
+
+def _deliver(sig: signal.Signals) -> None:
+    os.kill(os.getpid(), sig)
+    for _ in range(10_000):  # Python runs the handler at one of these bytecodes
+        pass
+
+
+def test_a_signal_asks_for_a_stop_that_the_next_safe_point_raises():
+    with stopping.stop_signals():
+        stopping.check()  # nothing asked yet
+        _deliver(signal.SIGTERM)  # the handler raises nothing ...
+        assert stopping.requested()
+        with pytest.raises(KeyboardInterrupt):  # ... the safe point does
+            stopping.check()
+        _deliver(signal.SIGTERM)  # a second SIGTERM (e.g. the parent-death one) changes nothing
+        with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C stops at once
+            _deliver(signal.SIGINT)
+    assert not stopping.requested()  # cleared on the way out
+
+
+def test_a_stop_asked_for_inside_a_finaliser_is_not_lost():
+    class Finalised:
+        def __del__(self):
+            _deliver(signal.SIGTERM)  # the handler runs inside __del__, where a raise is dropped
+
+    with stopping.stop_signals():
+        Finalised()
+        with pytest.raises(KeyboardInterrupt):
+            stopping.check()
+
+
+def test_the_callers_handlers_come_back():
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with stopping.stop_signals():
+        assert signal.getsignal(signal.SIGTERM) is not before[0]
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_sleep_ends_when_a_stop_is_asked_for():
+    with stopping.stop_signals():
+        start = time.monotonic()
+        stopping.sleep(0.2)  # a whole sleep without a request
+        assert time.monotonic() - start >= 0.2
+        previous = signal.signal(signal.SIGALRM, lambda *_: stopping.request())
+        signal.setitimer(signal.ITIMER_REAL, 0.05)  # in 50 ms SIGALRM's handler asks for the stop
+        try:
+            start = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                stopping.sleep(30)
+            assert time.monotonic() - start < 5
+        finally:
+            signal.signal(signal.SIGALRM, previous)
