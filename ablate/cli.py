@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -100,7 +102,7 @@ def run(
 
     study = load_study(study_file)
     stores = Stores.for_study(study, output, tracking_uri, storage)
-    with stopping.stop_signals():  # `kill` or Ctrl-C: the trials stop cleanly, re-queued for the next run
+    with stopping.stop_signals(), _resumable(study_file, quiet=False):  # `kill` or Ctrl-C: a clean stop
         if workers == 1:
             with _progress(quiet) as progress:
                 summary = run_study(study, stores, BarReporter(progress), retry_failed=retry_failed)
@@ -117,6 +119,18 @@ def run(
     out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
     if failed:
         raise typer.Exit(1)
+
+
+@contextmanager
+def _resumable(study_file: Path, quiet: bool) -> Iterator[None]:
+    """A stopped run says how to go on (exit status 130, as for any Ctrl-C)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not quiet:
+            err.print(f"interrupted: trials in flight are re-queued; `ablate run {study_file}` resumes",
+                      markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
 
 
 def _run_workers(study_file: Path, study, stores, workers: int, quiet: bool, retry_failed: bool):
@@ -183,7 +197,7 @@ def worker(
     study = load_study(study_file)
     stores = Stores.for_study(study, output, tracking_uri, storage)
     stores.heartbeat_s, stores.grace_s = heartbeat, grace
-    with stopping.stop_signals(), _progress(quiet) as progress:
+    with stopping.stop_signals(), _resumable(study_file, quiet), _progress(quiet) as progress:
         _stop_with_parent()
         summary = run_study(study, stores, BarReporter(progress), retry_failed=retry_failed)
     err.print(f"worker done: {summary.finished} trial(s) and {summary.searched} search trial(s) trained here")

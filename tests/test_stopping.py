@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
+import optuna
 import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
 
 from ablate import stopping
 
@@ -64,3 +69,34 @@ def test_sleep_ends_when_a_stop_is_asked_for():
             assert time.monotonic() - start < 5
         finally:
             signal.signal(signal.SIGALRM, previous)
+
+
+def test_ctrl_c_stops_a_run_that_the_next_run_resumes(write_study, tmp_path):
+    """Ctrl-C in `ablate run`: exit status 130 and one line saying how to go on; the trial in
+    flight is recorded as interrupted (which the next run re-queues), none is left running."""
+    study = write_study({"train": {"epochs": 400}, "seeds": [0], "report": {"calibration": 0, "bootstrap": 200}},
+                        replace={"variants": {}})
+    journal = tmp_path / "runs" / "tiny" / "optuna.journal"
+    run = subprocess.Popen([sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet"], cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _trials(journal, optuna.trial.TrialState.RUNNING):
+            time.sleep(0.2)
+        time.sleep(1.0)  # into training
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == 130
+    assert f"interrupted: trials in flight are re-queued; `ablate run {study}` resumes" in err
+    assert [t.user_attrs["failure"] for t in _trials(journal, optuna.trial.TrialState.FAIL)] == ["interrupted"]
+    assert not _trials(journal, optuna.trial.TrialState.RUNNING)
+
+
+def _trials(journal, state) -> list:
+    try:
+        study = optuna.load_study(study_name="tiny", storage=JournalStorage(JournalFileBackend(str(journal))))
+    except (KeyError, FileNotFoundError):
+        return []
+    return study.get_trials(deepcopy=False, states=(state,))
