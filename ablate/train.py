@@ -26,9 +26,9 @@ import torch
 from pydantic import BaseModel
 from torch import Tensor, nn
 
+from . import stopping
 from .build import build_backbone, count_parameters
 from .errors import AblateError
-from . import stopping
 from .faults import fault_point
 from .spec import Study, Variant
 from .tasks import Task
