@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from .components import BuildContext, Dropout, TokenContext
 from .jagged import last_of_rows
-from .spec import Part, Variant
+from .study import Part, Variant
 
 
 def make(part: Part, ctx: BuildContext) -> nn.Module:

@@ -98,7 +98,7 @@ def run(
     """Train every (variant, seed) of a study (searching first if it has a search: section),
     resuming where it stopped, then write the report."""
     from .drive import Stores, run_study
-    from .spec import load_study
+    from .study import load_study
 
     study = load_study(study_file)
     stores = Stores.for_study(study, output, tracking_uri, storage)
@@ -192,7 +192,7 @@ def worker(
     """Take trials from a study's shared queue until none is left (start one per machine or GPU,
     all with the same --storage and --tracking-uri); writes no report (run `ablate report`)."""
     from .drive import Stores, run_study
-    from .spec import load_study
+    from .study import load_study
 
     study = load_study(study_file)
     stores = Stores.for_study(study, output, tracking_uri, storage)
@@ -210,7 +210,7 @@ def worker(
 @app.command()
 def validate(study_file: StudyArg) -> None:
     """Check a study file (keys, types, kinds, compatibility, data files) without training."""
-    from .spec import load_study
+    from .study import load_study
 
     study = load_study(study_file)
     table = Table(title=f"{study.name}: {len(study.variants)} variants × {len(study.spec.seeds)} seeds "
@@ -242,7 +242,7 @@ def report(
 ) -> None:
     """Rebuild the report from the tracking store alone (no training)."""
     from .drive import Stores
-    from .spec import load_study
+    from .study import load_study
 
     if study_file is not None:
         study = load_study(study_file, check_files=False)
@@ -261,7 +261,7 @@ def status(study_file: StudyArg, output: OutputOpt = None, storage: StorageOpt =
     import time
 
     from .drive import Stores, checkpointed_fractions, eta_seconds, progress
-    from .spec import load_study
+    from .study import load_study
     from .train import checkpoint_summaries
 
     study = load_study(study_file, check_files=False)

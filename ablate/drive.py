@@ -47,7 +47,8 @@ from . import match as matching
 from . import stopping
 from .errors import AblateError, StudyError
 from .faults import fault_point
-from .spec import Categorical, FloatRange, IntRange, Study, Variant, grid_points
+from .search import Categorical, FloatRange, IntRange, grid_points
+from .study import Study, Variant
 from .track import Tracker, default_uri
 from .train import Checkpoint, TrialFailed, TrialResult, checkpoint_interval, resolve_device, train_trial
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .build import build_backbone, count_parameters
 from .errors import AblateError, StudyError
-from .spec import Study, Variant
+from .study import Study, Variant
 
 TOLERANCE = 0.02
 _LARGEST = 2**20
@@ -37,11 +37,6 @@ def backbone_params(study: Study, variant: Variant, max_len: int) -> int:
     return count_parameters(build_backbone(variant, study.build_context(variant, max_len)))
 
 
-def slot_of(study: Study) -> str:
-    chosen = study.spec.match_params
-    return "ffn" if chosen is True else str(chosen)
-
-
 def match(study: Study, name: str, max_len: int, base: Variant | None = None) -> tuple[Study, Variant, Matched]:
     """``study`` with variant ``name`` scaled to the baseline's parameter count.
     Raises :class:`AblateError` when the variant has no knob or cannot come within 2%."""
@@ -51,7 +46,7 @@ def match(study: Study, name: str, max_len: int, base: Variant | None = None) ->
     before = backbone_params(study, variant, max_len)
     if abs(before - target) <= TOLERANCE * target:
         return study, variant, Matched(before, target, before)
-    slot = slot_of(study)
+    slot = study.spec.matched_slot()
     part = getattr(variant, slot)
     option = part.cls.width_option
     if option is None:

@@ -30,7 +30,7 @@ from . import stopping
 from .build import build_backbone, count_parameters
 from .errors import AblateError
 from .faults import fault_point
-from .spec import Study, Variant
+from .study import Study, Variant
 from .tasks import Task
 
 

@@ -36,7 +36,7 @@ import torch
 from ablate import components, jagged
 from ablate.build import build_backbone, count_parameters
 from ablate.jagged import last_of_rows
-from ablate.spec import load_study
+from ablate.study import load_study
 from ablate.train import PeakMemory, backward_parts, training_autocast
 from ablate_plugins.seqrec import evaluation, losses
 from ablate_plugins.seqrec.batches import length_groups

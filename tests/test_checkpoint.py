@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 
 from ablate import drive
 from ablate.faults import KILL_ENV
-from ablate.spec import load_study
+from ablate.study import load_study
 from ablate.train import CHECKPOINT_ENV, Checkpoint, checkpoint_summaries, train_trial
 
 PATCH = {"train": {"epochs": 6, "eval_every": 2, "patience": 10}, "model": {"dropout": 0.3}}

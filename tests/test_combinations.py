@@ -26,7 +26,8 @@ from torch import nn
 from ablate import registry
 from ablate.build import build_backbone
 from ablate.components import BuildContext, TokenContext
-from ablate.spec import ModelSpec, Part, Variant, incompatibility
+from ablate.spec import ModelSpec
+from ablate.study import Part, Variant, incompatibility
 
 B, N, D, W = 2, 5, 8, 6  # batch, tokens, width, raw values per token
 

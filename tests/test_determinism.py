@@ -11,7 +11,7 @@ import sys
 HASH = """
 import hashlib, sys, torch
 from ablate.build import build_backbone
-from ablate.spec import load_study
+from ablate.study import load_study
 from ablate.train import seed_everything
 study = load_study(sys.argv[1])
 task, variant = study.task, study.variants["base"]

@@ -14,7 +14,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
 import ablate.drive as drive
-from ablate.spec import load_study
+from ablate.study import load_study
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 

@@ -7,7 +7,8 @@ import textwrap
 import pytest
 
 from ablate.errors import DataError, StudyError
-from ablate.spec import BASE, load_study
+from ablate.spec import BASE
+from ablate.study import load_study
 
 
 def test_variants_patch_the_base(write_study):

@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from ablate.errors import DataError
-from ablate.spec import load_study
+from ablate.study import load_study
 from ablate.train import train_trial
 from ablate_plugins.forecast import (
     ForecastOptions,

@@ -16,7 +16,7 @@ from torch import nn
 
 from ablate.build import build_backbone
 from ablate.errors import DataError, StudyError
-from ablate.spec import load_study
+from ablate.study import load_study
 from ablate.train import backward_parts, training_autocast
 from ablate_plugins.seqrec import (
     BCE,

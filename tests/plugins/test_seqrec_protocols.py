@@ -12,7 +12,7 @@ import torch
 from pydantic import ValidationError
 
 from ablate.build import build_backbone
-from ablate.spec import load_study
+from ablate.study import load_study
 from ablate_plugins.seqrec import LossOptions, SampledSoftmax, SeqRecOptions, SeqRecTask, Softmax, synthetic
 from ablate_plugins.seqrec import losses as L
 from ablate_plugins.seqrec import metrics as M

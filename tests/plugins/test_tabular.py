@@ -17,7 +17,7 @@ from sklearn.preprocessing import QuantileTransformer
 
 from ablate.build import build_backbone
 from ablate.errors import DataError
-from ablate.spec import load_study
+from ablate.study import load_study
 from ablate.train import train_trial
 from ablate_plugins.graph_attention import FRGraphAttention
 from ablate_plugins.tabular import FeatureTokenizer, TabularOptions, TabularTask
