@@ -825,7 +825,7 @@ def checkpointed_fractions(summaries: dict[str, dict[str, float]]) -> dict[str, 
 
 def _study_tags(study: Study) -> dict[str, str]:
     return {"ablate.study": study.name, "ablate.task": study.task.kind_name(),
-            "ablate.report_settings": json.dumps(study.report_settings())}
+            "ablate.report_settings": study.report_settings_json()}
 
 
 def _study_params(study: Study) -> dict[str, object]:

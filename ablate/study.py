@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,10 @@ class Study:
             "higher_is_better": {m: self.task.metric_higher_is_better(m) for m in self.metrics},
             "variants": list(self.variants),
         }
+
+    def report_settings_json(self) -> str:
+        """:meth:`report_settings` as the JSON text stored with the study in MLflow."""
+        return json.dumps(self.report_settings())
 
     def with_params(self, variant: str, params: dict[str, Any]) -> tuple["Study", Variant]:
         """This study with ``params`` (dotted ``model.*`` / ``train.*`` keys) applied to

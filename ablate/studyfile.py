@@ -90,6 +90,9 @@ def pydantic_message(err: dict) -> str:
         return "required key is missing"
     given = err.get("input")
     shown = repr(given) if not isinstance(given, dict) else "a mapping"
+    # A validator's own ValueError (e.g. an unknown vocabulary name) already says what it got.
+    if kind == "value_error":
+        return err["msg"].removeprefix("Value error, ")
     return f"{err['msg']} (got {shown})"
 
 
