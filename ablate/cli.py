@@ -215,14 +215,14 @@ def validate(study_file: StudyArg) -> None:
     study = load_study(study_file)
     table = Table(title=f"{study.name}: {len(study.variants)} variants × {len(study.spec.seeds)} seeds "
                         f"= {len(study.variants) * len(study.spec.seeds)} trials")
-    for column in ("variant", "attention", "ffn", "norm", "connection", "bias", "shape"):
+    for column in ("variant", *next(iter(study.variants.values())).components()):
         table.add_column(column)
     for name, variant in study.variants.items():
         table.add_row(*(escape(c) for c in (name, *variant.components().values())))
     out.print(table)
     search = study.spec.search
     if search.enabled:
-        from .drive import search_budget
+        from .search import search_budget
 
         out.print(f"search: {search_budget(study)} {search.sampler} trial(s) per variant over "
                   f"{', '.join(search.space)} (pruner: {search.pruner}), then the best parameters over every seed")
@@ -333,28 +333,27 @@ def _describe_options(options_cls) -> str:
 def _report(tracking_uri: str, experiment: str, out_dir: Path, study) -> dict[str, Path]:
     from .report import format_table, write_report
     from .results import load_results
-    from .stats import ReportSettings, compare
+    from .stats import compare
 
     loaded = load_results(tracking_uri, experiment)
     if loaded.results.empty:
         raise AblateError(f"no finished trials for '{experiment}' in {tracking_uri}")
-    settings = _settings(ReportSettings, loaded.settings, study)
-    paths = write_report(loaded.results, loaded.units, loaded.curves, settings, out_dir, failures=loaded.failures)
+    settings = _settings(loaded.settings, study)
+    paths = write_report(loaded.results, loaded.units, loaded.curves, settings, out_dir,
+                         failures=loaded.failures)
     out.print(format_table(compare(loaded.results, loaded.units, settings, settings.primary), settings),
               markup=False, highlight=False, soft_wrap=True)
     return paths
 
 
-def _settings(settings_cls, stored: dict, study) -> object:
-    """Report settings: the study file's when given (alpha etc. may be changed after the run),
-    else those stored with the study in the tracking store."""
-    if study is not None:
-        stored = {**stored, **study.report_settings()}
-    if not stored:
+def _settings(stored, study):
+    """Report settings (``stats.ReportSettings``): the study file's when given (alpha etc. may be
+    changed after the run), else those stored with the study in the tracking store (None: none)."""
+    settings = study.report_settings() if study is not None else stored
+    if settings is None:
         raise AblateError("the tracking store holds no report settings for this study; pass the study file")
-    known = settings_cls.__dataclass_fields__
-    notes = [f"variants: {', '.join(stored.get('variants', []))}"] if stored.get("variants") else []
-    return settings_cls(**{k: v for k, v in stored.items() if k in known}, notes=notes)
+    notes = [f"variants: {', '.join(settings.variants)}"] if settings.variants else []
+    return settings.model_copy(update={"notes": notes})
 
 
 # Typer ≥ 0.2x vendors click under a private module; its exception classes are reached through

@@ -36,6 +36,7 @@ __all__ = [
     "Connection",
     "Stem",
     "BiasChannel",
+    "total_auxiliary_loss",
 ]
 
 
@@ -190,7 +191,17 @@ class TokenContext:
 
 
 class Component(nn.Module):
-    """Base of every kind. Subclasses set ``Options`` and may declare requirements."""
+    """Base of every kind. Subclasses set ``Options`` and may declare requirements.
+
+    Hooks a kind may override; the core calls them on every ``Component`` inside a model (nested
+    ones too) and on no other module:
+
+    * ``auxiliary_loss()``: a term the latest training forward adds to the loss (e.g. MoE load
+      balancing), or None. Training adds the sum over the model (:func:`total_auxiliary_loss`)
+      to each loss part once; a task's loss leaves it out.
+    * ``epoch_end(epoch)``: called after each training epoch (1-based), before validation, by
+      :meth:`ablate.tasks.Task.on_epoch_end` (e.g. ``fr_graph`` freezing its topology).
+    """
 
     Options: ClassVar[type[Options]] = Options
     # Data features the kind needs (checked before training, with a message naming both sides).
@@ -217,6 +228,9 @@ class Component(nn.Module):
     def auxiliary_loss(self) -> Tensor | None:
         """A loss term this module adds to training (e.g. MoE load balancing); None if none."""
         return None
+
+    def epoch_end(self, epoch: int) -> None:
+        """Called after training epoch ``epoch`` (1-based), before validation."""
 
     @classmethod
     def describe(cls, options: Options) -> str:
@@ -281,7 +295,19 @@ class Connection(Component):
     ``branch`` maps a ``[b, n, d]`` input to a ``[b, n, d]`` output. One instance is built
     per sub-layer; the backbone's expand/reduce come from ``Kind.stem(options, ctx)``, so
     a sub-layer instance never carries unused stem parameters (and vice versa).
+
+    A kind that keeps several streams declares ``single_stream = False``: placements that need
+    the branch input to be the stream itself (``pre_skip_kv``) refuse it.
     """
+
+    single_stream: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # Kinds written before the flag existed said "several streams" by having a stem of their
+        # own; read that once, when the class is made, so they keep being refused where they were.
+        if "stem" in cls.__dict__ and "single_stream" not in cls.__dict__:
+            cls.single_stream = False
 
     @classmethod
     def stem(cls, options: Options, ctx: BuildContext) -> "Stem":
@@ -306,8 +332,18 @@ class BiasChannel(Component):
 
     * ``embed(x, tokens)``: act on the token embeddings (absolute positions);
     * ``logits(tokens)``: an additive attention-logit bias ``[b|1, h|1, n, n]``;
-    * ``rotate(q, k, tokens)``: rotate queries and keys (rotary embeddings).
+    * ``rotate(q, k, tokens)``: rotate queries and keys (rotary embeddings); a kind that does
+      declares ``rotates = True``, and only those are handed to the attention.
     """
+
+    rotates: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # Kinds written before the flag existed only override ``rotate``: read that once, when the
+        # class is made, so their rotation is still applied.
+        if "rotate" in cls.__dict__ and "rotates" not in cls.__dict__:
+            cls.rotates = True
 
     def embed(self, x: Tensor, tokens: TokenContext) -> Tensor:
         return x
@@ -318,6 +354,10 @@ class BiasChannel(Component):
     def rotate(self, q: Tensor, k: Tensor, tokens: TokenContext) -> tuple[Tensor, Tensor]:
         return q, k
 
-    @property
-    def rotates(self) -> bool:
-        return type(self).rotate is not BiasChannel.rotate
+
+def total_auxiliary_loss(model: nn.Module) -> Tensor | None:
+    """The sum of the auxiliary losses of the :class:`Component` modules inside ``model`` (in
+    module order), or None when none has one. Other modules are not asked."""
+    terms = [t for m in model.modules() if isinstance(m, Component)
+             for t in [m.auxiliary_loss()] if t is not None]
+    return torch.stack(terms).sum() if terms else None

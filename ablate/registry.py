@@ -7,7 +7,7 @@ the kind in the group ``ablate.<slot>``. The core never imports a plugin module 
 from __future__ import annotations
 
 import difflib
-from functools import lru_cache
+from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 
 from .errors import AblateError
@@ -25,7 +25,7 @@ class UnknownKind(AblateError):
         super().__init__(f"unknown {slot} kind '{kind}'{hint} (known: {listed})")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _entry_points(slot: str) -> dict[str, EntryPoint]:
     group = f"ablate.{slot}"
     found: dict[str, EntryPoint] = {}
@@ -55,7 +55,7 @@ def get(slot: str, kind: str) -> type:
     return _load(slot, kind)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(slot: str, kind: str) -> type:
     ep = _entry_points(slot)[kind]
     try:

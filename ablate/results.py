@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from .errors import AblateError
+from .stats import ReportSettings
 from .track import UNITS_ARTIFACT, Tracker, from_mlflow
 
 COST_KEYS = ("params", "tokens_per_s", "peak_memory_mb", "wall_s", "epochs", "best_epoch")
@@ -24,7 +25,7 @@ class Results:
     results: pd.DataFrame  # one row per finished trial
     units: pd.DataFrame  # test metrics per evaluation unit: variant, seed, unit, <metric>...
     curves: pd.DataFrame  # validation per epoch: variant, seed, epoch, metric, value
-    settings: dict  # report settings stored with the study
+    settings: ReportSettings | None  # report settings stored with the study (None: none stored)
     failures: pd.DataFrame = None  # failed trials: variant, seed, reason (interrupted ones left out)
 
 
@@ -60,7 +61,7 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
             if key.startswith("valid.") and final:
                 row[from_mlflow(key)] = final[-1]
         if (variant, seed) in seen:  # should not happen; keep the newest, say so
-            warnings.warn(f"two finished runs for {variant} seed {seed}; using the newest")
+            warnings.warn(f"two finished runs for {variant} seed {seed}; using the newest", stacklevel=2)
             rows[seen[(variant, seed)]] = row
             continue
         seen[(variant, seed)] = len(rows)
@@ -76,7 +77,8 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
                 pass
         if curves:
             for key, history in histories.items():
-                curve_rows += [(variant, seed, m.step, from_mlflow(key), m.value) for m in history if m.step > 0]
+                curve_rows += [(variant, seed, m.step, from_mlflow(key), m.value)
+                               for m in history if m.step > 0]
     results = pd.DataFrame(rows)
     if not results.empty:
         results = results.sort_values(["variant", "seed"], kind="stable").reset_index(drop=True)
@@ -91,8 +93,13 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
         results=results,
         units=pd.concat(unit_frames, ignore_index=True) if unit_frames else pd.DataFrame(),
         curves=pd.DataFrame(curve_rows, columns=["variant", "seed", "epoch", "metric", "value"]),
-        settings=tracker.report_settings(),
+        settings=_stored_settings(tracker),
     )
+
+
+def _stored_settings(tracker: Tracker) -> ReportSettings | None:
+    text = tracker.report_settings_json()
+    return ReportSettings.from_json(text) if text is not None else None
 
 
 def _number(text: str):

@@ -1,22 +1,36 @@
 """The search space of a study (``search:``): dimension types, the sampler and pruner, budgets.
 
 Search trials tune each variant with the same budget before its seeds are trained
-(:mod:`ablate.drive`); here is what a space is and how it is checked before any training.
+(:mod:`ablate.drive`); here is what a space is, how it is checked before any training, how many
+trials a variant gets and in which order a grid is visited.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+import itertools
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import optuna
 from pydantic import Field
 
 from .errors import StudyError
-from .schema import Strict
+from .schema import Strict, Vocabulary
 
 if TYPE_CHECKING:  # pragma: no cover
     from .study import Study
     from .studyfile import Locator
 
+
+def _bounds_problem(low: float, high: float, log: bool) -> str | None:
+    if low > high:
+        return f"low ({low}) is above high ({high})"
+    if log and low <= 0:
+        return f"a log range needs bounds > 0 (got low={low})"
+    return None
 
 
 class FloatRange(Strict):
@@ -26,6 +40,29 @@ class FloatRange(Strict):
     log: bool = False
     step: float | None = Field(None, gt=0)
 
+    def suggest(self, trial: optuna.Trial, key: str) -> float:
+        return trial.suggest_float(key, self.low, self.high, step=self.step, log=self.log)
+
+    def values(self) -> list[Any]:
+        """Values that must all be valid: both bounds."""
+        return [self.low, self.high]
+
+    def grid_points(self) -> list[float]:
+        """Every value a grid search visits (the check makes sure there is a step)."""
+        count = int(round((self.high - self.low) / self.step)) + 1
+        points = [self.low + i * self.step for i in range(count)]
+        # A point a rounding error above high is kept; one past it (a step not dividing the range) is not.
+        return [p for p in points if p <= self.high + 1e-12]
+
+    def check(self, grid: bool) -> str | None:
+        """What is wrong with this range (``grid``: the grid sampler visits it), or None."""
+        problem = _bounds_problem(self.low, self.high, self.log)
+        if problem is None and self.log and self.step is not None:
+            problem = "a log range takes no step"
+        if problem is None and grid and self.step is None:
+            problem = "grid search over a float range needs a step"
+        return problem
+
 
 class IntRange(Strict):
     type: Literal["int"]
@@ -34,14 +71,66 @@ class IntRange(Strict):
     log: bool = False
     step: int = Field(1, gt=0)
 
+    def suggest(self, trial: optuna.Trial, key: str) -> int:
+        return trial.suggest_int(key, self.low, self.high, step=self.step, log=self.log)
+
+    def values(self) -> list[Any]:
+        """Values that must all be valid: both bounds."""
+        return [self.low, self.high]
+
+    def grid_points(self) -> list[int]:
+        return list(range(self.low, self.high + 1, self.step))
+
+    def check(self, grid: bool) -> str | None:
+        """What is wrong with this range, or None."""
+        return _bounds_problem(self.low, self.high, self.log)
+
 
 class Categorical(Strict):
     type: Literal["categorical"]
     choices: list[Any]
 
+    def suggest(self, trial: optuna.Trial, key: str) -> Any:
+        return trial.suggest_categorical(key, self.choices)
 
-Dimension = Annotated[Union[FloatRange, IntRange, Categorical], Field(discriminator="type")]
+    def values(self) -> list[Any]:
+        """Values that must all be valid: every choice."""
+        return list(self.choices)
+
+    def grid_points(self) -> list[Any]:
+        return list(self.choices)
+
+    def check(self, grid: bool) -> str | None:
+        """What is wrong with these choices, or None."""
+        return None if self.choices else "an empty categorical: give at least one choice"
+
+
+Dimension = Annotated[FloatRange | IntRange | Categorical, Field(discriminator="type")]
 SEARCH_ROOTS = ("model", "train")
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """``make(seed)``: the Optuna sampler; ``grid``: every grid point is enqueued in a seeded
+    order (:func:`grid_order`) instead of being sampled, so the budget defaults to the grid's size."""
+
+    make: Callable[[int], optuna.samplers.BaseSampler]
+    grid: bool = False
+
+
+SAMPLERS: Vocabulary[Sampler] = Vocabulary("sampler", {
+    "tpe": Sampler(lambda seed: optuna.samplers.TPESampler(seed=seed)),
+    "random": Sampler(lambda seed: optuna.samplers.RandomSampler(seed=seed)),
+    # The points are enqueued: the sampler only fills what an enqueued point leaves open (nothing).
+    "grid": Sampler(lambda seed: optuna.samplers.RandomSampler(seed=seed), grid=True),
+})
+
+# name → the pruner, given the number of training epochs (its largest resource).
+PRUNERS: Vocabulary[Callable[[int], optuna.pruners.BasePruner]] = Vocabulary("pruner", {
+    "none": lambda epochs: optuna.pruners.NopPruner(),
+    "median": lambda epochs: optuna.pruners.MedianPruner(n_warmup_steps=1),
+    "hyperband": lambda epochs: optuna.pruners.HyperbandPruner(min_resource=1, max_resource=epochs),
+})
 
 
 class SearchSpec(Strict):
@@ -49,28 +138,52 @@ class SearchSpec(Strict):
 
     trials: int = Field(0, ge=0)  # budget PER VARIANT: every variant gets the same number of trials
     space: dict[str, Dimension] = {}  # dotted keys under model.* / train.*
-    sampler: Literal["tpe", "random", "grid"] = "tpe"
-    pruner: Literal["none", "median", "hyperband"] = "none"
+    sampler: SAMPLERS.field = "tpe"
+    pruner: PRUNERS.field = "none"
     seed: int | None = None  # training seed of search trials; default: the study's first seed
 
     @property
     def enabled(self) -> bool:
         return bool(self.space)
 
+    @property
+    def grid(self) -> bool:
+        """Whether the sampler visits the grid of the space rather than sampling it."""
+        return SAMPLERS[self.sampler].grid
 
-def search_values(dim: Any) -> list[Any]:
-    """Values that must all be valid for a dimension: both bounds, or every choice."""
-    return list(dim.choices) if isinstance(dim, Categorical) else [dim.low, dim.high]
+
+def search_seed(study: Study) -> int:
+    """The seed search trials train with (and their sampler draws with)."""
+    search = study.spec.search
+    return search.seed if search.seed is not None else study.spec.seeds[0]
 
 
-def grid_points(dim: Any) -> list[Any]:
-    """Every value a grid search visits on one dimension (ranges need a step)."""
-    if isinstance(dim, Categorical):
-        return list(dim.choices)
-    if isinstance(dim, IntRange):
-        return list(range(dim.low, dim.high + 1, dim.step))
-    count = int(round((dim.high - dim.low) / dim.step)) + 1
-    return [dim.low + i * dim.step for i in range(count) if dim.low + i * dim.step <= dim.high + 1e-12]
+def make_sampler(study: Study) -> optuna.samplers.BaseSampler:
+    return SAMPLERS[study.spec.search.sampler].make(search_seed(study))
+
+
+def make_pruner(study: Study) -> optuna.pruners.BasePruner:
+    return PRUNERS[study.spec.search.pruner](study.spec.train.epochs)
+
+
+def search_budget(study: Study) -> int:
+    """Search trials per variant: ``trials``, or for a grid its size (at most ``trials`` if given)."""
+    search = study.spec.search
+    if not search.enabled:
+        return 0
+    if search.grid:
+        size = math.prod(len(d.grid_points()) for d in search.space.values())
+        return min(search.trials, size) if search.trials else size
+    return search.trials
+
+
+def grid_order(study: Study) -> list[dict[str, Any]]:
+    """Grid points in a seeded random order (a budget below the grid's size samples it evenly)."""
+    space = study.spec.search.space
+    axes = [d.grid_points() for d in space.values()]
+    points = [dict(zip(space, values, strict=True)) for values in itertools.product(*axes)]
+    random.Random(study.spec.search.seed or 0).shuffle(points)
+    return points
 
 
 def check_search(where: Locator, study: Study) -> None:
@@ -83,29 +196,19 @@ def check_search(where: Locator, study: Study) -> None:
         if root not in SEARCH_ROOTS or "." not in key:
             raise where.error(at, f"search keys are dotted model.* or train.* keys (e.g. train.lr, "
                                   f"model.ffn.mult), got '{key}'")
-        if isinstance(dim, Categorical):
-            if not dim.choices:
-                raise where.error(at, "an empty categorical: give at least one choice")
-        else:
-            if dim.low > dim.high:
-                raise where.error(at, f"low ({dim.low}) is above high ({dim.high})")
-            if dim.log and dim.low <= 0:
-                raise where.error(at, f"a log range needs bounds > 0 (got low={dim.low})")
-            if isinstance(dim, FloatRange) and dim.log and dim.step is not None:
-                raise where.error(at, "a log range takes no step")
-            if search.sampler == "grid" and isinstance(dim, FloatRange) and dim.step is None:
-                raise where.error(at, "grid search over a float range needs a step")
+        problem = dim.check(grid=search.grid)
+        if problem:
+            raise where.error(at, problem)
         if study.spec.match_params and key.startswith(f"model.{study.spec.matched_slot()}."):
-            raise where.error(at, "this key is the knob match_params scales; search another key or drop match_params")
+            raise where.error(at, "this key is the knob match_params scales; "
+                                  "search another key or drop match_params")
         for name in study.variants:
-            for value in search_values(dim):
+            for value in dim.values():
                 try:
                     study.with_params(name, {key: value})
                 except StudyError as exc:
                     raise where.error(at, f"{value!r} does not fit variant '{name}' ({exc})") from None
-    if search.space and search.trials == 0 and search.sampler != "grid":
+    if search.space and search.trials == 0 and not search.grid:
         raise where.error(("search", "trials"), "a search space needs a trial budget per variant (trials: N)")
     if search.trials and not search.space:
         raise where.error(("search", "space"), "search.trials is set but no space is given")
-
-

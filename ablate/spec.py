@@ -12,10 +12,17 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .blocks import INITIALISERS, PLACEMENTS
+from .optimizers import OPTIMIZERS
+from .registry import COMPONENT_SLOTS
 from .schema import Strict
 from .search import SearchSpec
+from .stats.settings import ReportSection, ReportSettings
 
 BASE = "base"
+
+# Slots whose width knob ``match_params`` may name: every single-component slot (bias is a list).
+MatchableSlot = Literal[tuple(slot for slot in COMPONENT_SLOTS if slot != "bias")]
 
 
 class ComponentSpec(BaseModel):
@@ -30,7 +37,7 @@ class ComponentSpec(BaseModel):
 
 class NormSpec(ComponentSpec):
     # A block option, not one of the norm kind's.
-    placement: Literal["pre", "post", "pre_skip", "pre_skip_kv"] = "pre"
+    placement: PLACEMENTS.field = "pre"
 
     def options(self) -> dict[str, Any]:
         return {k: v for k, v in super().options().items() if k != "placement"}
@@ -47,7 +54,7 @@ class ModelSpec(Strict):
     bias: list[ComponentSpec] = [ComponentSpec(kind="abs_pos")]
     # Weights of the blocks' linear layers: each kind's own initialisation (``default``: PyTorch's
     # for nn.Linear) or Xavier-normal for all of them (SASRec's released code).
-    init: Literal["default", "xavier_normal"] = "default"
+    init: INITIALISERS.field = "default"
 
 
 class TaskSpec(BaseModel):
@@ -65,7 +72,7 @@ class TrainSpec(Strict):
     eval_batch_size: int | None = Field(None, gt=0)
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
-    optimizer: Literal["adam", "adamw"] = "adam"
+    optimizer: OPTIMIZERS.field = "adam"
     betas: tuple[float, float] = (0.9, 0.98)
     grad_clip: float | None = Field(None, gt=0)
     # Stop when the primary validation metric has not improved for this many evaluations.
@@ -96,17 +103,6 @@ class MetricsSpec(Strict):
     also: list[str] = []
 
 
-class ReportSpec(Strict):
-    baseline: str = BASE
-    alpha: float = Field(0.05, gt=0, lt=1)
-    correction: Literal["holm", "fdr_bh"] = "holm"
-    bootstrap: int = Field(10_000, ge=100)
-    # Interval for Δ: smoothed studentized bootstrap (calibrated for 3–5 seeds), plain, or percentile.
-    ci: Literal["smoothed-bootstrap-t", "bootstrap-t", "percentile"] = "smoothed-bootstrap-t"
-    # Null comparisons simulated at report time for the calibration section (0: skip).
-    calibration: int = Field(200, ge=0)
-
-
 class StudySpec(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
@@ -118,10 +114,11 @@ class StudySpec(Strict):
     search: SearchSpec = SearchSpec()
     # Scale each variant's declared width knob (the slot's ``width_option``) so its backbone
     # has the base's parameter count within 2%; ``true`` means the ffn slot.
-    match_params: bool | Literal["attention", "ffn", "norm", "connection"] = False
+    match_params: bool | MatchableSlot = False
     seeds: list[int] = Field([0], min_length=1)
     metrics: MetricsSpec
-    report: ReportSpec = ReportSpec()
+    # What the report compares and how; the study fills in the rest (Study.report_settings).
+    report: ReportSection = ReportSettings()
     # Where the Optuna and MLflow stores live; default runs/<name> under the working dir.
     output: str | None = None
 

@@ -9,36 +9,35 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .components import BuildContext, Component, Connection
+from .blocks import PLACEMENTS
+from .components import BuildContext, Component
 from .errors import DataError, StudyError
+from .registry import COMPONENT_SLOTS
 from .search import SEARCH_ROOTS, check_search
 from .spec import BASE, ComponentSpec, ModelSpec, StudySpec, TrainSpec
+from .stats import ReportSettings
 from .studyfile import Bare, Locator, lookup, parse, validate_options
 from .tasks import Task
-
-
-# Placements whose attention sub-layer takes keys / values from the un-normalised stream.
-SOURCE_PLACEMENTS = frozenset({"pre_skip_kv"})
 
 
 def placement_problem(placement: str, attention: type, connection: type) -> str | None:
     """Why ``placement`` cannot go with these attention / connection kinds, or None. A
     placement that hands the attention a separate key / value source needs a kind that takes
     one and a single-stream connection (whose branch input is its own input)."""
-    if placement not in SOURCE_PLACEMENTS:
+    if not PLACEMENTS[placement].mix.gives_source:
         return None
     if not attention.takes_source:
         return (f"{placement!r} takes the attention's keys and values from the un-normalised stream, "
                 f"which attention kind '{attention.kind_name()}' does not support (softmax does); "
                 f"use placement 'pre_skip'")
-    if connection.stem.__func__ is not Connection.stem.__func__:  # its own stem: a stream layout
+    if not connection.single_stream:
         return (f"{placement!r} needs a single-stream connection (residual), but connection kind "
                 f"'{connection.kind_name()}' keeps several streams; use placement 'pre_skip'")
     return None
@@ -71,18 +70,18 @@ class Variant:
     connection: Part
     bias: tuple[Part, ...]
 
+    def parts(self, slot: str) -> tuple[Part, ...]:
+        """The slot's resolved components: one, or the bias list."""
+        held = getattr(self, slot)
+        return held if isinstance(held, tuple) else (held,)
+
     def components(self) -> dict[str, str]:
         """Slot -> label, for tags and the report's 'differs' column."""
-        return {
-            "attention": self.attention.label,
-            "ffn": self.ffn.label,
-            "norm": f"{self.norm.label} ({self.spec.norm.placement})",
-            "connection": self.connection.label,
-            "bias": "+".join(p.label for p in self.bias) or "none",
-            "shape": f"d={self.spec.dim},L={self.spec.blocks},p={self.spec.dropout}",
-        }
+        labels = {slot: "+".join(p.label for p in self.parts(slot)) or "none" for slot in COMPONENT_SLOTS}
+        labels["norm"] += f" ({self.spec.norm.placement})"
+        return {**labels, "shape": f"d={self.spec.dim},L={self.spec.blocks},p={self.spec.dropout}"}
 
-    def differs_from(self, other: "Variant") -> str:
+    def differs_from(self, other: Variant) -> str:
         mine, theirs = self.components(), other.components()
         diffs = [f"{k}: {mine[k]}" for k in mine if mine[k] != theirs[k]]
         return "; ".join(diffs) if diffs else "—"
@@ -109,43 +108,52 @@ class Study:
         chosen = override or self.spec.output or Path("runs") / self.name
         return Path(chosen).resolve()
 
-    def report_settings(self) -> dict[str, Any]:
-        """What the report needs from the study file (stored with the study in MLflow, so a
+    def report_settings(self) -> ReportSettings:
+        """What the report needs: the study file's ``report:`` section filled in with the study's
+        name, metrics and their directions, and variants (stored with the study in MLflow, so a
         report can be rebuilt from the tracking store alone)."""
-        rep = self.spec.report
-        return {
-            "study": self.name, "primary": self.metrics[0], "metrics": self.metrics,
-            "baseline": rep.baseline, "alpha": rep.alpha, "correction": rep.correction,
-            "bootstrap": rep.bootstrap, "ci": rep.ci, "calibration": rep.calibration,
+        return ReportSettings.model_validate({
+            **self.spec.report.model_dump(), "study": self.name, "primary": self.metrics[0],
+            "metrics": self.metrics, "variants": list(self.variants),
             "higher_is_better": {m: self.task.metric_higher_is_better(m) for m in self.metrics},
-            "variants": list(self.variants),
-        }
+        })
 
     def report_settings_json(self) -> str:
         """:meth:`report_settings` as the JSON text stored with the study in MLflow."""
-        return json.dumps(self.report_settings())
+        return self.report_settings().model_dump_json()
 
-    def with_params(self, variant: str, params: dict[str, Any]) -> tuple["Study", Variant]:
+    def with_params(self, variant: str, params: dict[str, Any]) -> tuple[Study, Variant]:
         """This study with ``params`` (dotted ``model.*`` / ``train.*`` keys) applied to
-        ``variant`` and to the training settings. Raises :class:`StudyError` naming the key."""
-        model = self.variants[variant].spec.model_dump()
+        ``variant`` and to the training settings. Raises :class:`StudyError` naming the key.
+
+        Called for every parameter-matching probe and search value, so only what the keys can
+        change is validated again: the training settings (and the loss, for ``train.loss.*``),
+        the model settings and the slots whose settings changed; the rest was valid already."""
+        old = self.variants[variant]
+        model = old.spec.model_dump()
         train = self.spec.train.model_dump()
+        touched: set[tuple[str, str]] = set()  # (root, first key under it)
         for dotted, value in params.items():
             root, *path = dotted.split(".")
             if root not in SEARCH_ROOTS or not path:
                 raise StudyError(f"{dotted}: not a model.* or train.* key")
             _set_dotted({"model": model, "train": train}[root], path, value)
+            touched.add((root, path[0]))
         where = Bare(self.path, {})
-        try:
-            train_spec = TrainSpec.model_validate(train)
-        except ValidationError as exc:
-            raise where.pydantic(exc, ("train",)) from None
-        try:
-            loss = type(self.loss).model_validate(train_spec.loss)
-        except ValidationError as exc:
-            raise where.pydantic(exc, ("train", "loss")) from None
-        resolved = _resolve_variant(where, variant, model, ("model",), self.task)
-        spec = self.spec.model_copy(update={"train": train_spec})
+        spec, loss, resolved = self.spec, self.loss, old
+        if any(root == "train" for root, _ in touched):
+            try:
+                train_spec = TrainSpec.model_validate(train)
+            except ValidationError as exc:
+                raise where.pydantic(exc, ("train",)) from None
+            if ("train", "loss") in touched:
+                try:
+                    loss = type(self.loss).model_validate(train_spec.loss)
+                except ValidationError as exc:
+                    raise where.pydantic(exc, ("train", "loss")) from None
+            spec = self.spec.model_copy(update={"train": train_spec})
+        if any(root == "model" for root, _ in touched):
+            resolved = _re_resolve(where, old, model, ("model",), self.task)
         changed = replace(self, spec=spec, loss=loss, variants={**self.variants, variant: resolved})
         return changed, resolved
 
@@ -177,7 +185,8 @@ def load_study(path: str | Path, check_files: bool = True) -> Study:
         raise where.pydantic(exc, ()) from None
 
     task_cls = lookup(where, ("task", "kind"), "task", spec.task.kind)
-    task_options = validate_options(where, ("task",), task_cls, {k: v for k, v in raw["task"].items() if k != "kind"})
+    raw_task = {k: v for k, v in raw["task"].items() if k != "kind"}
+    task_options = validate_options(where, ("task",), task_cls, raw_task)
     task: Task = task_cls(task_options, path.parent.resolve())
 
     try:
@@ -195,9 +204,10 @@ def load_study(path: str | Path, check_files: bool = True) -> Study:
     variants = {BASE: _resolve_variant(where, BASE, raw.get("model", {}), ("model",), task)}
     for name, patch in _expand(where, spec).items():
         if name == BASE:
-            raise where.error(("variants", name), f"'{BASE}' is the name of the base model; rename the variant")
+            raise where.error(("variants", name),
+                              f"'{BASE}' is the name of the base model; rename the variant")
         merged = _patch(raw.get("model", {}), patch)
-        variants[name] = _resolve_variant(where, name, merged, ("variants", name), task, patch)
+        variants[name] = _resolve_variant(where, name, merged, ("variants", name), task)
 
     if spec.report.baseline not in variants:
         raise where.error(
@@ -214,37 +224,84 @@ def load_study(path: str | Path, check_files: bool = True) -> Study:
 
 
 
-def _resolve_variant(
-    where: Locator, name: str, raw_model: dict, key: tuple, task: Task, patch: dict | None = None
-) -> Variant:
-    # Keys the patch does not touch are reported at their place in the base model.
-    base_key = ("model",)
-    try:
-        spec = ModelSpec.model_validate(raw_model)
-    except ValidationError as exc:
-        raise where.pydantic(exc, key, base_key) from None
+# Keys a variant's patch does not touch are reported at their place in the base model.
+BASE_KEY = ("model",)
+# A change to any of these slots can make the norm placement unfit (:func:`placement_problem`).
+PLACEMENT_SLOTS = frozenset({"norm", "attention", "connection"})
 
-    def part(slot: str, comp: ComponentSpec, sub: tuple) -> Part:
-        cls = lookup(where, key + sub + ("kind",), slot, comp.kind)
-        opts = validate_options(where, key + sub, cls, comp.options(), base_key + sub)
-        return Part(slot, cls, opts)
 
-    parts = dict(
-        attention=part("attention", spec.attention, ("attention",)),
-        ffn=part("ffn", spec.ffn, ("ffn",)),
-        norm=part("norm", spec.norm, ("norm",)),
-        connection=part("connection", spec.connection, ("connection",)),
-        bias=tuple(part("bias", b, ("bias", i)) for i, b in enumerate(spec.bias)),
-    )
-    for sub, p in [(("attention",), parts["attention"]), (("ffn",), parts["ffn"]), (("norm",), parts["norm"]),
-                   (("connection",), parts["connection"])] + [(("bias", i), b) for i, b in enumerate(parts["bias"])]:
-        problem = incompatibility(p, task.kind_name(), task.features(), task.ordered)
-        if problem:
-            raise where.error(key + sub + ("kind",), problem, base_key + sub)
-    problem = placement_problem(spec.norm.placement, parts["attention"].cls, parts["connection"].cls)
-    if problem:
-        raise where.error(key + ("norm", "placement"), problem, base_key + ("norm", "placement"))
+def _resolve_variant(where: Locator, name: str, raw_model: dict, key: tuple, task: Task) -> Variant:
+    spec = _model_spec(where, raw_model, key)
+    parts = _resolve_slots(where, spec, key, task, COMPONENT_SLOTS)
+    _check_placement(where, spec, key, parts["attention"], parts["connection"])
     return Variant(name=name, spec=spec, **parts)
+
+
+def _re_resolve(where: Locator, old: Variant, raw_model: dict, key: tuple, task: Task) -> Variant:
+    """``old`` with its model settings replaced by ``raw_model``: only the slots whose settings
+    changed are resolved and checked again (the others were valid for this task already)."""
+    spec = _model_spec(where, raw_model, key)
+    before, after = old.spec.model_dump(), spec.model_dump()
+    changed = [slot for slot in COMPONENT_SLOTS if not _identical(before[slot], after[slot])]
+    parts = _resolve_slots(where, spec, key, task, changed)
+    variant = replace(old, spec=spec, **parts)
+    if PLACEMENT_SLOTS.intersection(changed):
+        _check_placement(where, spec, key, variant.attention, variant.connection)
+    return variant
+
+
+def _model_spec(where: Locator, raw_model: dict, key: tuple) -> ModelSpec:
+    try:
+        return ModelSpec.model_validate(raw_model)
+    except ValidationError as exc:
+        raise where.pydantic(exc, key, BASE_KEY) from None
+
+
+def _slot_components(spec: ModelSpec, slot: str) -> list[tuple[tuple, ComponentSpec]]:
+    """(key path under ``model``, settings) of each component a slot holds."""
+    held = getattr(spec, slot)
+    if isinstance(held, list):
+        return [((slot, i), comp) for i, comp in enumerate(held)]
+    return [((slot,), held)]
+
+
+def _resolve_slots(where: Locator, spec: ModelSpec, key: tuple, task: Task,
+                   slots: Iterable[str]) -> dict[str, Any]:
+    """Slot -> its resolved :class:`Part` (a tuple of them for a list slot), for ``slots``: every
+    kind looked up and its options validated, then each checked against the task."""
+    resolved: dict[str, tuple[Part, ...]] = {}
+    for slot in slots:
+        parts = []
+        for sub, comp in _slot_components(spec, slot):
+            cls = lookup(where, key + sub + ("kind",), slot, comp.kind)
+            options = validate_options(where, key + sub, cls, comp.options(), BASE_KEY + sub)
+            parts.append(Part(slot, cls, options))
+        resolved[slot] = tuple(parts)
+    for slot, parts in resolved.items():
+        for (sub, _), part in zip(_slot_components(spec, slot), parts, strict=True):
+            problem = incompatibility(part, task.kind_name(), task.features(), task.ordered)
+            if problem:
+                raise where.error(key + sub + ("kind",), problem, BASE_KEY + sub)
+    # A list slot (bias) holds the tuple, the others their one part.
+    return {slot: parts if isinstance(getattr(spec, slot), list) else parts[0]
+            for slot, parts in resolved.items()}
+
+
+def _check_placement(where: Locator, spec: ModelSpec, key: tuple, attention: Part, connection: Part) -> None:
+    problem = placement_problem(spec.norm.placement, attention.cls, connection.cls)
+    if problem:
+        raise where.error(key + ("norm", "placement"), problem, BASE_KEY + ("norm", "placement"))
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Equal, with the same types throughout: ``2 == 2.0``, but a kind's options may keep them apart."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_identical(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
 
 
 def incompatibility(part: Part, task: str, features: frozenset[str], ordered: bool) -> str | None:
@@ -268,7 +325,8 @@ def _patch(base: dict, patch: dict) -> dict:
     out = copy.deepcopy(base)
     for key, value in patch.items():
         old = out.get(key)
-        if isinstance(value, dict) and isinstance(old, dict) and value.get("kind", old.get("kind")) == old.get("kind"):
+        both_mappings = isinstance(value, dict) and isinstance(old, dict)
+        if both_mappings and value.get("kind", old.get("kind")) == old.get("kind"):
             out[key] = _patch(old, value)
         else:
             out[key] = copy.deepcopy(value)
@@ -286,13 +344,13 @@ def _expand(where: Locator, spec: StudySpec) -> dict[str, dict]:
             raise where.error(("grid", key), "a grid axis needs at least one value")
     for values in itertools.product(*(spec.grid[k] for k in keys)):
         patch: dict = {}
-        for dotted, value in zip(keys, values):
+        for dotted, value in zip(keys, values, strict=True):
             node = patch
             parts = dotted.split(".")
             for p in parts[:-1]:
                 node = node.setdefault(p, {})
             node[parts[-1]] = value
-        name = ",".join(f"{k}={v}" for k, v in zip(keys, values))
+        name = ",".join(f"{k}={v}" for k, v in zip(keys, values, strict=True))
         if name in variants:
             raise where.error(("grid",), f"grid variant '{name}' clashes with a named variant")
         variants[name] = patch

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from torch import Tensor, nn
 
 from . import stopping
-from .components import BuildContext, Options
+from .components import BuildContext, Component, Options
 
 
 def untagged(exc: ValidationError, at: tuple, tag: Any) -> ValidationError:
@@ -104,6 +104,17 @@ class Evaluation:
     per_unit: pd.DataFrame
 
 
+@dataclass(frozen=True)
+class LossPart:
+    """A part of a batch's loss that is a mean of its own (e.g. over one micro-batch's targets),
+    counting ``share`` of the batch's: training adds the model's auxiliary loss to ``value``
+    before weighting, ``(value + auxiliary) · share``, so a batch cut into parts weighs the
+    auxiliary loss as the whole batch does."""
+
+    value: Tensor
+    share: float
+
+
 class Task:
     """Base class for tasks. Subclasses set ``Options`` and ``LossOptions`` and implement
     the methods below. ``options`` is a validated ``Options`` instance; ``base_dir`` is the
@@ -174,14 +185,17 @@ class Task:
         raise NotImplementedError
 
     def loss(self, model: nn.Module, batch: Any, loss: BaseModel, generator: torch.Generator) -> Tensor:
+        """The batch's training loss, without the components' auxiliary losses: training adds
+        those (:meth:`~ablate.components.Component.auxiliary_loss`)."""
         raise NotImplementedError
 
     def loss_parts(self, model: nn.Module, batch: Any, loss: BaseModel,
-                   generator: torch.Generator) -> Iterator[Tensor]:
-        """The batch's :meth:`loss` as parts that sum to it, computed one at a time. Training
-        backpropagates each part before asking for the next, so only one part's graph is held
-        (a task that cuts a batch into micro-batches yields one part per micro-batch). Default:
-        the whole loss as one part."""
+                   generator: torch.Generator) -> Iterator[Tensor | LossPart]:
+        """The batch's :meth:`loss` as parts that add up to it, computed one at a time. Training
+        backpropagates each part before asking for the next, so only one part's graph is held.
+        A part is a tensor when it is the whole batch's loss; a task that cuts a batch into
+        micro-batches yields one :class:`LossPart` per micro-batch (counting ``value · share``).
+        Default: the whole loss as one part."""
         yield self.loss(model, batch, loss, generator)
 
     @torch.no_grad()
@@ -196,9 +210,9 @@ class Task:
     # -- training schedule -----------------------------------------------------------
     def on_epoch_end(self, model: nn.Module, epoch: int) -> None:
         """Called after each training epoch (1-based), before validation. By default every
-        sub-module with an ``epoch_end(epoch)`` method gets it (e.g. ``fr_graph`` freezing its
-        topology after k epochs); a task may override to add its own schedule."""
+        :class:`~ablate.components.Component` in the model gets its ``epoch_end(epoch)`` (e.g.
+        ``fr_graph`` freezing its topology after k epochs); a task may override to add its own
+        schedule."""
         for module in model.modules():
-            hook = getattr(module, "epoch_end", None)
-            if callable(hook):
-                hook(epoch)
+            if isinstance(module, Component):
+                module.epoch_end(epoch)

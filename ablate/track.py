@@ -209,11 +209,12 @@ class Tracker:
             if not token:
                 return runs
 
-    def report_settings(self) -> dict[str, Any]:
+    def report_settings_json(self) -> str | None:
+        """The report settings stored with the study (JSON text); None where there are none
+        (no study run, or the empty mapping a run without settings was tagged with)."""
         runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{ROLE}` = 'study'")
-        if not runs:
-            return {}
-        return json.loads(runs[0].data.tags.get("ablate.report_settings", "{}"))
+        text = runs[0].data.tags.get("ablate.report_settings") if runs else None
+        return text if text and json.loads(text) else None
 
 
 def _quote(text: str) -> str:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate import registry
-from ablate.components import BuildContext, TokenContext
+from ablate.components import BuildContext, TokenContext, total_auxiliary_loss
 from ablate.train import PeakMemory
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 
@@ -95,9 +95,8 @@ CALLS = {
 def step(slot: str, module: nn.Module, stem, x: torch.Tensor, tokens: TokenContext) -> torch.Tensor:
     """One forward of a kind in its slot's calling convention; a scalar to backprop."""
     out = CALLS[slot](module, stem, x, tokens)
-    auxiliary = [t for m in module.modules() if hasattr(m, "auxiliary_loss") for t in [m.auxiliary_loss()]
-                 if t is not None]
-    return out.float().pow(2).mean() + sum(auxiliary, torch.zeros(()))
+    auxiliary = total_auxiliary_loss(module)
+    return out.float().pow(2).mean() + (auxiliary if auxiliary is not None else 0.0)
 
 
 def fwd_bwd(slot, module, stem, x, tokens) -> None:

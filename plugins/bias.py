@@ -20,7 +20,7 @@ from pydantic import Field
 from torch import Tensor, nn
 
 from ablate.components import BiasChannel, BuildContext, Options, TokenContext
-from ablate_plugins.attention import RelativePositionTable, RelativeTimeTable
+from ablate_plugins.attention_parts import RelativePositionTable, RelativeTimeTable
 
 
 def check_positions(positions: Tensor, max_len: int) -> None:
@@ -113,6 +113,7 @@ class Rotary(BiasChannel):
 
     Options = FrequencyOptions
     ordered_only = True
+    rotates = True
 
     def rotate(self, q: Tensor, k: Tensor, tokens: TokenContext) -> tuple[Tensor, Tensor]:
         e = q.shape[-1]
@@ -172,7 +173,7 @@ class LogTimeGap(BiasChannel):
 
 
 # ---------------------------------------------------------------------------------------------
-# learned relative position / time biases (HSTU, FuXi-α); the tables live with the AMS attention
+# learned relative position / time biases (HSTU, FuXi-α); the tables are the ``ams`` attention's
 
 
 class RelativePosition(BiasChannel):
@@ -181,7 +182,7 @@ class RelativePosition(BiasChannel):
         B[b, 0, i, j] = w[clamp(pos_j − pos_i, −(L−1), L−1)]        w: [2L − 1], L = max_len
 
     added to every head's logits; returns ``[b, 1, n, n]``. The table is
-    :class:`ablate_plugins.attention.RelativePositionTable`, the one the ``ams`` attention uses."""
+    :class:`ablate_plugins.attention_parts.RelativePositionTable`, the one the ``ams`` attention uses."""
 
     ordered_only = True
 
@@ -204,7 +205,7 @@ class RelativeTime(BiasChannel):
         B[b, 0, i, j] = w[clamp(⌊ln max(|t_i − t_j|, 1) / 0.301⌋, 0, buckets)]     w: [buckets + 1]
 
     with ``t`` in seconds; returns ``[b, 1, n, n]``. The table is
-    :class:`ablate_plugins.attention.RelativeTimeTable`, the one the ``ams`` attention uses
+    :class:`ablate_plugins.attention_parts.RelativeTimeTable`, the one the ``ams`` attention uses
     (query time ``t_i``, not HSTU's next-item time, which a causal prefix does not contain)."""
 
     Options = RelativeTimeOptions

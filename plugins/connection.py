@@ -111,16 +111,16 @@ class HyperConnection(Connection):
     The mean of ``s`` copies of ``x_L`` is ``x_L``: the backbone equals the residual one. (Post-
     norm placement normalises each stream alike, so the same argument holds there.)
 
-    The paper takes ``k = l mod s`` for layer ``l``; a connection is built here without its
-    layer index, so ``k`` is drawn uniformly at construction (from torch's generator, hence
-    fixed by the trial's seed). Any one-hot works for the identity above; what matters is
-    that sub-layers read different streams, which makes the gradients differ between streams
-    and lets them separate. (Averaging, ``a_m = 1/s``, would also reproduce the residual, but
-    every coefficient would then be symmetric in the streams and static hyper-connections
-    would keep ``s`` equal copies for ever.)
+    As in the paper, sub-layer ``l`` reads stream ``k = l mod s`` (``BuildContext.layer``). Any
+    one-hot works for the identity above; what matters is that sub-layers read different
+    streams, which makes the gradients differ between streams and lets them separate.
+    (Averaging, ``a_m = 1/s``, would also reproduce the residual, but every coefficient would
+    then be symmetric in the streams and static hyper-connections would keep ``s`` equal
+    copies for ever.)
     """
 
     Options = HyperOptions
+    single_stream = False
 
     def __init__(self, options: HyperOptions, ctx: BuildContext):
         super().__init__(options, ctx)
@@ -210,6 +210,7 @@ class ManifoldHyperConnection(Connection):
     """
 
     Options = ManifoldOptions
+    single_stream = False
 
     def __init__(self, options: ManifoldOptions, ctx: BuildContext):
         super().__init__(options, ctx)

@@ -27,7 +27,7 @@ from pydantic import Field
 from torch import Tensor, nn
 
 from ablate.components import Attention, BuildContext, Dropout, Options, TokenContext, default
-from ablate_plugins.attention import check_heads, merge_heads, split_heads
+from ablate_plugins.attention_parts import check_heads, merge_heads, split_heads
 
 __all__ = [
     "FRGraphAttention",
@@ -108,7 +108,6 @@ class FRGraphOptions(Options):
     # Dropout on the FR-Graph (attention) probabilities; None uses the model's dropout.
     dropout: float | None = Field(None, ge=0.0, lt=1.0)
     # Start with the topology frozen (no gradient to column embeddings and the topology bias).
-    # T2G-Former trains, freezes at early stop and trains on: the task calls freeze_topology().
     frozen_topology: bool = False
     # Freeze the topology after this many training epochs (then train on with it fixed), the
     # schedule form of T2G-Former's freeze-at-early-stop; None: learn it throughout.
@@ -213,7 +212,7 @@ class FRGraphAttention(SetAttention):
         self.topology.requires_grad_(False)
 
     def epoch_end(self, epoch: int) -> None:
-        """Per-epoch hook (``Task.on_epoch_end``): freeze after ``freeze_after`` epochs."""
+        """Freeze the topology once ``freeze_after`` epochs have been trained."""
         if self.options.freeze_after is not None and epoch >= self.options.freeze_after:
             self.freeze_topology()
 

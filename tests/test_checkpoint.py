@@ -13,6 +13,8 @@ import torch
 from mlflow import MlflowClient
 
 from ablate import drive
+from ablate.drive.execution import Job, checkpoint_path
+from ablate.drive.ledger import key_of
 from ablate.faults import KILL_ENV
 from ablate.study import load_study
 from ablate.train import CHECKPOINT_ENV, Checkpoint, checkpoint_summaries, train_trial
@@ -136,18 +138,17 @@ def test_a_resumed_study_takes_its_checkpointed_trials_first(write_study, tmp_pa
     study = load_study(write_study({"seeds": [0, 1]}))
     stores = drive.Stores.for_study(study)
     drive.prepare(study, stores)
-    driver = drive.Driver(study, stores)
-    driver.open()
-    queued = [drive._key(t) for t in driver.final.get_trials(deepcopy=False)]
+    driver = drive.Driver(study, stores, worker_id="tester")
+    queued = [key_of(t) for t in driver.final.trials()]
     assert len(queued) == 4
     half_trained = queued[2]
-    path = driver._checkpoint_path(*half_trained)
+    path = checkpoint_path(stores.output_dir, Job(*half_trained))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"")  # only its presence matters for the order
     taken = []
-    while (popped := driver._pop("tester")) is not None:
-        ostudy, trial, _ = popped
-        taken.append(drive._key(ostudy._storage.get_trial(trial._trial_id)))
-        ostudy.tell(trial, 0.0)
+    while (popped := driver._take()) is not None:
+        queue, trial = popped
+        taken.append(key_of(queue.stored(trial.number)))
+        queue.study.tell(trial, 0.0)
     assert taken == [half_trained, *(key for key in queued if key != half_trained)]
 

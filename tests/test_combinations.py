@@ -91,7 +91,7 @@ def _variant(attention, ffn, norm, connection, bias, placement) -> Variant:
 
 def _problem(variant: Variant, data: str) -> str | None:
     ordered, features = DATA[data]
-    parts = [variant.attention, variant.ffn, variant.norm, variant.connection, *variant.bias]
+    parts = [part for slot in registry.COMPONENT_SLOTS for part in variant.parts(slot)]
     return next((p for p in (incompatibility(part, data, features, ordered) for part in parts) if p), None)
 
 
@@ -129,7 +129,7 @@ def test_every_compatible_combination_trains_one_step(data):
         loss.backward()
         optimizer.step()
         assert all(torch.isfinite(p).all() for p in params), label
-        assert any(not torch.equal(p, q) for p, q in zip(params, before)), label
+        assert any(not torch.equal(p, q) for p, q in zip(params, before, strict=True)), label
         built += 1
     assert built > 0 and refused > 0
     # Keep CI honest about what this costs.

@@ -14,6 +14,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
 import ablate.drive as drive
+import ablate.drive.execution as execution
 from ablate.study import load_study
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
@@ -35,8 +36,10 @@ def _mlflow(tmp_path, name="tiny"):
     ({"train.lr": {"type": "categorical", "choices": []}}, "an empty categorical"),
     ({"train.lr": {"type": "float", "low": 0.0, "high": 0.01, "log": True}}, "a log range needs bounds > 0"),
     ({"train.lr": {"type": "float", "low": 0.1, "high": 0.01}}, "is above high"),
-    ({"model.norm.placement": {"type": "categorical", "choices": ["pre", "middle"]}}, "'middle' does not fit variant"),
-    ({"model.ffn.mult": {"type": "float", "low": 1.0, "high": 2.0}}, "does not fit variant 'base'"),  # pointwise has no mult
+    ({"model.norm.placement": {"type": "categorical", "choices": ["pre", "middle"]}},
+     "'middle' does not fit variant"),
+    # pointwise has no mult
+    ({"model.ffn.mult": {"type": "float", "low": 1.0, "high": 2.0}}, "does not fit variant 'base'"),
 ])
 def test_bad_search_spaces_fail_before_training(cli, write_study, tmp_path, space, expected):
     study = write_study({"search": {"trials": 2, "space": space}})
@@ -77,7 +80,8 @@ def test_search_per_variant_then_best_params_over_seeds(cli, write_study, tmp_pa
         values = [t.value for t in search.trials if t.state == COMPLETE]
         assert search.best_trial.value == max(values)  # ndcg: higher is better
     final = optuna.load_study(study_name="tiny", storage=storage)
-    keys = sorted((t.user_attrs["variant"], t.user_attrs["seed"]) for t in final.trials if t.state == COMPLETE)
+    keys = sorted((t.user_attrs["variant"], t.user_attrs["seed"])
+                  for t in final.trials if t.state == COMPLETE)
     assert keys == [("base", 0), ("base", 1), ("mlp", 0), ("mlp", 1)]
 
     client, exp = _mlflow(tmp_path)
@@ -153,7 +157,7 @@ def test_nan_loss_and_crash_fail_alone_and_are_reported(cli, write_study, tmp_pa
     from ablate_plugins.ffn import MLPFFN
 
     task_cls = type(load_study(write_study()).task)
-    real_parts, real_train = task_cls.loss_parts, drive.train_trial
+    real_parts, real_train = task_cls.loss_parts, execution.train_trial
 
     def diverging(self, model, batch, loss, generator):  # training asks for the loss in parts
         for value in real_parts(self, model, batch, loss, generator):
@@ -165,7 +169,7 @@ def test_nan_loss_and_crash_fail_alone_and_are_reported(cli, write_study, tmp_pa
         return real_train(study, variant, seed, *args, **kwargs)
 
     monkeypatch.setattr(task_cls, "loss_parts", diverging)
-    monkeypatch.setattr(drive, "train_trial", crashing)
+    monkeypatch.setattr(execution, "train_trial", crashing)
     study = write_study({"report": {"calibration": 0, "bootstrap": 200}})
     code, _, err = cli("run", study, "--quiet")
     assert code == 1
@@ -175,7 +179,8 @@ def test_nan_loss_and_crash_fail_alone_and_are_reported(cli, write_study, tmp_pa
     final = optuna.load_study(study_name="tiny", storage=_storage(tmp_path))
     states = {(t.user_attrs["variant"], t.user_attrs["seed"]): (t.state.name, t.user_attrs.get("failure"))
               for t in final.trials}
-    assert states == {("base", 0): ("COMPLETE", None), ("base", 1): ("FAIL", "ValueError: boom in a component"),
+    assert states == {("base", 0): ("COMPLETE", None),
+                      ("base", 1): ("FAIL", "ValueError: boom in a component"),
                       ("mlp", 0): ("FAIL", "loss became nan at epoch 1"),
                       ("mlp", 1): ("FAIL", "loss became nan at epoch 1")}
     code, out, _ = cli("status", study)
@@ -189,7 +194,7 @@ def test_nan_loss_and_crash_fail_alone_and_are_reported(cli, write_study, tmp_pa
 
     # A rerun leaves failures alone (exit 1 again, nothing retrained) unless asked to retry.
     monkeypatch.setattr(task_cls, "loss_parts", real_parts)
-    monkeypatch.setattr(drive, "train_trial", real_train)
+    monkeypatch.setattr(execution, "train_trial", real_train)
     code, _, err = cli("run", study, "--quiet")
     assert code == 1 and "1 trial(s) were already complete" in err
     code, _, err = cli("run", study, "--quiet", "--retry-failed")
@@ -200,7 +205,7 @@ def test_nan_loss_and_crash_fail_alone_and_are_reported(cli, write_study, tmp_pa
 
 def test_out_of_memory_retries_once_at_half_batch_size(cli, write_study, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    real_train = drive.train_trial
+    real_train = execution.train_trial
     batches: list[tuple[str, int]] = []
 
     def tight_memory(study, variant, seed, *args, **kwargs):
@@ -211,7 +216,7 @@ def test_out_of_memory_retries_once_at_half_batch_size(cli, write_study, tmp_pat
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real_train(study, variant, seed, *args, **kwargs)
 
-    monkeypatch.setattr(drive, "train_trial", tight_memory)
+    monkeypatch.setattr(execution, "train_trial", tight_memory)
     code, _, err = cli("run", write_study({"seeds": [0], "train": {"epochs": 1}}), "--quiet")
     assert code == 1
     assert batches == [("base", 64), ("base", 32), ("mlp", 64), ("mlp", 32)]
@@ -252,7 +257,8 @@ def test_status_counts_and_eta(cli, write_study, tmp_path, monkeypatch):
 
 def test_unreachable_storage_is_one_line(cli, write_study, tmp_path):
     study = write_study()
-    code, _, err = cli("worker", study, "--storage", "postgresql://ablate:secret@127.0.0.1:9/nothing", "--quiet")
+    url = "postgresql://ablate:secret@127.0.0.1:9/nothing"
+    code, _, err = cli("worker", study, "--storage", url, "--quiet")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "cannot reach the Optuna storage postgresql://ablate:***@127.0.0.1:9/nothing" in err
     assert "secret" not in err and "connection" in err.lower()  # the driver's own reason, e.g. refused
@@ -266,7 +272,7 @@ def test_results_frame_carries_failures(write_study, tmp_path, monkeypatch):
     def crashing(*args, **kwargs):
         raise RuntimeError("kernel exploded\nsecond line")
 
-    monkeypatch.setattr(drive, "train_trial", crashing)
+    monkeypatch.setattr(execution, "train_trial", crashing)
     study = load_study(write_study({"seeds": [0]}, replace={"variants": {}}))
     summary = drive.run_study(study, drive.Stores.for_study(study))
     assert summary.failed == [("base", 0, "RuntimeError: kernel exploded")]
@@ -315,7 +321,7 @@ def test_tracking_calls_retry_while_sqlite_is_locked(monkeypatch):
 
 
 def test_precision_auto_is_bf16_on_cuda_only_and_bf16_casts_cpu_matmuls():
-    from ablate.train import trains_in_bf16, training_autocast
+    from ablate.train import training_autocast, trains_in_bf16
 
     a, b = torch.randn(4, 8), torch.randn(8, 3)
     with training_autocast("auto", torch.device("cpu")):

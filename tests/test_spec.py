@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from ablate.errors import DataError, StudyError
+from ablate.registry import COMPONENT_SLOTS
 from ablate.spec import BASE
 from ablate.study import load_study
 
@@ -76,6 +77,15 @@ BAD = [
     ({"variants": {"hc": {"connection": {"kind": "hyper"}}},
       "model": {"norm": {"kind": "layernorm", "placement": "pre_skip_kv"}}},
      ["norm.placement: 'pre_skip_kv' needs a single-stream connection", "connection kind 'hyper'"]),
+    # Closed vocabularies: the key, the name given, the closest known one, all known ones.
+    ({"model": {"norm": {"kind": "layernorm", "placement": "pree"}}},
+     ["model.norm.placement: unknown norm placement 'pree'; did you mean 'pre'?", "known: 'pre', 'post', "]),
+    ({"variants": {"x": {"norm": {"placement": "post_skip"}}}},
+     ["variants.x.norm.placement: unknown norm placement 'post_skip'; did you mean 'pre_skip'?"]),
+    ({"model": {"init": "xavier"}},
+     ["model.init: unknown initialiser 'xavier'; did you mean 'xavier_normal'?"]),
+    ({"train": {"optimizer": "adamm"}},
+     ["train.optimizer: unknown optimizer 'adamm'; did you mean 'adam'?", "(known: 'adam', 'adamw')"]),
 ]
 
 
@@ -104,6 +114,85 @@ def test_error_names_the_yaml_line(write_study):
     with pytest.raises(StudyError) as exc:
         load_study(write_study(text=text))
     assert ":6: model.attention.heads" in str(exc.value)
+
+
+@pytest.mark.parametrize("line, key", [
+    ("  norm: {kind: layernorm, placement: postnorm}",
+     ":6: model.norm.placement: unknown norm placement 'postnorm'"),
+    ("  init: xavier_uniform", ":6: model.init: unknown initialiser 'xavier_uniform'"),
+])
+def test_unknown_vocabulary_name_names_the_yaml_line(write_study, line, key):
+    text = textwrap.dedent("""\
+        name: t
+        task: {kind: seqrec, data: {format: synthetic}}
+        metrics: {primary: ndcg@10}
+        model:
+          dim: 16
+    """) + line + "\n"
+    with pytest.raises(StudyError) as exc:
+        load_study(write_study(text=text))
+    assert key in str(exc.value) and "did you mean" in str(exc.value)
+
+
+WITH_PARAMS = [
+    # (dotted keys applied to variant 'mlp', the same settings written in the study file)
+    ({"model.ffn.mult": 3}, {"variants.mlp": {"ffn": {"kind": "mlp", "mult": 3}}}),
+    ({"model.ffn.kind": "swiglu", "model.ffn.hidden": 24},
+     {"variants.mlp": {"ffn": {"kind": "swiglu", "hidden": 24}}}),
+    ({"model.norm.placement": "post", "model.dim": 24},
+     {"variants.mlp": {"ffn": {"kind": "mlp", "mult": 2}, "norm": {"placement": "post"}, "dim": 24}}),
+    ({"model.connection.kind": "hyper"}, {"variants.mlp": {"ffn": {"kind": "mlp", "mult": 2},
+                                                           "connection": {"kind": "hyper"}}}),
+    ({"model.bias": [{"kind": "rel_pos"}, {"kind": "rope"}]},
+     {"variants.mlp": {"ffn": {"kind": "mlp", "mult": 2}, "bias": [{"kind": "rel_pos"}, {"kind": "rope"}]}}),
+    ({"train.lr": 0.01, "train.optimizer": "adamw"}, {"train.lr": 0.01, "train.optimizer": "adamw"}),
+    ({"train.loss.negatives": 3, "model.attention.heads": 2},
+     {"train.loss": {"kind": "bce", "negatives": 3},
+      "variants.mlp": {"ffn": {"kind": "mlp", "mult": 2}, "attention": {"heads": 2}}}),
+]
+
+
+@pytest.mark.parametrize("params, written", WITH_PARAMS, ids=[",".join(p) for p, _ in WITH_PARAMS])
+def test_with_params_equals_the_study_file_with_those_settings(write_study, tmp_path, params, written):
+    """Only what the keys touch is resolved again; the result is what loading the settings gives."""
+    study = load_study(write_study())
+    changed, variant = study.with_params("mlp", params)
+    expected = load_study(write_study(replace=written, name="expected.yaml"))
+    want = expected.variants["mlp"]
+    assert changed.variants["mlp"] is variant and changed.variants[BASE] is study.variants[BASE]
+    assert variant.spec == want.spec and variant.components() == want.components()
+    for slot in COMPONENT_SLOTS:
+        got, wanted = variant.parts(slot), want.parts(slot)
+        assert [(p.cls, p.options) for p in got] == [(p.cls, p.options) for p in wanted], slot
+    assert (changed.spec.train, changed.loss) == (expected.spec.train, expected.loss)
+    assert study.variants["mlp"].spec.dim == 16 and study.spec.train.lr == 0.003  # the original is untouched
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"model.norm.placement": "pre_skip_kv", "model.attention.kind": "pointwise"},
+     "model.norm.placement: 'pre_skip_kv' takes the attention's keys and values from the un-normalised "
+     "stream, which attention kind 'pointwise' does not support (softmax does); use placement 'pre_skip'"),
+    ({"model.norm.placement": "pre_skip_kv", "model.connection.kind": "hyper"},
+     "model.norm.placement: 'pre_skip_kv' needs a single-stream connection (residual), but connection kind "
+     "'hyper' keeps several streams; use placement 'pre_skip'"),
+    ({"model.attention.kind": "sofmax"},
+     "model.attention.kind: unknown attention kind 'sofmax'; did you mean"),
+    ({"model.attention.kind": "fr_graph"},
+     "model.attention.kind: attention kind 'fr_graph' works on unordered token sets, but task 'seqrec' has "
+     "ordered tokens used causally"),
+    ({"model.bias": [{"kind": "rel_time"}]}, "model.bias.0.kind: bias kind 'rel_time' needs timestamps"),
+    ({"model.init": "xavier"}, "model.init: unknown initialiser 'xavier'; did you mean 'xavier_normal'?"),
+    ({"train.loss.kind": "hinge"}, "train.loss: Input tag 'hinge' found using 'kind' does not match"),
+    ({"train.lr": -1, "model.dim": 0}, "train.lr: Input should be greater than 0 (got -1)"),
+    ({"model.dim": 0, "model.attention.kind": "sofmax"}, "model.dim: Input should be greater than 0 (got 0)"),
+    ({"model.ffn.mult.x": 1}, "ffn.mult.x: 'mult' holds no keys"),
+    ({"optimizer": "adam"}, "optimizer: not a model.* or train.* key"),
+])
+def test_with_params_errors_name_the_key(write_study, params, message):
+    study = load_study(write_study({"task": {"data": {"timestamps": False}}}))
+    with pytest.raises(StudyError) as exc:
+        study.with_params("mlp", params)
+    assert str(exc.value).startswith(message)
 
 
 def test_missing_data_file(write_study, cli, tmp_path):
@@ -145,10 +234,20 @@ def test_cli_help_and_no_arguments_show_help(cli):
 
 def test_report_settings_reach_the_report(write_study):
     from ablate.cli import _settings
-    from ablate.stats import ReportSettings
 
     study = load_study(write_study({"report": {"alpha": 0.01, "correction": "fdr_bh", "ci": "percentile",
                                               "calibration": 0}}))
-    settings = _settings(ReportSettings, {}, study)
-    assert (settings.alpha, settings.correction, settings.ci, settings.calibration) == (0.01, "fdr_bh", "percentile", 0)
+    settings = _settings(None, study)
+    chosen = (settings.alpha, settings.correction, settings.ci, settings.calibration)
+    assert chosen == (0.01, "fdr_bh", "percentile", 0)
     assert settings.primary == "ndcg@10" and settings.metrics[:2] == ["ndcg@10", "hr@10"]
+    assert settings == type(settings).from_json(study.report_settings_json()).model_copy(
+        update={"notes": settings.notes})
+    # what the study fills in is not the study file's to set: the same one line as a misspelt key
+    for key, value in [("primary", "hr@10"), ("variants", ["base"]), ("seed", 3)]:
+        with pytest.raises(StudyError, match=rf"study.yaml:\d+: report.{key}: unknown key$"):
+            load_study(write_study({"report": {"alpha": 0.01, key: value}}))
+    with pytest.raises(StudyError, match=r"report.alpha: .*less than 1 \(got 2\) \(and 1 more problem\)$"):
+        load_study(write_study({"report": {"notes": ["x"], "alpha": 2}}))
+    with pytest.raises(StudyError, match=r"report.ci: unknown CI method 'bca'"):
+        load_study(write_study({"report": {"ci": "bca"}}))

@@ -81,9 +81,7 @@ class ForecastTask(Task):
     def loss(
         self, model: ForecastModel, batch: Batch, loss: LossOptions, generator: torch.Generator
     ) -> Tensor:
-        value = LOSSES[loss.kind](model(batch).float(), batch.targets)
-        auxiliary = model.backbone.auxiliary_loss()
-        return value if auxiliary is None else value + auxiliary
+        return LOSSES[loss.kind](model(batch).float(), batch.targets)
 
     @torch.no_grad()
     def evaluate(

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from ablate.components import BuildContext
 from ablate.errors import DataError
 from ablate.jagged import Jagged
-from ablate.tasks import Evaluation, Task
+from ablate.tasks import Evaluation, LossPart, Task
 
 from . import losses, metrics
 from . import metrics as M
@@ -97,20 +97,22 @@ class SeqRecTask(Task):
 
     def loss(self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions,
              generator: torch.Generator) -> Tensor:
-        """Mean over real target positions, plus the backbone's auxiliary loss. With
-        ``micro_batches > 1`` the same mean from length-sorted groups of rows, each weighted by its
-        share of the targets."""
-        return sum(self.loss_parts(model, batch, loss, generator))
+        """Mean over real target positions. With ``micro_batches > 1`` the same mean from
+        length-sorted groups of rows, each weighted by its share of the targets."""
+        if self.options.micro_batches == 1:
+            return self.group_loss(model, batch, loss, generator)
+        return sum(part.value * part.share for part in self.loss_parts(model, batch, loss, generator))
 
     def loss_parts(self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions,
-                   generator: torch.Generator) -> Iterator[Tensor]:
-        """One part per micro-batch: each group's mean weighted by its share of the targets."""
+                   generator: torch.Generator) -> Iterator[Tensor | LossPart]:
+        """The whole batch's loss, or one part per micro-batch: each group's mean and its share of
+        the targets."""
         if self.options.micro_batches == 1:
             yield self.group_loss(model, batch, loss, generator)
             return
         total = self.batch_tokens(batch)
         for group in length_groups(batch, self.options.micro_batches, model.num_items + 1):
-            yield self.group_loss(model, group, loss, generator) * (self.batch_tokens(group) / total)
+            yield LossPart(self.group_loss(model, group, loss, generator), self.batch_tokens(group) / total)
 
     def group_loss(self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions,
                    generator: torch.Generator) -> Tensor:
@@ -118,10 +120,8 @@ class SeqRecTask(Task):
         seen = None
         if batch.seen is not None:
             seen = losses.SeenItems(batch.seen, model.num_items + 1, where.nonzero(as_tuple=True)[0])
-        value = losses.compute(loss, model.head(model(batch)[where]), batch.targets[where], model.table(),
-                               generator, seen)
-        auxiliary = model.backbone.auxiliary_loss()
-        return value if auxiliary is None else value + auxiliary
+        return losses.compute(loss, model.head(model(batch)[where]), batch.targets[where], model.table(),
+                              generator, seen)
 
     @torch.no_grad()
     def evaluate(self, model: SeqRecModel, data: Interactions, split: str, metrics: list[str],

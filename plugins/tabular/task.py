@@ -89,13 +89,10 @@ class TabularTask(Task):
         """MSE on the standardised target, BCE with logits, or cross-entropy."""
         out = model(batch).float()
         if out.shape[1] > 1:
-            value = F.cross_entropy(out, batch.y)
-        elif batch.y.dtype == torch.long:
-            value = F.binary_cross_entropy_with_logits(out[:, 0], batch.y.float())
-        else:
-            value = F.mse_loss(out[:, 0], batch.y)
-        auxiliary = model.backbone.auxiliary_loss()
-        return value if auxiliary is None else value + auxiliary
+            return F.cross_entropy(out, batch.y)
+        if batch.y.dtype == torch.long:
+            return F.binary_cross_entropy_with_logits(out[:, 0], batch.y.float())
+        return F.mse_loss(out[:, 0], batch.y)
 
     @torch.no_grad()
     def evaluate(

@@ -433,7 +433,7 @@ def test_ams_non_causal_logit_bias_rotations_and_widths(build, make_tokens):
 
 def test_ams_time_buckets():
     """⌊ln|Δt| / 0.301⌋ clamped to 0..buckets; |Δt| ≤ 1 s is bucket 0."""
-    from ablate_plugins.attention import time_buckets
+    from ablate_plugins.attention_parts import time_buckets
 
     dt = torch.tensor([0.0, 0.5, -1.0, 2.0, -60.0, 3600.0, 1e30])
     expected = [0, 0, 0, 2, 13, 27, 40]  # ln 2 / .301 = 2.3; ln 60 / .301 = 13.6; ln 3600 / .301 = 27.2

@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from ablate.build import Backbone, Block, PreNorm
-from ablate.components import BuildContext, TokenContext
+from ablate.blocks import Backbone, Block, PreNorm
+from ablate.components import BiasChannel, BuildContext, TokenContext
 from ablate_plugins.attention import SoftmaxAttention
 from ablate_plugins.bias import (
     AbsolutePosition,
@@ -484,3 +484,43 @@ def test_backbone_with_every_kind_trains(make_tokens):
     model(torch.randn(2, 6, 8, dtype=torch.float64), tokens).pow(2).sum().backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), name
+
+
+# ---------------------------------------------------------------------------------------------
+# ``rotates``: the declaration the backbone reads to hand a channel's rotation to the attention
+
+
+class Swap(BiasChannel):
+    """A third-party rotation written before ``rotates`` was declared: it only overrides ``rotate``
+    (queries and keys trade places)."""
+
+    def rotate(self, q: Tensor, k: Tensor, tokens: TokenContext) -> tuple[Tensor, Tensor]:
+        return k, q
+
+
+class DeclaredOff(Swap):
+    rotates = False
+
+
+def test_a_channel_overriding_rotate_is_declared_rotating_when_its_class_is_made():
+    assert Swap.rotates and not DeclaredOff.rotates
+    assert not BiasChannel.rotates and not AbsolutePosition.rotates and Rotary.rotates
+
+
+@pytest.mark.parametrize("kind, rotated", [(Swap, True), (DeclaredOff, False)], ids=["undeclared", "off"])
+def test_the_backbone_applies_exactly_the_declared_rotations(make_tokens, kind, rotated):
+    seen = []
+
+    class Recorder(SoftmaxAttention):
+        def forward(self, x: Tensor, tokens: TokenContext, source: Tensor | None = None) -> Tensor:
+            seen.append(len(tokens.rotations))
+            return super().forward(x, tokens, source)
+
+    model = backbone_with([])
+    block = model.blocks[0]
+    recorder = Recorder(Recorder.Options(heads=2), BuildContext(dim=8))
+    recorder.load_state_dict(block.attention.state_dict())
+    block.attention = recorder.double().eval()
+    model.bias.append(kind(kind.Options(), BuildContext(dim=8)))
+    model(torch.randn(2, 6, 8, dtype=torch.float64), make_tokens([6, 4], 6, causal=True))
+    assert seen == [1 if rotated else 0]

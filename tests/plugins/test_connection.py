@@ -12,8 +12,10 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from ablate.build import Backbone, Block, PostNorm, PreNorm, PreNormSkip, PreNormSkipSource
-from ablate.components import BuildContext
+from ablate.blocks import Backbone, Block, PostNorm, PreNorm, PreNormSkip, PreNormSkipSource
+from ablate.components import BuildContext, Stem
+from ablate.study import placement_problem
+from ablate_plugins.attention import SoftmaxAttention
 from ablate_plugins.connection import (
     HyperConnection,
     ManifoldHyperConnection,
@@ -415,3 +417,47 @@ def test_every_parameter_gets_a_gradient_at_init(build, kind):
         # hyper: the dynamic projections start behind zero scales, so only the scales move first.
         if not name.startswith("w_"):
             assert p.grad.abs().sum() > 0, name
+
+
+# ---------------------------------------------------------------------------------------------
+# ``single_stream``: the declaration the pre_skip_kv placement check reads
+
+
+def test_multi_stream_kinds_declare_it():
+    assert Residual.single_stream
+    assert not HyperConnection.single_stream and not ManifoldHyperConnection.single_stream
+
+
+class OwnStem(Residual):
+    """A third-party kind written before ``single_stream`` was declared: a stem of its own."""
+
+    @classmethod
+    def stem(cls, options, ctx: BuildContext) -> Stem:
+        return StreamStem(2)
+
+
+class DeclaredSingle(OwnStem):
+    single_stream = True
+
+    @classmethod
+    def stem(cls, options, ctx: BuildContext) -> Stem:
+        return Stem()
+
+
+def test_the_placement_check_reads_the_declaration():
+    assert not OwnStem.single_stream and DeclaredSingle.single_stream
+    problem = placement_problem("pre_skip_kv", SoftmaxAttention, OwnStem)
+    assert problem is not None and "keeps several streams; use placement 'pre_skip'" in problem
+    assert placement_problem("pre_skip_kv", SoftmaxAttention, DeclaredSingle) is None
+    assert placement_problem("pre_skip_kv", SoftmaxAttention, Residual) is None
+    assert placement_problem("pre_skip", SoftmaxAttention, HyperConnection) is None
+
+
+@pytest.mark.parametrize("kind", ["hyper", "mhc"])
+def test_pre_skip_kv_with_several_streams_is_a_one_line_error(write_study, cli, kind):
+    path = write_study({"model": {"norm": {"kind": "layernorm", "placement": "pre_skip_kv"},
+                                  "connection": {"kind": kind}}})
+    code, _, err = cli("validate", path)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert (f"'pre_skip_kv' needs a single-stream connection (residual), but connection kind '{kind}' "
+            f"keeps several streams; use placement 'pre_skip'") in err

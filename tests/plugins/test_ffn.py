@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ablate import registry
-from ablate.build import Backbone, Block, PreNorm
+from ablate.blocks import Backbone, Block, PreNorm
 from ablate.components import BuildContext, Stem, TokenContext, dropout
 from ablate_plugins.connection import Residual
 from ablate_plugins.ffn import (GEGLU, MFFN, MLPFFN, MoEFFN, NoFFN, PointwiseFFN, ReGLU, SwiGLU,

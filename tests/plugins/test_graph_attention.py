@@ -265,7 +265,7 @@ def test_fr_frozen_topology_gets_no_gradient(build_set):
     attn = build_set(FRGraphAttention, D, heads=2)
     before = attn(x, tokens).detach()
     assert not attn.topology_frozen
-    attn.freeze_topology()  # what the tabular task calls at early stop
+    attn.freeze_topology()  # what epoch_end does once freeze_after epochs are trained
     assert attn.topology_frozen
     attn.zero_grad(set_to_none=True)
     y = attn(x, tokens)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ablate import registry
-from ablate.build import PostNorm, PreNorm
+from ablate.blocks import PostNorm, PreNorm
 from ablate_plugins.connection import Residual
 from ablate_plugins.norm import LayerNorm, NoNorm, RMSNorm, rms_norm_reference
 

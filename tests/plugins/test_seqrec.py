@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from torch import nn
 
 from ablate.build import build_backbone
+from ablate.components import BuildContext, Component, Options
 from ablate.errors import DataError, StudyError
 from ablate.study import load_study
 from ablate.train import backward_parts, training_autocast
@@ -306,15 +307,19 @@ def test_train_batches_shuffle_with_the_generator_and_pad_to_the_batch(tmp_path)
 
 
 class IdentityBackbone(nn.Module):
-    def __init__(self, auxiliary=None):
-        super().__init__()
-        self.auxiliary = auxiliary
-
     def forward(self, x, tokens):
         return x
 
+
+class FixedAuxiliary(Component):
+    """A component whose auxiliary loss is ``value`` whatever the forward did."""
+
+    def __init__(self, value: torch.Tensor):
+        super().__init__(Options(), BuildContext(dim=2))
+        self.value = value
+
     def auxiliary_loss(self):
-        return self.auxiliary
+        return self.value
 
 
 def test_negatives_are_uniform_over_the_other_items():
@@ -382,9 +387,12 @@ def test_bce_matches_the_formula_at_a_hand_set_embedding(tmp_path, negatives):
     value = task.loss(model, batch, options, torch.Generator().manual_seed(0))
     assert value.item() == pytest.approx(sum(terms) / 2, rel=1e-6)
 
-    model.backbone.auxiliary = torch.tensor(1.5)
+    # Training adds the components' auxiliary loss once; the task's own loss leaves it out.
+    model.backbone.auxiliary = FixedAuxiliary(torch.tensor(1.5))
+    trained = backward_parts(task, model, batch, options, torch.Generator().manual_seed(0), NO_AUTOCAST)
+    assert trained.item() == pytest.approx(sum(terms) / 2 + 1.5, rel=1e-6)
     assert task.loss(model, batch, options, torch.Generator().manual_seed(0)).item() == pytest.approx(
-        sum(terms) / 2 + 1.5, rel=1e-6)
+        sum(terms) / 2, rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------

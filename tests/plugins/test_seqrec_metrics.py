@@ -68,9 +68,6 @@ class IdentityBackbone(nn.Module):
     def forward(self, x, tokens, last_only=False):
         return last_of_rows(x, tokens.lengths) if last_only else x
 
-    def auxiliary_loss(self):
-        return None
-
 
 TABLE = torch.tensor([[0.0, 0.0],  # padding
                       [1.0, 0.0],  # 1

@@ -1,0 +1,33 @@
+"""The study driver: Optuna queues per ablation study, one trial per (variant, seed).
+
+Exactly once, across any number of worker processes:
+
+* every enqueue happens under a queue lock (a file lock on one host); on shared databases,
+  where two hosts may enqueue the same key, the higher-numbered duplicate steps aside when asked;
+* a trial RUNNING for a worker that is gone is failed as "interrupted" and enqueued again: on
+  one host a worker is alive while it holds its lock file in ``workers/``; on a database shared
+  by many machines Optuna's heartbeat finds it (``RetryHeartbeatStaleTrialCallback``);
+* MLflow runs of a (variant, seed) left RUNNING, or FINISHED by a worker killed before it told
+  Optuna, are closed as KILLED when the key is trained again, so the report sees one per key.
+
+Modules: :mod:`.stores` (where the queues and results live, local or shared), :mod:`.ledger`
+(planned trials and their states), :mod:`.execution` (training one trial), :mod:`.driver` (the
+worker loop), :mod:`.status` (progress and ETA).
+"""
+
+from .driver import Driver, Reporter, RunSummary, prepare, run_study
+from .status import VariantStatus, checkpointed_fractions, eta_seconds, progress
+from .stores import Stores
+
+__all__ = [
+    "Driver",
+    "Reporter",
+    "RunSummary",
+    "Stores",
+    "VariantStatus",
+    "checkpointed_fractions",
+    "eta_seconds",
+    "prepare",
+    "progress",
+    "run_study",
+]

@@ -1,0 +1,297 @@
+"""The worker loop: sync the queues, take the next trial, train it, until no work is left.
+
+Every planned (variant, seed) is enqueued once as a fixed-parameter trial in the study's final
+queue. With a ``search:`` section each variant first gets its own search queue
+(``<study>.search.<variant>``) with the same budget of slots; when a variant's search is over,
+its best parameters are trained over the study's seeds in the final queue, which the report
+compares. Search queues are served first.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from .. import match as matching
+from .. import stopping
+from ..errors import AblateError, StudyError
+from ..faults import fault_point
+from ..search import grid_order, search_budget, search_seed
+from ..study import Study
+from ..track import Tracker
+from ..train import TrialResult, checkpoint_interval
+from .execution import Config, Execution, Failed, Job, Pruned, SearchJob, TaskData, checkpoint_path
+from .ledger import (
+    INTERRUPTED,
+    Phase,
+    Queue,
+    check_changed,
+    drop_reason,
+    fingerprint,
+    key_of,
+    plan,
+    search_done,
+    search_fingerprint,
+    taken,
+)
+from .stores import Stores
+
+POLL_S = 1.0  # idle workers look for new work this often while others still run trials
+
+
+class Reporter:
+    """Progress display hooks; this base is silent (tests), the CLI's draws progress bars."""
+
+    def study(self, total: int, done: int) -> None: ...
+    def trial(self, variant: str, seed: int, epochs: int) -> None: ...
+    def epoch(self, epoch: int, logged: dict[str, float]) -> None: ...
+    def step(self) -> None: ...
+    def finished(self, variant: str, seed: int, result: TrialResult) -> None: ...
+    def failed(self, variant: str, seed: int, reason: str) -> None: ...
+
+
+@dataclass
+class RunSummary:
+    finished: int  # trials finished by this invocation
+    skipped: int  # already complete before it started
+    failed: list[tuple[str, int, str]]
+    searched: int = 0  # search trials run by this invocation
+
+
+class Driver:
+    """One worker: opens the stores, syncs the queues, takes trials until none is left anywhere."""
+
+    def __init__(self, study: Study, stores: Stores, reporter: Reporter | None = None,
+                 retry_failed: bool = False, worker_id: str = ""):
+        self.study, self.stores = study, stores
+        self.reporter = reporter or Reporter()
+        self.retry_failed = retry_failed
+        self.worker_id = worker_id
+        self.planned = plan(study)
+        self.summary = RunSummary(0, 0, [])
+        checkpoint_s = checkpoint_interval()  # a bad $ABLATE_CHECKPOINT_S stops us before any trial
+        storage = stores.storage()  # first: an unreachable database stops us before anything is created
+        artifacts = stores.output_dir / "artifacts" if stores.tracking_uri.startswith("sqlite") else None
+        tracker = Tracker(stores.tracking_uri, study.name, artifact_root=artifacts)
+        parent = tracker.study_run(study.name, tags=_study_tags(study), params=_study_params(study))
+        self.final = Queue.final(study, storage)
+        self.searches = {v: Queue.search(study, v, storage) for v in study.variants} \
+            if study.spec.search.enabled else {}
+        self.data = TaskData(study)
+        self.execution = Execution(study, stores.output_dir, tracker, parent, self.reporter, self.data,
+                                   worker_id, checkpoint_s)
+        self._configs: dict[str, Config] = {}
+
+    # -- what each variant trains with ----------------------------------------------------
+    def config(self, variant: str) -> Config | None:
+        """The final configuration of a variant, or None while its search is unfinished."""
+        if variant in self._configs:
+            return self._configs[variant]
+        params: dict[str, Any] = {}
+        if self.study.spec.search.enabled:
+            queue = self.searches[variant]
+            trials = queue.trials()
+            if not search_done(self.study, variant, trials) \
+                    or not any(t.state == TrialState.COMPLETE for t in trials):
+                return None
+            params = queue.study.best_trial.params
+        self._configs[variant] = self._apply(variant, params)
+        return self._configs[variant]
+
+    def _apply(self, variant: str, params: dict[str, Any]) -> Config:
+        if params:
+            study, var = self.study.with_params(variant, params)
+        else:
+            study, var = self.study, self.study.variants[variant]
+        matched = None
+        if self.study.spec.match_params:
+            base = self.study.variants[self.study.spec.report.baseline]
+            study, var, matched = matching.match(study, variant, self.data.max_len(), base=base)
+        return Config(study, var, params, matched)
+
+    # -- queues -------------------------------------------------------------------------
+    def sync(self) -> None:
+        """Enqueue every search slot and (variant, seed) not yet complete, queued or running."""
+        study = self.study
+        for variant, queue in self.searches.items():
+            self.stores.reap(queue)
+            trials = queue.trials()
+            expected = search_fingerprint(study, variant)
+            place = f"search study '{queue.name}' in {self.stores.output_dir}"
+            check_changed(trials, {variant: expected}, place)
+            done = taken(trials, self.retry_failed)
+            points = grid_order(study) if study.spec.search.grid else None
+            for slot in range(search_budget(study)):
+                if (variant, slot) not in done:
+                    attrs = {"variant": variant, "slot": slot, "fingerprint": expected}
+                    queue.enqueue(points[slot] if points else {}, attrs)
+        self.stores.reap(self.final)
+        trials = self.final.trials()
+        configs = {v: self.config(v) for v in study.variants}
+        check_changed(trials, {v: fingerprint(c.study, v) for v, c in configs.items() if c},
+                      str(self.stores.output_dir))
+        done = taken(trials, self.retry_failed)
+        for variant, seed in self.planned:
+            cfg = configs[variant]
+            if cfg is None or (variant, seed) in done:
+                continue
+            attrs = {"variant": variant, "seed": seed, "fingerprint": fingerprint(cfg.study, variant)}
+            if cfg.params:
+                attrs["params"] = json.dumps(cfg.params, sort_keys=True, default=str)
+            self.final.enqueue({}, attrs)
+
+    def _take(self) -> tuple[Queue, optuna.Trial] | None:
+        """The next queued trial (search queues first) and its queue, or None."""
+        for queue in [*self.searches.values(), self.final]:
+            if not queue.trials(TrialState.WAITING):
+                continue
+            trial = self._take_checkpointed(queue) if queue.phase is Phase.FINAL else None
+            trial = trial or queue.ask()
+            trial.set_user_attr("worker", self.worker_id)
+            key = key_of(queue.stored(trial.number))
+            planned = self.planned if queue.phase is Phase.FINAL else None
+            drop = drop_reason(queue.trials(), trial.number, key, planned)
+            if drop:
+                queue.fail(trial, drop)
+                continue
+            return queue, trial
+        return None
+
+    def _take_checkpointed(self, queue: Queue) -> optuna.Trial | None:
+        """A queued final trial that an interrupted run left a checkpoint for, taken as
+        ``ask()`` takes one (so a resumed study finishes its half-trained trials before it starts
+        new ones), or None. Search trials are not preferred: a retried slot samples anew."""
+        for t in queue.trials(TrialState.WAITING):
+            key = key_of(t)
+            if key is not None and checkpoint_path(self.stores.output_dir, Job(*key)).exists():
+                trial = queue.claim(t)
+                if trial is not None:
+                    return trial
+        return None
+
+    def _busy_elsewhere(self) -> bool:
+        """Trials running in other workers (whose completion may unlock more work)."""
+        return any(queue.trials(TrialState.RUNNING, TrialState.WAITING)
+                   for queue in [*self.searches.values(), self.final])
+
+    # -- main loop ------------------------------------------------------------------------
+    def run(self, wait_for_others: bool = True) -> RunSummary:
+        with self.stores.queue_lock():
+            self.sync()
+        complete = {key_of(t) for t in self.final.trials(TrialState.COMPLETE)}
+        self.summary.skipped = len(complete & set(self.planned))
+        self.reporter.study(total=len(self.planned), done=self.summary.skipped)
+        if self.summary.skipped < len(self.planned):
+            self.data.get()  # a bad data file stops the run here (one line, exit 2), not every trial
+        trainers = {Phase.SEARCH: self._search_trial, Phase.FINAL: self._final_trial}
+        while True:
+            stopping.check()
+            with self.stores.queue_lock():
+                self.sync()
+                popped = self._take()
+            if popped is None:
+                if wait_for_others and self._busy_elsewhere():
+                    stopping.sleep(POLL_S)
+                    continue
+                break
+            queue, trial = popped
+            with self.stores.heartbeat(queue, trial):
+                try:
+                    trainers[queue.phase](queue, trial)
+                except KeyboardInterrupt:
+                    # Stopped outside training (setting up, logging): record the trial as
+                    # interrupted, as training itself does, so the next run re-queues it at once.
+                    if queue.running(trial):
+                        queue.fail(trial, INTERRUPTED, skip_if_finished=True)
+                    raise
+        self._report_unsearchable()
+        return self.summary
+
+    def _report_unsearchable(self) -> None:
+        for variant, queue in self.searches.items():
+            if self.config(variant) is None and search_done(self.study, variant, queue.trials()):
+                reason = "every search trial failed; no parameters to train with"
+                self.summary.failed.append((variant, -1, reason))
+
+    # -- trials ---------------------------------------------------------------------------
+    def _search_trial(self, queue: Queue, trial: optuna.Trial) -> None:
+        study = self.study
+        job = SearchJob(trial.user_attrs["variant"], search_seed(study), int(trial.user_attrs["slot"]))
+        params = {key: dim.suggest(trial, key) for key, dim in study.spec.search.space.items()}
+        label = f"{job.variant} · search {job.slot + 1}/{search_budget(study)}"
+        try:
+            cfg = self._apply(job.variant, params)
+        except (StudyError, AblateError) as exc:
+            queue.fail(trial, f"parameters do not fit: {exc}")
+            self.reporter.failed(label, job.seed, str(exc))
+            return
+        tags = {"variant": job.variant, "slot": str(job.slot), "seed": str(job.seed),
+                "trial": str(trial.number), **{f"search.{k}": str(v) for k, v in params.items()}}
+        run_id = self.execution.start_run(job, cfg, tags, params)
+        trial.set_user_attr("mlflow_run_id", run_id)
+        self.reporter.trial(label, job.seed, study.spec.train.epochs)
+        outcome = self.execution.train(job, cfg, run_id, trial)
+        if isinstance(outcome, Failed):
+            return
+        if isinstance(outcome, Pruned):
+            self.summary.searched += 1
+            return
+        self.execution.finish(run_id, outcome)
+        queue.study.tell(trial, self._primary(outcome))
+        self.summary.searched += 1
+        self.reporter.finished(label, job.seed, outcome)
+
+    def _final_trial(self, queue: Queue, trial: optuna.Trial) -> None:
+        job = Job(trial.user_attrs["variant"], int(trial.user_attrs["seed"]))
+        cfg = self.config(job.variant)
+        trial.set_user_attr("fingerprint", fingerprint(cfg.study, job.variant))
+        run_id = self.execution.start_run(job, cfg, {"trial": str(trial.number)}, cfg.params)
+        trial.set_user_attr("mlflow_run_id", run_id)
+        self.reporter.trial(job.variant, job.seed, cfg.study.spec.train.epochs)
+        outcome = self.execution.train(job, cfg, run_id, trial)
+        if isinstance(outcome, Failed):
+            self.summary.failed.append((job.variant, job.seed, outcome.reason))
+            return
+        fault_point("track")  # test hook, before anything of the result is logged
+        self.execution.finish(run_id, outcome)
+        for key, value in outcome.summary.items():
+            trial.set_user_attr(key, value)
+        trial.set_user_attr("wall_s", outcome.wall_s)
+        fault_point("tell")  # test hook: MLflow says FINISHED, Optuna does not know yet
+        queue.study.tell(trial, self._primary(outcome))
+        self.summary.finished += 1
+        self.reporter.finished(job.variant, job.seed, outcome)
+
+    def _primary(self, result: TrialResult) -> float:
+        return result.summary[f"valid.{self.study.metrics[0]}"]
+
+
+def run_study(study: Study, stores: Stores, reporter: Reporter | None = None,
+              retry_failed: bool = False, wait_for_others: bool = True) -> RunSummary:
+    """Train every planned (variant, seed) not yet complete (searching first when the study
+    has a ``search:`` section); returns what this process did."""
+    with stores.worker() as worker_id:
+        driver = Driver(study, stores, reporter, retry_failed, worker_id=worker_id)
+        return driver.run(wait_for_others=wait_for_others)
+
+
+def prepare(study: Study, stores: Stores) -> None:
+    """Create the stores and fill the queues once, before N workers start on them (MLflow's
+    and Optuna's first-use schema creation must not race)."""
+    driver = Driver(study, stores)
+    with stores.queue_lock():
+        driver.sync()
+
+
+def _study_tags(study: Study) -> dict[str, str]:
+    return {"ablate.study": study.name, "ablate.task": study.task.kind_name(),
+            "ablate.report_settings": study.report_settings_json()}
+
+
+def _study_params(study: Study) -> dict[str, object]:
+    return {"study_file": str(study.path), "seeds": study.spec.seeds,
+            "task": study.spec.task.model_dump_json()}

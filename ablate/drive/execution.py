@@ -1,0 +1,226 @@
+"""Running one trial: its MLflow run, training with one retry at half batch size on GPU
+out-of-memory, its mid-training checkpoint, and how it ends — finished (a :class:`TrialResult`),
+:class:`Pruned`, :class:`Failed`, or interrupted (recorded, then raised on).
+
+A trial a dead worker left half-trained resumes from its checkpoint; only an interruption keeps
+the checkpoint (a failed or pruned trial starts afresh when retried).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import optuna
+import torch
+from optuna.trial import TrialState
+
+from .. import match as matching
+from ..faults import fault_point
+from ..study import Study, Variant
+from ..track import Tracker
+from ..train import Checkpoint, TrialFailed, TrialResult, resolve_device, train_trial
+from .ledger import INTERRUPTED, fingerprint
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .driver import Reporter
+
+
+@dataclass(frozen=True)
+class Job:
+    """A final trial: one (variant, seed) of the study."""
+
+    variant: str
+    seed: int
+    role: ClassVar[str] = "trial"  # the MLflow run's ablate.role
+    prunes: ClassVar[bool] = False
+
+    @property
+    def index(self) -> tuple[str, int]:
+        """The tag that tells this trial's MLflow runs from the variant's others, and its value."""
+        return "seed", self.seed
+
+    def stem(self, separator: str) -> str:
+        return f"{self.variant}{separator}seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class SearchJob(Job):
+    """A search trial: one slot of a variant's search budget, trained with the search seed."""
+
+    slot: int
+    role: ClassVar[str] = "search"
+    prunes: ClassVar[bool] = True
+
+    @property
+    def index(self) -> tuple[str, int]:
+        return "slot", self.slot
+
+    def stem(self, separator: str) -> str:
+        return f"{self.variant}{separator}search{self.slot}"
+
+
+def checkpoint_path(output_dir: Path, job: Job) -> Path:
+    return output_dir / "checkpoints" / f"{job.stem('-').replace(os.sep, '_')}.pt"
+
+
+@dataclass
+class Config:
+    """What one variant's trials are trained with (searched parameters and matching applied)."""
+
+    study: Study
+    variant: Variant
+    params: dict[str, Any] = field(default_factory=dict)
+    matched: matching.Matched | None = None
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """A search trial the pruner stopped (recorded as PRUNED)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A trial that could not finish (recorded as FAIL with its reason)."""
+
+    reason: str
+
+
+class TaskData:
+    """The study's data, loaded on first use: a study whose trials are all complete never loads it."""
+
+    def __init__(self, study: Study):
+        self.task = study.task
+
+    @cached_property
+    def _loaded(self) -> tuple[Any, int]:
+        data = self.task.load()
+        return data, self.task.max_len(data)
+
+    def get(self) -> Any:
+        return self._loaded[0]
+
+    def max_len(self) -> int:
+        return self._loaded[1]
+
+
+class Execution:
+    """Trains trials for one worker and records them in MLflow and Optuna."""
+
+    def __init__(self, study: Study, output_dir: Path, tracker: Tracker, parent: str, reporter: Reporter,
+                 data: TaskData, worker_id: str, checkpoint_s: float):
+        self.study, self.output_dir = study, output_dir
+        self.tracker, self.parent = tracker, parent  # the study's MLflow run, parent of the trials'
+        self.reporter, self.data = reporter, data
+        self.worker_id, self.checkpoint_s = worker_id, checkpoint_s
+        self.device = resolve_device(study.spec.train.device)
+
+    def start_run(self, job: Job, cfg: Config, extra_tags: dict[str, str], params: dict[str, Any]) -> str:
+        """Open the trial's MLflow run; returns its id."""
+        base = self.study.variants[self.study.spec.report.baseline]
+        # A (variant, seed) is trained by one worker at a time: any run of it still open, or
+        # finished by a worker that died before telling Optuna, is superseded now.
+        index, value = job.index
+        self.tracker.close_unfinished(job.variant, value, role=job.role, key=index)
+        tags = {
+            "variant": job.variant,
+            "seed": str(job.seed),
+            "differs": cfg.variant.differs_from(base),
+            "device": self.device.type,
+            "ablate.worker": self.worker_id,
+            "ablate.fingerprint": fingerprint(cfg.study, job.variant),
+            **extra_tags,
+            **{f"component.{s}": label for s, label in cfg.variant.components().items()},
+        }
+        run_params = {"variant": job.variant, "seed": job.seed,
+                      "model": json.dumps(cfg.variant.spec.model_dump(), default=str),
+                      **{f"train.{k}": v for k, v in cfg.study.spec.train.model_dump().items()},
+                      **{f"search.{k}": v for k, v in params.items()},
+                      **(cfg.matched.record() if cfg.matched else {})}
+        return self.tracker.start_trial(self.parent, job.stem("/"), tags, run_params, role=job.role)
+
+    def checkpoint(self, job: Job, study: Study) -> Checkpoint:
+        """Where the trial keeps its mid-training state, signed with what it trains."""
+        signature = f"{fingerprint(study, job.variant)}/seed{job.seed}/batch{study.spec.train.batch_size}"
+        return Checkpoint(checkpoint_path(self.output_dir, job), signature, every_s=self.checkpoint_s)
+
+    def train(self, job: Job, cfg: Config, run_id: str, trial: optuna.Trial) -> TrialResult | Pruned | Failed:
+        """Train the trial (pruned, for a search trial, when the pruner says so). A pruned or
+        failed trial is recorded here; a finished one is the caller's to record."""
+        metric = f"valid.{self.study.metrics[0]}"
+
+        def on_epoch(epoch: int, logged: dict[str, float]) -> None:
+            self.tracker.log_metrics(run_id, logged, step=epoch)
+            primary = logged.get(metric)
+            if primary is not None and math.isfinite(primary):
+                trial.report(primary, epoch)
+                if job.prunes and trial.should_prune():
+                    raise optuna.TrialPruned(f"pruned at epoch {epoch}")
+            self.reporter.epoch(epoch, logged)
+            fault_point("train")
+
+        study, batch = cfg.study, cfg.study.spec.train.batch_size
+        checkpoint = self.checkpoint(job, study)
+        for attempt in (1, 2):
+            try:
+                result = train_trial(study, cfg.variant, job.seed, self.data.get(), self.device,
+                                     on_epoch=on_epoch, on_step=self.reporter.step, checkpoint=checkpoint)
+                if result.resumed_from:
+                    self.tracker.set_tag(run_id, "ablate.resumed_from_epoch", str(result.resumed_from))
+                return result
+            except optuna.TrialPruned as exc:
+                checkpoint.remove()
+                self.tracker.fail_trial(run_id, "pruned", status="KILLED")
+                trial.study.tell(trial, state=TrialState.PRUNED)
+                return Pruned(str(exc))
+            except torch.OutOfMemoryError as exc:
+                _free_accelerator()
+                checkpoint.remove()
+                if attempt == 1 and batch > 1:
+                    batch //= 2
+                    study, _ = study.with_params(job.variant, {"train.batch_size": batch})
+                    checkpoint = self.checkpoint(job, study)
+                    self.tracker.set_tag(run_id, "ablate.oom_retry", f"batch size {batch}")
+                    trial.set_user_attr("oom_retry_batch_size", batch)
+                    continue
+                reason = (f"out of memory at batch size {batch} (after a retry at half the batch size)"
+                          if attempt == 2
+                          else f"out of memory at batch size {batch}: {str(exc).splitlines()[0]}")
+                return self.fail(job, trial, run_id, reason)
+            except TrialFailed as exc:
+                checkpoint.remove()  # a retry starts afresh (e.g. after the code was fixed)
+                return self.fail(job, trial, run_id, str(exc))
+            except Exception as exc:  # noqa: BLE001 - a crashing variant fails alone; the study goes on
+                checkpoint.remove()
+                message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                return self.fail(job, trial, run_id, f"{type(exc).__name__}: {message}".rstrip(": "))
+            except BaseException:
+                # Ctrl-C: leave a clean record; the next run re-queues this trial.
+                trial.set_user_attr("failure", INTERRUPTED)
+                self.tracker.fail_trial(run_id, INTERRUPTED, status="KILLED")
+                trial.study.tell(trial, state=TrialState.FAIL)
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover - the second attempt returns
+
+    def finish(self, run_id: str, result: TrialResult) -> None:
+        """Log a finished trial's metrics and per-unit results and close its run."""
+        self.tracker.finish_trial(run_id, {**result.summary, **result.costs()}, result.per_unit)
+
+    def fail(self, job: Job, trial: optuna.Trial, run_id: str, reason: str) -> Failed:
+        trial.set_user_attr("failure", reason)
+        self.tracker.fail_trial(run_id, reason)
+        trial.study.tell(trial, state=TrialState.FAIL)
+        self.reporter.failed(job.variant, job.seed, reason)
+        return Failed(reason)
+
+
+def _free_accelerator() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

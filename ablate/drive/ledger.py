@@ -1,0 +1,219 @@
+"""The ledger of planned trials: every (variant, seed) of the study and every search slot of a
+variant, what each was trained with (its fingerprint), and what state it is in.
+
+Each ledger is an Optuna study used as a queue (:class:`Queue`): a key is enqueued once as a
+fixed trial, popped with ``ask`` and settled with ``tell``. Trials failed for bookkeeping
+(interrupted, duplicate, …) carry their reason and never count as failures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from collections.abc import Collection
+from enum import Enum
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from ..errors import AblateError
+from ..search import make_pruner, make_sampler, search_budget
+from ..study import Study
+
+Key = tuple[str, int]  # (variant, seed) of a final trial, (variant, slot) of a search trial
+
+# Failure reasons of trials failed for bookkeeping, not because training failed.
+INTERRUPTED = "interrupted"  # its worker stopped or died; enqueued again
+DUPLICATE = "duplicate"  # another trial has the same key
+NOTHING_QUEUED = "nothing queued"  # another worker took the last queued trial first
+UNPLANNED = "no longer in the study file"
+BOOKKEEPING = frozenset({INTERRUPTED, DUPLICATE, NOTHING_QUEUED, UNPLANNED})
+
+
+class Phase(Enum):
+    """Which queue a trial is in: one variant's search, or the study's final (variant, seed) trials."""
+
+    SEARCH = "search"
+    FINAL = "final"
+
+
+def plan(study: Study) -> list[Key]:
+    return [(v, s) for v in study.variants for s in study.spec.seeds]
+
+
+def direction(study: Study) -> str:
+    return "maximize" if study.task.metric_higher_is_better(study.metrics[0]) else "minimize"
+
+
+def search_name(study: Study, variant: str) -> str:
+    return f"{study.name}.search.{variant}"
+
+
+def fingerprint(study: Study, variant: str) -> str:
+    """What a trial's result depends on (model, training, task, metrics) — not the device or
+    evaluation batch size. Adding a variant or a seed keeps existing trials valid; changing
+    what they were trained with does not."""
+    train = study.spec.train.model_dump(exclude={"device", "eval_batch_size"})
+    content = {"model": study.variants[variant].spec.model_dump(), "train": train,
+               "task": study.spec.task.model_dump(), "metrics": study.metrics}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def search_fingerprint(study: Study, variant: str) -> str:
+    content = {"base": fingerprint(study, variant), "search": study.spec.search.model_dump(),
+               "match": study.spec.match_params}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def key_of(trial: FrozenTrial) -> Key | None:
+    """(variant, seed) of a final trial, (variant, slot) of a search trial."""
+    attrs = trial.user_attrs
+    for index in ("seed", "slot"):
+        if "variant" in attrs and index in attrs:
+            return attrs["variant"], int(attrs[index])
+    return None
+
+
+def failure_of(trial: FrozenTrial) -> str | None:
+    """Why a FAIL trial failed; None for bookkeeping (interrupted, duplicate, …).
+    A FAIL with no reason recorded was failed by Optuna's heartbeat: its worker died."""
+    reason = trial.user_attrs.get("failure")
+    return None if reason is None or reason in BOOKKEEPING else reason
+
+
+def settled(trial: FrozenTrial) -> bool:
+    """A search trial that used up its slot: complete, pruned, or failed for a reason."""
+    return trial.state in (TrialState.COMPLETE, TrialState.PRUNED) or (
+        trial.state == TrialState.FAIL and bool(failure_of(trial)))
+
+
+def elapsed(trial: FrozenTrial) -> float | None:
+    if trial.datetime_start and trial.datetime_complete:
+        return (trial.datetime_complete - trial.datetime_start).total_seconds()
+    return None
+
+
+def search_done(study: Study, variant: str, trials: list[FrozenTrial]) -> bool:
+    """Whether every search slot of ``variant`` is settled."""
+    finished = {key[1] for t in trials if (key := key_of(t)) and key[0] == variant and settled(t)}
+    return all(slot in finished for slot in range(search_budget(study)))
+
+
+def taken(trials: list[FrozenTrial], retry_failed: bool) -> set[Key]:
+    """Keys that need no enqueue: complete, waiting, running, or failed for good."""
+    keys = set()
+    for t in trials:
+        key = key_of(t)
+        if key is None:
+            continue
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.WAITING, TrialState.RUNNING):
+            keys.add(key)
+        elif t.state == TrialState.FAIL and failure_of(t) and not retry_failed:
+            keys.add(key)
+    return keys
+
+
+def check_changed(trials: list[FrozenTrial], expected: dict[str, str], place: str) -> None:
+    """Stop when finished trials of a variant were trained with other settings than ``expected``
+    (variant → fingerprint) gives; ``place`` names where they are."""
+    changed = sorted({t.user_attrs["variant"] for t in trials
+                      if t.state == TrialState.COMPLETE and key_of(t)
+                      and t.user_attrs.get("variant") in expected
+                      and t.user_attrs.get("fingerprint") not in (None, expected[t.user_attrs["variant"]])})
+    if changed:
+        raise AblateError(
+            f"{place} holds finished trials of variant(s) {', '.join(changed)} trained with different "
+            f"settings than the study file has now (model, train, task, metrics or search changed); "
+            f"give a new --output folder, or delete that one")
+
+
+def drop_reason(trials: list[FrozenTrial], number: int, key: Key | None,
+                planned: Collection[Key] | None) -> str | None:
+    """Why the popped trial ``number`` (of ``key``) must not be trained, or None. ``planned``:
+    the keys the study file plans (None: any key is, as every search slot within the budget)."""
+    if key is None:  # another worker took the last queued trial; ask() made a fresh one
+        return NOTHING_QUEUED
+    if planned is not None and key not in planned:
+        return UNPLANNED
+    for t in trials:
+        if t.number == number or key_of(t) != key:
+            continue
+        # Two hosts sharing a database may both enqueue a key: the higher number steps aside.
+        if t.state == TrialState.COMPLETE or (t.state in (TrialState.WAITING, TrialState.RUNNING)
+                                              and t.number < number):
+            return DUPLICATE
+    return None
+
+
+class Queue:
+    """One Optuna study used as a queue of planned trials, read and written through the storage
+    the stores opened (its public API: trials are addressed by study and number)."""
+
+    def __init__(self, ostudy: optuna.Study, storage: optuna.storages.BaseStorage, phase: Phase):
+        self.study, self.storage, self.phase = ostudy, storage, phase
+        self._study_id = storage.get_study_id_from_name(ostudy.study_name)
+
+    @classmethod
+    def final(cls, study: Study, storage: optuna.storages.BaseStorage) -> Queue:
+        ostudy = optuna.create_study(storage=storage, study_name=study.name, direction=direction(study),
+                                     load_if_exists=True)
+        return cls(ostudy, storage, Phase.FINAL)
+
+    @classmethod
+    def search(cls, study: Study, variant: str, storage: optuna.storages.BaseStorage) -> Queue:
+        ostudy = optuna.create_study(storage=storage, study_name=search_name(study, variant),
+                                     direction=direction(study), sampler=make_sampler(study),
+                                     pruner=make_pruner(study), load_if_exists=True)
+        return cls(ostudy, storage, Phase.SEARCH)
+
+    @property
+    def name(self) -> str:
+        return self.study.study_name
+
+    def trials(self, *states: TrialState) -> list[FrozenTrial]:
+        """The queue's trials (only those in ``states`` if given), not copied: do not modify."""
+        return self.study.get_trials(deepcopy=False, states=states or None)
+
+    def trial_id(self, number: int) -> int:
+        return self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
+
+    def stored(self, number: int) -> FrozenTrial:
+        """Trial ``number`` as the storage has it now."""
+        return self.storage.get_trial(self.trial_id(number))
+
+    def enqueue(self, params: dict[str, Any], attrs: dict[str, Any]) -> None:
+        self.study.enqueue_trial(params, user_attrs=attrs)
+
+    def ask(self) -> optuna.Trial:
+        """The first queued trial (or, if another worker took it meanwhile, a fresh one with no key)."""
+        with warnings.catch_warnings():  # the stores beat the heart themselves (Stores.heartbeat)
+            warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+            return self.study.ask()
+
+    def claim(self, trial: FrozenTrial) -> optuna.Trial | None:
+        """Take the queued ``trial`` as ``ask`` takes one, or None if another worker took it."""
+        trial_id = self.trial_id(trial.number)
+        try:
+            if self.storage.set_trial_state_values(trial_id, state=TrialState.RUNNING):
+                return optuna.Trial(self.study, trial_id)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # another worker took and finished it meanwhile
+        return None
+
+    def fail(self, trial: optuna.Trial, reason: str, skip_if_finished: bool = False) -> None:
+        """Settle a trial this worker holds as failed, for ``reason``."""
+        trial.set_user_attr("failure", reason)
+        self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=skip_if_finished)
+
+    def interrupt(self, number: int) -> None:
+        """Fail a RUNNING trial whose worker is gone, as interrupted (unless it finished meanwhile)."""
+        try:
+            self.storage.set_trial_user_attr(self.trial_id(number), "failure", INTERRUPTED)
+            self.study.tell(number, state=TrialState.FAIL)
+        except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
+            pass  # finished meanwhile
+
+    def running(self, trial: optuna.Trial) -> bool:
+        return self.stored(trial.number).state == TrialState.RUNNING

@@ -1,0 +1,109 @@
+"""The report's tables: one ``stats.compare`` frame as rows of cells, as Markdown (also what
+``ablate report`` prints) and as a booktabs LaTeX table; the cost table."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..stats import ReportSettings
+from .cells import NA, cohen_d, delta_ci, isnan, mark, mean_sd, p_seeds, p_units
+from .document import md_table
+
+COSTS = [("params", "params", "{:,.0f}"), ("tokens_per_s", "tokens/s", "{:,.0f}"),
+         ("peak_memory_mb", "peak memory MB", "{:,.1f}"), ("wall_s", "wall s", "{:,.1f}"),
+         ("epochs", "epochs", "{:,.1f}")]
+
+
+def table_rows(cmp: pd.DataFrame, settings: ReportSettings) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of one ``stats.compare`` frame, baseline first."""
+    metric = cmp["metric"].iloc[0] if "metric" in cmp.columns and len(cmp) else settings.primary
+    higher = settings.higher(metric)
+    better = f"P({'>' if higher else '<'}base)"
+    headers = ["variant", "differs", f"{metric} mean ± sd", f"Δ [{settings.confidence:.0%} CI]",
+               "rel. change", "p seeds (adj)", "p units (adj)", "d", better, "sig."]
+    rows = []
+    for row in cmp.itertuples(index=False):
+        if row.variant == settings.baseline:
+            rows.append([row.variant, row.differs, mean_sd(row)] + ["—"] * 7)
+            continue
+        rows.append([
+            row.variant, row.differs, mean_sd(row), delta_ci(row, settings.ci_method.min_seeds),
+            NA if isnan(row.rel_change) else f"{row.rel_change:+.1%}",
+            p_seeds(row), p_units(row),
+            cohen_d(row.d_seeds),
+            NA if isnan(row.p_better_units) else f"{row.p_better_units:.2f}",
+            mark(row, higher),
+        ])
+    return headers, rows
+
+
+def format_table(compare_df: pd.DataFrame, settings: ReportSettings) -> str:
+    """The Markdown table of one ``stats.compare`` frame (the CLI prints the primary metric's)."""
+    return md_table(*table_rows(compare_df, settings))
+
+
+TEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                "<": r"\textless{}", ">": r"\textgreater{}"}
+# the report's non-ASCII glyphs, in plain LaTeX (no packages beyond booktabs)
+TEX_GLYPHS = {"±": r"$\pm$", "−": r"$-$", "∞": r"$\infty$", "—": "---", "–": "--", "Δ": r"$\Delta$",
+              "▲": r"$\uparrow$", "▼": r"$\downarrow$", "≥": r"$\geq$", "≤": r"$\leq$", "α": r"$\alpha$"}
+
+
+def tex_escape(text) -> str:
+    """``text`` as LaTeX text: the ten specials (and < >) escaped, the report's glyphs as math."""
+    return "".join(TEX_SPECIALS.get(c, TEX_GLYPHS.get(c, c)) for c in str(text))
+
+
+def latex_table(cmp: pd.DataFrame, settings: ReportSettings) -> str:
+    """The Markdown table of one ``stats.compare`` frame as a booktabs ``table`` environment."""
+    headers, rows = table_rows(cmp, settings)
+    metric = cmp["metric"].iloc[0] if len(cmp) else settings.primary
+    n = int(cmp["n_paired"].max()) if len(cmp) else 0
+    ci, corr = settings.ci_method.label, settings.correction_method.label
+    caption = (f"Ablation study {settings.study}: test {metric}, mean ± sd over seeds; "
+               f"Δ = variant − {settings.baseline} with a {settings.confidence:.0%} {ci} CI "
+               f"over paired seeds (up to {n}); p-values {corr}-adjusted over the "
+               f"{int((cmp['variant'] != settings.baseline).sum())} comparisons with {settings.baseline}; "
+               f"d = paired Cohen's d; ▲/▼: significantly better/worse at α = {settings.alpha:g}.")
+    label = re.sub(r"[^A-Za-z0-9_:.-]+", "-", f"tab:ablate:{settings.study}:{metric}")
+    spec = "l" * 2 + "r" * (len(headers) - 3) + "c"
+    lines = [
+        f"% ablate report: {tex_escape(settings.study)}, primary metric {tex_escape(metric)}.",
+        r"% Needs \usepackage{booktabs}.",
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\small",
+        rf"\caption{{{tex_escape(caption)}}}",
+        rf"\label{{{label}}}",
+        rf"\begin{{tabular}}{{{spec}}}",
+        r"\toprule",
+        " & ".join(tex_escape(h) for h in headers) + r" \\",
+        r"\midrule",
+        *[" & ".join(tex_escape(c) for c in r) + r" \\" for r in rows],
+        r"\bottomrule",
+        r"\end{tabular}",
+        r"\end{table}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def cost_table(results: pd.DataFrame, names: list[str]) -> tuple[list[str], list[list[str]]] | None:
+    """Mean cost per trial over seeds, per variant; None when no cost column was logged."""
+    cols = [(c, label, fmt) for c, label, fmt in COSTS if c in results.columns]
+    if not cols:
+        return None
+    frame = results.assign(variant=results["variant"].astype(str))
+    means = frame.groupby("variant")[[c for c, _, _ in cols]].agg(
+        lambda s: pd.to_numeric(s, errors="coerce").mean())
+    rows = []
+    for v in names:
+        row = [v]
+        for c, _, fmt in cols:
+            x = means.loc[v, c] if v in means.index else np.nan
+            row.append(NA if isnan(float(x)) else fmt.format(x))
+        rows.append(row)
+    return ["variant"] + [label for _, label, _ in cols], rows

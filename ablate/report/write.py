@@ -1,0 +1,159 @@
+"""``write_report``: the statistics, tables, figures and text of a study assembled into one
+document and written as ``report.md``, ``report.html``, ``table.tex``, the CSV files and
+``figures/``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from .. import stats
+from ..stats import ReportSettings
+from .cells import isnan
+from .document import Element, to_html, to_markdown
+from .figures import cd_figure, cost_figure, curves_figure, pairwise_figure, strip_figure
+from .tables import cost_table, latex_table, table_rows
+from .text import calibration_text, findings, friedman_text, pairwise_text, settings_text
+
+CALIBRATION_BOOTSTRAP = 2000  # resamples per CI in the report's calibration simulation (at most)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text.replace("@", "_at_"))
+
+
+def _failures_section(failures: pd.DataFrame | None) -> list[Element]:
+    if failures is None or failures.empty:
+        return []
+    rows = [[str(r.variant), str(r.seed), str(r.reason)] for r in failures.itertuples()]
+    return [Element("h2", "Failed trials"),
+            Element("p", f"{len(rows)} trial(s) failed and are left out of every comparison above; "
+                         "`ablate run --retry-failed` trains them again."),
+            Element("table", headers=["variant", "seed", "reason"], items=rows, left=3)]
+
+
+def _tuning_sections(results: pd.DataFrame, names: list[str]) -> list[Element]:
+    """Searched parameters and parameter matching per variant, when the study used them."""
+    elements = []
+    search = [c for c in results.columns if c.startswith("search.")]
+    if search:
+        rows = [[n, *[str(results.loc[results.variant == n, c].iloc[0]) for c in search]] for n in names]
+        elements += [Element("h2", "Searched parameters"),
+                     Element("p", "Each variant's best parameters from its own search (equal trial budget "
+                                  "per variant, validation metric), then trained over every seed."),
+                     Element("table", headers=["variant", *[c.removeprefix("search.") for c in search]],
+                             items=rows, left=1)]
+    if "match.params" in results.columns:
+        knobs = [c for c in results.columns if c.startswith("match.model.")]
+        rows = []
+        for n in names:
+            first = results[results.variant == n].iloc[0]
+            scaled = "; ".join(f"{c.removeprefix('match.')} = {first[c]}" for c in knobs
+                               if not isnan(first[c])) or "—"
+            rows.append([n, f"{int(first['match.before']):,}", f"{int(first['match.params']):,}",
+                         f"{int(first['match.base_params']):,}", scaled])
+        elements += [Element("h2", "Parameter matching"),
+                     Element("p", "match_params: each variant's width knob scaled so its backbone has the "
+                                  "baseline's parameter count within 2% (embedding and head are shared and "
+                                  "not counted)."),
+                     Element("table", items=rows, left=1,
+                             headers=["variant", "backbone params before", "after", "baseline", "knob"])]
+    return elements
+
+
+def write_report(results: pd.DataFrame, units: pd.DataFrame | None, curves: pd.DataFrame | None,
+                 settings: ReportSettings, out_dir: Path,
+                 failures: pd.DataFrame | None = None) -> dict[str, Path]:
+    """Write the report files into ``out_dir``; return their paths by name.
+
+    Names: ``csv`` (results.csv, the frame as given), ``comparisons`` (every ``stats.compare`` row
+    for every metric), ``pairwise`` (every ``stats.pairwise`` row, primary metric), ``tex``
+    (table.tex), ``md``, ``html``, and one per figure drawn: ``seeds`` (primary metric) and
+    ``seeds:<metric>`` per secondary metric, ``curves`` (when curves are non-empty), ``cd`` (when
+    the Friedman test is available), ``pairwise_fig`` (≥ 2 variants), ``cost_quality`` (when a
+    wall-time or parameter column exists).
+    """
+    out_dir = Path(out_dir)
+    fig_dir = out_dir / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {"csv": out_dir / "results.csv"}
+    results.to_csv(paths["csv"], index=False)
+
+    tables = {m: stats.compare(results, units, settings, m) for m in settings.metrics}
+    paths["comparisons"] = out_dir / "comparisons.csv"
+    pd.concat(tables.values(), ignore_index=True).to_csv(paths["comparisons"], index=False)
+    primary = tables[settings.primary]
+    names = list(primary["variant"])
+    family = int((primary["variant"] != settings.baseline).sum())
+    fr = stats.friedman(results, settings.primary, settings.higher(settings.primary), settings.alpha)
+    pairs = stats.pairwise(results, settings)
+    paths["pairwise"] = out_dir / "pairwise.csv"
+    pairs.to_csv(paths["pairwise"], index=False)
+    paths["tex"] = out_dir / "table.tex"
+    paths["tex"].write_text(latex_table(primary, settings), encoding="utf-8")
+
+    seeds = int(primary["n_paired"].max())
+    cal = stats.calibrate(settings, seeds, family, bootstrap=min(settings.bootstrap, CALIBRATION_BOOTSTRAP))
+
+    elements = [Element("h1", f"Ablation report: {settings.study}"),
+                Element("p", findings(primary, settings)),
+                Element("h2", "Settings"), *[Element("p", t) for t in settings_text(settings, family, seeds)]]
+    if settings.notes:
+        elements.append(Element("list", items=list(settings.notes)))
+
+    def figure(name: str, path: Path | None, caption: str) -> None:
+        if path is not None:
+            paths[name] = path
+            elements.append(Element("figure", caption, path=path))
+
+    for i, (metric, cmp) in enumerate(tables.items()):
+        headers, rows = table_rows(cmp, settings)
+        elements += [Element("h2", f"{'Primary' if i == 0 else 'Secondary'} metric: {metric}"),
+                     Element("table", headers=headers, items=rows)]
+        name, file = ("seeds", "seeds.png") if i == 0 else (f"seeds:{metric}", f"seeds_{_slug(metric)}.png")
+        figure(name, strip_figure(results, settings, names, fig_dir / file, metric),
+               f"Test {metric} per seed by variant (box: spread over seeds; dashed: baseline mean).")
+
+    cost = cost_table(results, names)
+    if cost:
+        elements += [Element("h2", "Cost (mean per trial over seeds)"),
+                     Element("table", headers=cost[0], items=cost[1], left=1)]
+        figure("cost_quality", cost_figure(results, primary, settings, names, fig_dir / "cost_quality.png"),
+               f"Cost vs. quality: test {settings.primary} mean ± sd over seeds against wall time per "
+               "trial (± sd) and parameter count, one point per variant (◆ baseline).")
+
+    elements += _tuning_sections(results, names) + _failures_section(failures)
+    elements += [Element("h2", "Ranking"), Element("p", friedman_text(fr, settings, len(names)))]
+    if fr is not None:
+        figure("cd", cd_figure(fr, settings, fig_dir / "cd.png"),
+               "Mean Friedman ranks with ± CD/2 bars (Nemenyi): non-overlapping bars differ.")
+    if len(pairs):
+        elements.append(Element("p", pairwise_text(pairs, settings)))
+        figure("pairwise_fig", pairwise_figure(pairs, settings, names, fig_dir / "pairwise.png"),
+               f"Pairwise {settings.correction_method.label}-adjusted p-values "
+               f"(paired t-test across seeds) on test {settings.primary}; * p < {settings.alpha:g}; "
+               f"n/a: fewer than {stats.MIN_SEEDS_TEST} paired seeds.")
+
+    curve_path = curves_figure(curves, settings, names, fig_dir / "curves.png")
+    if curve_path is not None:
+        elements.append(Element("h2", "Learning curves"))
+        figure("curves", curve_path, f"Validation {settings.primary} (and training loss, when logged) "
+                                     "per epoch: mean over seeds, band ± 1 sd.")
+
+    tested_pairs = int(pairs["p"].notna().sum())
+    elements += [Element("h2", "Calibration"),
+                 Element("list", items=calibration_text(cal, settings, tables, tested_pairs))]
+    elements += [Element("h2", "Files"), Element("list", items=[
+        "results.csv: one row per trial (what the report is built from)",
+        "comparisons.csv: every comparison with the baseline, every metric, raw and adjusted p-values",
+        "pairwise.csv: every pair of variants on the primary metric",
+        "table.tex: the primary metric's table (LaTeX, booktabs)",
+        "figures/: the figures above as PNG"])]
+
+    paths["md"] = out_dir / "report.md"
+    paths["md"].write_text(to_markdown(elements, out_dir), encoding="utf-8")
+    paths["html"] = out_dir / "report.html"
+    paths["html"].write_text(to_html(elements, f"Ablation report: {settings.study}"), encoding="utf-8")
+    return paths
