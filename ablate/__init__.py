@@ -12,8 +12,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __version__ = "0.1.0"
 
 
-def load_results(tracking_uri: str, experiment: str, *, full: bool = False,
-                 curves: bool = True) -> pd.DataFrame | Results:
+def load_results(
+    tracking_uri: str, experiment: str, *, full: bool = False, curves: bool = True
+) -> pd.DataFrame | Results:
     """A study's finished trials, read back from the MLflow tracking store.
 
     Returns the per-trial pandas DataFrame the report is built from (one row per finished trial:

@@ -85,12 +85,15 @@ class Placement(NamedTuple):
 
 
 # ``model.norm.placement`` → how each block's two sub-layers are placed.
-PLACEMENTS: Vocabulary[Placement] = Vocabulary("norm placement", {
-    "pre": Placement(PreNorm, PreNorm),
-    "post": Placement(PostNorm, PostNorm),
-    "pre_skip": Placement(PreNormSkip, PreNormSkip),
-    "pre_skip_kv": Placement(PreNormSkipSource, PreNormSkip),
-})
+PLACEMENTS: Vocabulary[Placement] = Vocabulary(
+    "norm placement",
+    {
+        "pre": Placement(PreNorm, PreNorm),
+        "post": Placement(PostNorm, PostNorm),
+        "pre_skip": Placement(PreNormSkip, PreNormSkip),
+        "pre_skip_kv": Placement(PreNormSkipSource, PreNormSkip),
+    },
+)
 
 
 class Block(nn.Module):
@@ -167,8 +170,14 @@ class Backbone(nn.Module):
     Between the bias channels and the output the stream is held in ``tokens.layout``: with a
     jagged layout, FFNs, norms and joins only touch the real tokens."""
 
-    def __init__(self, bias: list[nn.Module], stem: nn.Module, blocks: list[Block], final_norm: nn.Module,
-                 dropout: float):
+    def __init__(
+        self,
+        bias: list[nn.Module],
+        stem: nn.Module,
+        blocks: list[Block],
+        final_norm: nn.Module,
+        dropout: float,
+    ):
         super().__init__()
         self.bias = nn.ModuleList(bias)
         self.stem = stem  # the connection kind's expand / reduce
@@ -222,7 +231,10 @@ def xavier_normal_linears(module: nn.Module) -> None:
 
 
 # ``model.init`` → how the blocks' linear weights are (re-)initialised after the kinds built them.
-INITIALISERS: Vocabulary[Callable[[nn.Module], None]] = Vocabulary("initialiser", {
-    "default": keep_initialisation,
-    "xavier_normal": xavier_normal_linears,
-})
+INITIALISERS: Vocabulary[Callable[[nn.Module], None]] = Vocabulary(
+    "initialiser",
+    {
+        "default": keep_initialisation,
+        "xavier_normal": xavier_normal_linears,
+    },
+)

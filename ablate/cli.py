@@ -11,12 +11,12 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import registry, stopping
@@ -34,7 +34,10 @@ out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 StudyArg = Annotated[Path, typer.Argument(help="Study file (YAML or TOML).", show_default=False)]
-OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Folder for the Optuna and MLflow stores [default: runs/<study>].")]
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="Folder for the Optuna and MLflow stores [default: runs/<study>]."),
+]
 ReportsOpt = Annotated[Path, typer.Option("--reports", help="Folder that receives reports/<study>/.")]
 
 
@@ -72,16 +75,31 @@ class BarReporter(Reporter):
 
 def _progress(quiet: bool) -> Progress:
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err, disable=quiet, transient=False,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=quiet,
+        transient=False,
     )
 
 
-StorageOpt = Annotated[Optional[str], typer.Option(
-    "--storage", help="Optuna storage URL shared by workers, e.g. postgresql://user:pw@host/db "
-                      "[default: runs/<study>/optuna.journal].")]
-TrackingOpt = Annotated[Optional[str], typer.Option(
-    "--tracking-uri", help="MLflow tracking URI, e.g. http://host:5000 [default: sqlite runs/<study>/mlflow.db].")]
+StorageOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--storage",
+        help="Optuna storage URL shared by workers, e.g. postgresql://user:pw@host/db "
+        "[default: runs/<study>/optuna.journal].",
+    ),
+]
+TrackingOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tracking-uri",
+        help="MLflow tracking URI, e.g. http://host:5000 [default: sqlite runs/<study>/mlflow.db].",
+    ),
+]
 
 
 @app.command()
@@ -90,8 +108,12 @@ def run(
     output: OutputOpt = None,
     reports: ReportsOpt = Path("reports"),
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
-    retry_failed: Annotated[bool, typer.Option(help="Run again trials that failed (not only interrupted ones).")] = False,
-    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Worker processes on this machine.")] = 1,
+    retry_failed: Annotated[
+        bool, typer.Option(help="Run again trials that failed (not only interrupted ones).")
+    ] = False,
+    workers: Annotated[
+        int, typer.Option("--workers", "-w", min=1, help="Worker processes on this machine.")
+    ] = 1,
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
 ) -> None:
@@ -128,8 +150,12 @@ def _resumable(study_file: Path, quiet: bool) -> Iterator[None]:
         yield
     except KeyboardInterrupt:
         if not quiet:
-            err.print(f"interrupted: trials in flight are re-queued; `ablate run {study_file}` resumes",
-                      markup=False, highlight=False, soft_wrap=True)
+            err.print(
+                f"interrupted: trials in flight are re-queued; `ablate run {study_file}` resumes",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
         raise typer.Exit(130) from None
 
 
@@ -141,8 +167,20 @@ def _run_workers(study_file: Path, study, stores, workers: int, quiet: bool, ret
 
     prepare(study, stores)  # create the stores and queues once: schema creation must not race
     before = sum(r.done for r in progress(study, stores).values())
-    cmd = [sys.executable, "-m", "ablate.cli", "worker", str(study_file), "--output", str(stores.output_dir),
-           "--storage", stores.optuna_url, "--tracking-uri", stores.tracking_uri, "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ablate.cli",
+        "worker",
+        str(study_file),
+        "--output",
+        str(stores.output_dir),
+        "--storage",
+        stores.optuna_url,
+        "--tracking-uri",
+        stores.tracking_uri,
+        "--quiet",
+    ]
     if retry_failed:
         cmd.append("--retry-failed")
     procs = [subprocess.Popen(cmd, env={**os.environ, PARENT_ENV: str(os.getpid())}) for _ in range(workers)]
@@ -154,7 +192,9 @@ def _run_workers(study_file: Path, study, stores, workers: int, quiet: bool, ret
             while any(p.poll() is None for p in procs):
                 stopping.sleep(2.0)
                 if not quiet:
-                    bars.update(task, completed=sum(r.done for r in progress(study, stores, storage).values()))
+                    bars.update(
+                        task, completed=sum(r.done for r in progress(study, stores, storage).values())
+                    )
             bars.update(task, completed=sum(r.done for r in progress(study, stores, storage).values()))
     except BaseException:
         for p in procs:
@@ -167,8 +207,10 @@ def _run_workers(study_file: Path, study, stores, workers: int, quiet: bool, ret
         raise
     crashed = [p.returncode for p in procs if p.returncode not in (0, 1)]
     if crashed:
-        raise AblateError(f"{len(crashed)} of {workers} workers exited with status {crashed[0]}; "
-                          f"run the study again to resume")
+        raise AblateError(
+            f"{len(crashed)} of {workers} workers exited with status {crashed[0]}; "
+            f"run the study again to resume"
+        )
     return before, _standing_failures(study, stores)
 
 
@@ -185,9 +227,15 @@ def worker(
     tracking_uri: TrackingOpt = None,
     output: OutputOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
-    retry_failed: Annotated[bool, typer.Option(help="Run again trials that failed (not only interrupted ones).")] = False,
-    heartbeat: Annotated[int, typer.Option(min=1, help="Seconds between heartbeats on a shared database.")] = 20,
-    grace: Annotated[int, typer.Option(min=2, help="Seconds without a heartbeat after which a trial is re-queued.")] = 120,
+    retry_failed: Annotated[
+        bool, typer.Option(help="Run again trials that failed (not only interrupted ones).")
+    ] = False,
+    heartbeat: Annotated[
+        int, typer.Option(min=1, help="Seconds between heartbeats on a shared database.")
+    ] = 20,
+    grace: Annotated[
+        int, typer.Option(min=2, help="Seconds without a heartbeat after which a trial is re-queued.")
+    ] = 120,
 ) -> None:
     """Take trials from a study's shared queue until none is left (start one per machine or GPU,
     all with the same --storage and --tracking-uri); writes no report (run `ablate report`)."""
@@ -213,8 +261,10 @@ def validate(study_file: StudyArg) -> None:
     from .study import load_study
 
     study = load_study(study_file)
-    table = Table(title=f"{study.name}: {len(study.variants)} variants × {len(study.spec.seeds)} seeds "
-                        f"= {len(study.variants) * len(study.spec.seeds)} trials")
+    table = Table(
+        title=f"{study.name}: {len(study.variants)} variants × {len(study.spec.seeds)} seeds "
+        f"= {len(study.variants) * len(study.spec.seeds)} trials"
+    )
     for column in ("variant", *next(iter(study.variants.values())).components()):
         table.add_column(column)
     for name, variant in study.variants.items():
@@ -224,21 +274,31 @@ def validate(study_file: StudyArg) -> None:
     if search.enabled:
         from .search import search_budget
 
-        out.print(f"search: {search_budget(study)} {search.sampler} trial(s) per variant over "
-                  f"{', '.join(search.space)} (pruner: {search.pruner}), then the best parameters over every seed")
+        out.print(
+            f"search: {search_budget(study)} {search.sampler} trial(s) per variant over "
+            f"{', '.join(search.space)} (pruner: {search.pruner}), then the best parameters over every seed"
+        )
     if study.spec.match_params:
-        out.print("match_params: each variant's width knob is scaled to the baseline's backbone parameter count "
-                  "(±2%) when the run starts")
+        out.print(
+            "match_params: each variant's width knob is scaled to the baseline's backbone parameter count "
+            "(±2%) when the run starts"
+        )
     out.print(f"{study_file}: valid")
 
 
 @app.command()
 def report(
-    study_file: Annotated[Optional[Path], typer.Argument(help="Study file (or give --experiment).", show_default=False)] = None,
+    study_file: Annotated[
+        Path | None, typer.Argument(help="Study file (or give --experiment).", show_default=False)
+    ] = None,
     output: OutputOpt = None,
     reports: ReportsOpt = Path("reports"),
-    experiment: Annotated[Optional[str], typer.Option(help="Experiment (study) name in the tracking store.")] = None,
-    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI [default: the study's store].")] = None,
+    experiment: Annotated[
+        str | None, typer.Option(help="Experiment (study) name in the tracking store.")
+    ] = None,
+    tracking_uri: Annotated[
+        str | None, typer.Option(help="MLflow tracking URI [default: the study's store].")
+    ] = None,
 ) -> None:
     """Rebuild the report from the tracking store alone (no training)."""
     from .drive import Stores
@@ -287,15 +347,20 @@ def status(study_file: StudyArg, output: OutputOpt = None, storage: StorageOpt =
     elif eta is None:
         out.print("ETA: unknown until a trial finishes")
     else:
-        out.print(f"ETA: {_duration(eta)} (mean wall time of finished trials × trials left, less checkpointed "
-                  f"progress, ÷ running workers)")
+        out.print(
+            f"ETA: {_duration(eta)} (mean wall time of finished trials × trials left, less checkpointed "
+            f"progress, ÷ running workers)"
+        )
     for name, r in rows.items():
         for seed, reason in r.failures:
             out.print(f"failed: {name} seed {seed}: {reason}", markup=False, highlight=False, soft_wrap=True)
     for name, summary in saved.items():
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(summary["saved"]))
-        out.print(f"checkpoint: {name} at epoch {summary['epoch']}/{summary['epochs']} (saved {when})",
-                  markup=False, highlight=False)
+        out.print(
+            f"checkpoint: {name} at epoch {summary['epoch']}/{summary['epochs']} (saved {when})",
+            markup=False,
+            highlight=False,
+        )
 
 
 def _duration(seconds: float) -> str:
@@ -305,7 +370,7 @@ def _duration(seconds: float) -> str:
 
 
 @app.command()
-def components(slot: Annotated[Optional[str], typer.Argument(help="Only this slot.")] = None) -> None:
+def components(slot: Annotated[str | None, typer.Argument(help="Only this slot.")] = None) -> None:
     """List every registered kind per slot with its options and defaults."""
     slots = [slot] if slot else list(registry.SLOTS)
     table = Table(show_lines=True)
@@ -321,7 +386,9 @@ def components(slot: Annotated[Optional[str], typer.Argument(help="Only this slo
 def _describe_options(options_cls) -> str:
     lines = []
     for name, field in options_cls.model_fields.items():
-        annotation = getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", "")
+        annotation = getattr(field.annotation, "__name__", None) or str(field.annotation).replace(
+            "typing.", ""
+        )
         default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
         line = f"{name}: {annotation} = {default}"
         if field.description:
@@ -339,10 +406,15 @@ def _report(tracking_uri: str, experiment: str, out_dir: Path, study) -> dict[st
     if loaded.results.empty:
         raise AblateError(f"no finished trials for '{experiment}' in {tracking_uri}")
     settings = _settings(loaded.settings, study)
-    paths = write_report(loaded.results, loaded.units, loaded.curves, settings, out_dir,
-                         failures=loaded.failures)
-    out.print(format_table(compare(loaded.results, loaded.units, settings, settings.primary), settings),
-              markup=False, highlight=False, soft_wrap=True)
+    paths = write_report(
+        loaded.results, loaded.units, loaded.curves, settings, out_dir, failures=loaded.failures
+    )
+    out.print(
+        format_table(compare(loaded.results, loaded.units, settings, settings.primary), settings),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
     return paths
 
 

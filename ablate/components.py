@@ -12,8 +12,9 @@ Kinds never look at each other's configuration: the block hands them what they n
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -57,7 +58,7 @@ def keep_mask(shape: tuple[int, ...], keep: float, device: torch.device) -> Tens
     a quarter of the generator calls of ``torch.bernoulli`` — which on CPU draws one number per
     element and made dropout a quarter of a SASRec training step (benchmarks/RESULTS.md)."""
     n = math.prod(shape)
-    draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-2 ** 63, None)  # all 64 bits
+    draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2**63), None)  # all 64 bits
     lanes = draws.view(torch.int16)[:n]  # uniform over -32768..32767
     return (lanes >= 32768 - round(keep * 65536)).view(shape)
 
@@ -143,7 +144,7 @@ class TokenContext:
     # [b, n] bool, True at readout/[CLS] tokens (feature "readout"): graph kinds add no edges into them.
     readout: Tensor | None = None
     logit_bias: Tensor | None = None  # [b|1, h|1, n, n] additive attention-logit bias
-    rotations: list[Callable[[Tensor, Tensor, "TokenContext"], tuple[Tensor, Tensor]]] = field(
+    rotations: list[Callable[[Tensor, Tensor, TokenContext], tuple[Tensor, Tensor]]] = field(
         default_factory=list
     )
     layout: Padded | Jagged = field(default_factory=Padded)
@@ -184,7 +185,9 @@ class TokenContext:
         if self.logit_bias is None and self.causal:
             return None, True
         allowed = self.key_mask()
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=self.valid.device).masked_fill(~allowed, float("-inf"))
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=self.valid.device).masked_fill(
+            ~allowed, float("-inf")
+        )
         if self.logit_bias is not None:
             mask = mask + self.logit_bias.to(dtype)
         return mask, False
@@ -310,7 +313,7 @@ class Connection(Component):
             cls.single_stream = False
 
     @classmethod
-    def stem(cls, options: Options, ctx: BuildContext) -> "Stem":
+    def stem(cls, options: Options, ctx: BuildContext) -> Stem:
         return Stem()
 
     def forward(self, streams: Tensor, branch: Callable[[Tensor], Tensor]) -> Tensor:  # pragma: no cover
@@ -358,6 +361,7 @@ class BiasChannel(Component):
 def total_auxiliary_loss(model: nn.Module) -> Tensor | None:
     """The sum of the auxiliary losses of the :class:`Component` modules inside ``model`` (in
     module order), or None when none has one. Other modules are not asked."""
-    terms = [t for m in model.modules() if isinstance(m, Component)
-             for t in [m.auxiliary_loss()] if t is not None]
+    terms = [
+        t for m in model.modules() if isinstance(m, Component) for t in [m.auxiliary_loss()] if t is not None
+    ]
     return torch.stack(terms).sum() if terms else None

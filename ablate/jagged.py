@@ -46,8 +46,9 @@ def to_padded(values: Tensor, offsets: Tensor, n: int, use_fbgemm: bool | None =
     b = offsets.numel() - 1
     lengths = offsets[1:] - offsets[:-1]
     valid = torch.arange(n, device=values.device)[None, :] < lengths[:, None]  # [b, n]
-    return values.new_zeros(b, n, *values.shape[1:]).masked_scatter(valid.view(b, n, *[1] * (values.dim() - 1)),
-                                                                    values)
+    return values.new_zeros(b, n, *values.shape[1:]).masked_scatter(
+        valid.view(b, n, *[1] * (values.dim() - 1)), values
+    )
 
 
 def to_values(dense: Tensor, offsets: Tensor, use_fbgemm: bool | None = None) -> Tensor:
@@ -92,7 +93,7 @@ class Jagged:
         self.offsets, self.n, self.use_fbgemm = offsets, n, use_fbgemm
 
     @classmethod
-    def from_valid(cls, valid: Tensor, use_fbgemm: bool | None = None) -> "Jagged":
+    def from_valid(cls, valid: Tensor, use_fbgemm: bool | None = None) -> Jagged:
         """From a right-padded ``valid [b, n]`` mask."""
         offsets = complete_cumsum(valid.sum(1), use_fbgemm)
         return cls(offsets, valid.shape[1], use_fbgemm)

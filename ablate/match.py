@@ -27,8 +27,11 @@ class Matched:
     value: float | int | None = None
 
     def record(self) -> dict[str, object]:
-        out = {"match.params": self.params, "match.base_params": self.base_params,
-               "match.before": self.before}
+        out = {
+            "match.params": self.params,
+            "match.base_params": self.base_params,
+            "match.before": self.before,
+        }
         if self.knob:
             out[f"match.{self.knob}"] = self.value
         return out
@@ -38,8 +41,9 @@ def backbone_params(study: Study, variant: Variant, max_len: int) -> int:
     return count_parameters(build_backbone(variant, study.build_context(variant, max_len)))
 
 
-def match(study: Study, name: str, max_len: int,
-          base: Variant | None = None) -> tuple[Study, Variant, Matched]:
+def match(
+    study: Study, name: str, max_len: int, base: Variant | None = None
+) -> tuple[Study, Variant, Matched]:
     """``study`` with variant ``name`` scaled to the baseline's parameter count.
     Raises :class:`AblateError` when the variant has no knob or cannot come within 2%."""
     base = base or study.variants[study.spec.report.baseline]
@@ -52,9 +56,11 @@ def match(study: Study, name: str, max_len: int,
     part = getattr(variant, slot)
     option = part.cls.width_option
     if option is None:
-        raise AblateError(f"match_params: variant '{name}' has {before:,} backbone parameters against "
-                          f"{target:,} for '{base.name}' and its {slot} kind '{part.cls.kind_name()}' "
-                          f"declares no width option to scale")
+        raise AblateError(
+            f"match_params: variant '{name}' has {before:,} backbone parameters against "
+            f"{target:,} for '{base.name}' and its {slot} kind '{part.cls.kind_name()}' "
+            f"declares no width option to scale"
+        )
     knob = f"model.{slot}.{option}"
     current = getattr(part.options, option)
     integer = current is None or isinstance(current, int)
@@ -78,8 +84,9 @@ def match(study: Study, name: str, max_len: int,
     low, high = (1, 2) if integer else (1.0 / max(variant.spec.dim, 1), 1.0)
     while count(high) < target:  # parameters grow with the knob: find a bracket
         if high >= _LARGEST:
-            raise AblateError(f"match_params: variant '{name}' cannot reach {target:,} parameters by "
-                              f"scaling {knob}")
+            raise AblateError(
+                f"match_params: variant '{name}' cannot reach {target:,} parameters by scaling {knob}"
+            )
         high *= 2
     for _ in range(60):  # smallest value whose count reaches the target
         if (high - low <= 1) if integer else (high - low <= 1e-6 * high):
@@ -93,6 +100,8 @@ def match(study: Study, name: str, max_len: int,
         best = float(f"{best:.6g}")
     changed, scaled, params = probe(best)
     if abs(params - target) > TOLERANCE * target:
-        raise AblateError(f"match_params: variant '{name}' comes no closer than {params:,} parameters to "
-                          f"{target:,} ('{base.name}') by scaling {knob} (best {best}); more than 2% apart")
+        raise AblateError(
+            f"match_params: variant '{name}' comes no closer than {params:,} parameters to "
+            f"{target:,} ('{base.name}') by scaling {knob} (best {best}); more than 2% apart"
+        )
     return changed, scaled, Matched(params, target, before, knob, best)

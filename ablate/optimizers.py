@@ -7,7 +7,10 @@ import torch
 
 from .schema import Vocabulary
 
-OPTIMIZERS: Vocabulary[type[torch.optim.Optimizer]] = Vocabulary("optimizer", {
-    "adam": torch.optim.Adam,
-    "adamw": torch.optim.AdamW,
-})
+OPTIMIZERS: Vocabulary[type[torch.optim.Optimizer]] = Vocabulary(
+    "optimizer",
+    {
+        "adam": torch.optim.Adam,
+        "adamw": torch.optim.AdamW,
+    },
+)

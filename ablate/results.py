@@ -54,8 +54,11 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
         }
         # Validation metrics are logged per epoch (step = epoch) and once more for the restored best
         # state (step 0); MLflow's "latest" value is the last epoch's, so read step 0 explicitly.
-        histories = {key: tracker.client.get_metric_history(run.info.run_id, key)
-                     for key in stored if key.startswith("valid.") or (curves and key == "train.loss")}
+        histories = {
+            key: tracker.client.get_metric_history(run.info.run_id, key)
+            for key in stored
+            if key.startswith("valid.") or (curves and key == "train.loss")
+        }
         for key, history in histories.items():
             final = [m.value for m in history if m.step == 0]
             if key.startswith("valid.") and final:
@@ -77,17 +80,23 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
                 pass
         if curves:
             for key, history in histories.items():
-                curve_rows += [(variant, seed, m.step, from_mlflow(key), m.value)
-                               for m in history if m.step > 0]
+                curve_rows += [
+                    (variant, seed, m.step, from_mlflow(key), m.value) for m in history if m.step > 0
+                ]
     results = pd.DataFrame(rows)
     if not results.empty:
         results = results.sort_values(["variant", "seed"], kind="stable").reset_index(drop=True)
         for key in ("params", "epochs", "best_epoch"):
             if key in results:
                 results[key] = results[key].astype("Int64")
-    failed = [{"variant": r.data.tags.get("variant"), "seed": int(r.data.tags.get("seed", -1)),
-               "reason": r.data.tags.get("ablate.failure", "")}
-              for r in tracker.trial_runs(status="FAILED")]
+    failed = [
+        {
+            "variant": r.data.tags.get("variant"),
+            "seed": int(r.data.tags.get("seed", -1)),
+            "reason": r.data.tags.get("ablate.failure", ""),
+        }
+        for r in tracker.trial_runs(status="FAILED")
+    ]
     return Results(
         failures=pd.DataFrame(failed, columns=["variant", "seed", "reason"]),
         results=results,

@@ -118,19 +118,25 @@ class Sampler:
     grid: bool = False
 
 
-SAMPLERS: Vocabulary[Sampler] = Vocabulary("sampler", {
-    "tpe": Sampler(lambda seed: optuna.samplers.TPESampler(seed=seed)),
-    "random": Sampler(lambda seed: optuna.samplers.RandomSampler(seed=seed)),
-    # The points are enqueued: the sampler only fills what an enqueued point leaves open (nothing).
-    "grid": Sampler(lambda seed: optuna.samplers.RandomSampler(seed=seed), grid=True),
-})
+SAMPLERS: Vocabulary[Sampler] = Vocabulary(
+    "sampler",
+    {
+        "tpe": Sampler(lambda seed: optuna.samplers.TPESampler(seed=seed)),
+        "random": Sampler(lambda seed: optuna.samplers.RandomSampler(seed=seed)),
+        # The points are enqueued: the sampler only fills what an enqueued point leaves open (nothing).
+        "grid": Sampler(lambda seed: optuna.samplers.RandomSampler(seed=seed), grid=True),
+    },
+)
 
 # name → the pruner, given the number of training epochs (its largest resource).
-PRUNERS: Vocabulary[Callable[[int], optuna.pruners.BasePruner]] = Vocabulary("pruner", {
-    "none": lambda epochs: optuna.pruners.NopPruner(),
-    "median": lambda epochs: optuna.pruners.MedianPruner(n_warmup_steps=1),
-    "hyperband": lambda epochs: optuna.pruners.HyperbandPruner(min_resource=1, max_resource=epochs),
-})
+PRUNERS: Vocabulary[Callable[[int], optuna.pruners.BasePruner]] = Vocabulary(
+    "pruner",
+    {
+        "none": lambda epochs: optuna.pruners.NopPruner(),
+        "median": lambda epochs: optuna.pruners.MedianPruner(n_warmup_steps=1),
+        "hyperband": lambda epochs: optuna.pruners.HyperbandPruner(min_resource=1, max_resource=epochs),
+    },
+)
 
 
 class SearchSpec(Strict):
@@ -194,14 +200,18 @@ def check_search(where: Locator, study: Study) -> None:
         at = ("search", "space", key)
         root = key.split(".")[0]
         if root not in SEARCH_ROOTS or "." not in key:
-            raise where.error(at, f"search keys are dotted model.* or train.* keys (e.g. train.lr, "
-                                  f"model.ffn.mult), got '{key}'")
+            raise where.error(
+                at,
+                f"search keys are dotted model.* or train.* keys (e.g. train.lr, "
+                f"model.ffn.mult), got '{key}'",
+            )
         problem = dim.check(grid=search.grid)
         if problem:
             raise where.error(at, problem)
         if study.spec.match_params and key.startswith(f"model.{study.spec.matched_slot()}."):
-            raise where.error(at, "this key is the knob match_params scales; "
-                                  "search another key or drop match_params")
+            raise where.error(
+                at, "this key is the knob match_params scales; search another key or drop match_params"
+            )
         for name in study.variants:
             for value in dim.values():
                 try:

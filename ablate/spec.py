@@ -132,4 +132,3 @@ class StudySpec(Strict):
     def matched_slot(self) -> str:
         """The slot whose width knob ``match_params`` scales (``true``: the FFN)."""
         return "ffn" if self.match_params is True else str(self.match_params)
-

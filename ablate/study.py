@@ -34,12 +34,16 @@ def placement_problem(placement: str, attention: type, connection: type) -> str 
     if not PLACEMENTS[placement].mix.gives_source:
         return None
     if not attention.takes_source:
-        return (f"{placement!r} takes the attention's keys and values from the un-normalised stream, "
-                f"which attention kind '{attention.kind_name()}' does not support (softmax does); "
-                f"use placement 'pre_skip'")
+        return (
+            f"{placement!r} takes the attention's keys and values from the un-normalised stream, "
+            f"which attention kind '{attention.kind_name()}' does not support (softmax does); "
+            f"use placement 'pre_skip'"
+        )
     if not connection.single_stream:
-        return (f"{placement!r} needs a single-stream connection (residual), but connection kind "
-                f"'{connection.kind_name()}' keeps several streams; use placement 'pre_skip'")
+        return (
+            f"{placement!r} needs a single-stream connection (residual), but connection kind "
+            f"'{connection.kind_name()}' keeps several streams; use placement 'pre_skip'"
+        )
     return None
 
 
@@ -112,11 +116,16 @@ class Study:
         """What the report needs: the study file's ``report:`` section filled in with the study's
         name, metrics and their directions, and variants (stored with the study in MLflow, so a
         report can be rebuilt from the tracking store alone)."""
-        return ReportSettings.model_validate({
-            **self.spec.report.model_dump(), "study": self.name, "primary": self.metrics[0],
-            "metrics": self.metrics, "variants": list(self.variants),
-            "higher_is_better": {m: self.task.metric_higher_is_better(m) for m in self.metrics},
-        })
+        return ReportSettings.model_validate(
+            {
+                **self.spec.report.model_dump(),
+                "study": self.name,
+                "primary": self.metrics[0],
+                "metrics": self.metrics,
+                "variants": list(self.variants),
+                "higher_is_better": {m: self.task.metric_higher_is_better(m) for m in self.metrics},
+            }
+        )
 
     def report_settings_json(self) -> str:
         """:meth:`report_settings` as the JSON text stored with the study in MLflow."""
@@ -204,8 +213,9 @@ def load_study(path: str | Path, check_files: bool = True) -> Study:
     variants = {BASE: _resolve_variant(where, BASE, raw.get("model", {}), ("model",), task)}
     for name, patch in _expand(where, spec).items():
         if name == BASE:
-            raise where.error(("variants", name),
-                              f"'{BASE}' is the name of the base model; rename the variant")
+            raise where.error(
+                ("variants", name), f"'{BASE}' is the name of the base model; rename the variant"
+            )
         merged = _patch(raw.get("model", {}), patch)
         variants[name] = _resolve_variant(where, name, merged, ("variants", name), task)
 
@@ -221,7 +231,6 @@ def load_study(path: str | Path, check_files: bool = True) -> Study:
         if problem:
             raise DataError(f"{path}: task.data: {problem}")
     return study
-
 
 
 # Keys a variant's patch does not touch are reported at their place in the base model.
@@ -265,8 +274,9 @@ def _slot_components(spec: ModelSpec, slot: str) -> list[tuple[tuple, ComponentS
     return [((slot,), held)]
 
 
-def _resolve_slots(where: Locator, spec: ModelSpec, key: tuple, task: Task,
-                   slots: Iterable[str]) -> dict[str, Any]:
+def _resolve_slots(
+    where: Locator, spec: ModelSpec, key: tuple, task: Task, slots: Iterable[str]
+) -> dict[str, Any]:
     """Slot -> its resolved :class:`Part` (a tuple of them for a list slot), for ``slots``: every
     kind looked up and its options validated, then each checked against the task."""
     resolved: dict[str, tuple[Part, ...]] = {}
@@ -283,8 +293,9 @@ def _resolve_slots(where: Locator, spec: ModelSpec, key: tuple, task: Task,
             if problem:
                 raise where.error(key + sub + ("kind",), problem, BASE_KEY + sub)
     # A list slot (bias) holds the tuple, the others their one part.
-    return {slot: parts if isinstance(getattr(spec, slot), list) else parts[0]
-            for slot, parts in resolved.items()}
+    return {
+        slot: parts if isinstance(getattr(spec, slot), list) else parts[0] for slot, parts in resolved.items()
+    }
 
 
 def _check_placement(where: Locator, spec: ModelSpec, key: tuple, attention: Part, connection: Part) -> None:
@@ -309,8 +320,10 @@ def incompatibility(part: Part, task: str, features: frozenset[str], ordered: bo
     kind = f"{part.slot} kind '{part.cls.kind_name()}'"
     missing = set(part.cls.requirements(part.options)) - set(features)
     if missing:
-        return (f"{kind} needs {', '.join(sorted(missing))}, but task '{task}' with these data options "
-                f"provides {', '.join(sorted(features)) or 'no side information'}")
+        return (
+            f"{kind} needs {', '.join(sorted(missing))}, but task '{task}' with these data options "
+            f"provides {', '.join(sorted(features)) or 'no side information'}"
+        )
     if part.cls.ordered_only and not ordered:
         return f"{kind} needs ordered tokens (sequences), but task '{task}' has unordered tokens"
     if part.cls.unordered_only and ordered:
@@ -357,7 +370,6 @@ def _expand(where: Locator, spec: StudySpec) -> dict[str, dict]:
     return variants
 
 
-
 def _set_dotted(node: dict, path: list[str], value: Any) -> None:
     for part in path[:-1]:
         child = node.get(part)
@@ -367,5 +379,3 @@ def _set_dotted(node: dict, path: list[str], value: Any) -> None:
     if path[-1] == "kind":  # a new kind starts from its own defaults (as a variant patch does)
         node.clear()
     node[path[-1]] = value
-
-

@@ -6,10 +6,10 @@ the file, the line (where the format gives one) and the key path, e.g.::
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
+import tomllib
 import yaml
 from pydantic import ValidationError
 
@@ -27,7 +27,9 @@ def parse(path: Path, text: str) -> tuple[dict, dict[tuple, int]]:
         mark = getattr(exc, "problem_mark", None)
         loc = f":{mark.line + 1}" if mark is not None else ""
         first = str(exc).strip().splitlines()[0]
-        raise StudyError(f"{path}{loc}: not valid {path.suffix.lstrip('.').upper() or 'YAML'}: {first}") from None
+        raise StudyError(
+            f"{path}{loc}: not valid {path.suffix.lstrip('.').upper() or 'YAML'}: {first}"
+        ) from None
     if not isinstance(raw, dict):
         raise StudyError(f"{path}: a study file must be a mapping of keys (name, task, model, ...)")
     return raw, lines
@@ -112,11 +114,8 @@ def validate_options(where: Locator, key: tuple, cls: type, raw: dict, fallback:
         raise where.pydantic(exc, key, fallback) from None
 
 
-
 class Bare(Locator):
     """Errors naming only the key path (for keys applied after loading, e.g. search values)."""
 
     def error(self, key: tuple, message: str, fallback: tuple | None = None) -> StudyError:
         return StudyError(f"{'.'.join(str(k) for k in key)}: {message}")
-
-

@@ -10,10 +10,11 @@ Dimensions: ``b`` batch, ``n`` tokens, ``d`` model width.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Iterator, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import pandas as pd
 import torch
@@ -28,8 +29,10 @@ def untagged(exc: ValidationError, at: tuple, tag: Any) -> ValidationError:
     """``exc`` with the discriminated-union tag pydantic puts after ``at`` removed from each
     error location (``data.synthetic.users`` → ``data.users``)."""
     n = len(at)
-    errors = [{**e, "loc": e["loc"][:n] + e["loc"][n + 1:] if e["loc"][:n + 1] == (*at, tag) else e["loc"]}
-              for e in exc.errors(include_url=False)]
+    errors = [
+        {**e, "loc": e["loc"][:n] + e["loc"][n + 1 :] if e["loc"][: n + 1] == (*at, tag) else e["loc"]}
+        for e in exc.errors(include_url=False)
+    ]
     return ValidationError.from_exception_data(exc.title, errors)
 
 
@@ -37,8 +40,9 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
-def evaluation_streams(work: Callable[[Item], Result], items: Iterable[Item],
-                       device: torch.device) -> Iterator[Result]:
+def evaluation_streams(
+    work: Callable[[Item], Result], items: Iterable[Item], device: torch.device
+) -> Iterator[Result]:
     """``work(item)`` for each item, results in the items' order.
 
     On a CPU with several torch threads the items go to one Python thread per torch thread,
@@ -189,8 +193,9 @@ class Task:
         those (:meth:`~ablate.components.Component.auxiliary_loss`)."""
         raise NotImplementedError
 
-    def loss_parts(self, model: nn.Module, batch: Any, loss: BaseModel,
-                   generator: torch.Generator) -> Iterator[Tensor | LossPart]:
+    def loss_parts(
+        self, model: nn.Module, batch: Any, loss: BaseModel, generator: torch.Generator
+    ) -> Iterator[Tensor | LossPart]:
         """The batch's :meth:`loss` as parts that add up to it, computed one at a time. Training
         backpropagates each part before asking for the next, so only one part's graph is held.
         A part is a tensor when it is the whole batch's loss; a task that cuts a batch into
@@ -199,8 +204,15 @@ class Task:
         yield self.loss(model, batch, loss, generator)
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, data: Any, split: str, metrics: list[str],
-                 device: torch.device, batch_size: int) -> Evaluation:
+    def evaluate(
+        self,
+        model: nn.Module,
+        data: Any,
+        split: str,
+        metrics: list[str],
+        device: torch.device,
+        batch_size: int,
+    ) -> Evaluation:
         """Metrics on ``split`` (``"valid"`` or ``"test"``), with per-unit values."""
         raise NotImplementedError
 

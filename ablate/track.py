@@ -16,9 +16,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .errors import AblateError
 
@@ -117,8 +118,9 @@ class _Retrying:
 class Tracker:
     """Thin MLflow client wrapper with the study/trial vocabulary."""
 
-    def __init__(self, tracking_uri: str, experiment: str, artifact_root: Path | None = None,
-                 create: bool = True):
+    def __init__(
+        self, tracking_uri: str, experiment: str, artifact_root: Path | None = None, create: bool = True
+    ):
         self.uri = tracking_uri
         _probe(tracking_uri)
         try:
@@ -155,8 +157,9 @@ class Tracker:
         self.client.set_tag(run_id, "ablate.report_settings", tags.get("ablate.report_settings", "{}"))
         return run_id
 
-    def start_trial(self, parent: str, name: str, tags: dict[str, str], params: dict[str, Any],
-                    role: str = "trial") -> str:
+    def start_trial(
+        self, parent: str, name: str, tags: dict[str, str], params: dict[str, Any], role: str = "trial"
+    ) -> str:
         """A child run: role ``trial`` (what the report compares) or ``search``."""
         run = self.client.create_run(
             self.experiment_id, tags={PARENT: parent, ROLE: role, **tags}, run_name=name
@@ -166,7 +169,9 @@ class Tracker:
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> None:
         ts = _now_ms()
-        self.client.log_batch(run_id, metrics=[Metric(to_mlflow(k), float(v), ts, step) for k, v in metrics.items()])
+        self.client.log_batch(
+            run_id, metrics=[Metric(to_mlflow(k), float(v), ts, step) for k, v in metrics.items()]
+        )
 
     def finish_trial(self, run_id: str, metrics: dict[str, float], per_unit: Any) -> None:
         self.log_metrics(run_id, metrics, step=0)
@@ -187,8 +192,10 @@ class Tracker:
         """Before (variant, seed) — or (variant, search slot) — is trained again: mark its runs
         left RUNNING by a dead worker, or FINISHED by one that died before Optuna heard of it,
         as KILLED, so exactly one finished run per key remains."""
-        flt = (f"tags.`{ROLE}` = '{role}' and tags.variant = '{_quote(variant)}' and tags.`{key}` = '{index}'"
-               f" and attributes.status != 'KILLED' and attributes.status != 'FAILED'")
+        flt = (
+            f"tags.`{ROLE}` = '{role}' and tags.variant = '{_quote(variant)}' and tags.`{key}` = '{index}'"
+            f" and attributes.status != 'KILLED' and attributes.status != 'FAILED'"
+        )
         closed = 0
         for run in self.client.search_runs([self.experiment_id], filter_string=flt, max_results=1000):
             self.client.set_tag(run.info.run_id, "ablate.failure", "interrupted")
@@ -202,8 +209,13 @@ class Tracker:
             flt += f" and attributes.status = '{status}'"
         runs, token = [], None
         while True:
-            page = self.client.search_runs([self.experiment_id], filter_string=flt, max_results=1000,
-                                           page_token=token, order_by=["attributes.start_time ASC"])
+            page = self.client.search_runs(
+                [self.experiment_id],
+                filter_string=flt,
+                max_results=1000,
+                page_token=token,
+                order_by=["attributes.start_time ASC"],
+            )
             runs += list(page)
             token = page.token
             if not token:

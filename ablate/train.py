@@ -16,9 +16,10 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -94,7 +95,7 @@ class PeakMemory:
         except OSError:  # not Linux: no sampling
             return 0
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
             return self
@@ -207,8 +208,12 @@ def checkpoint_interval() -> float:
 
 
 def _random_states(generator: torch.Generator) -> dict[str, Any]:
-    states = {"python": random.getstate(), "numpy": np.random.get_state(),
-              "torch": torch.get_rng_state(), "generator": generator.get_state()}
+    states = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "generator": generator.get_state(),
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
@@ -245,8 +250,14 @@ def with_auxiliary(part: Tensor | LossPart, model: nn.Module) -> Tensor:
     return value if share is None else value * share
 
 
-def backward_parts(task: Task, model: nn.Module, batch: Any, loss: BaseModel, generator: torch.Generator,
-                   autocast: torch.autocast) -> Tensor:
+def backward_parts(
+    task: Task,
+    model: nn.Module,
+    batch: Any,
+    loss: BaseModel,
+    generator: torch.Generator,
+    autocast: torch.autocast,
+) -> Tensor:
     """Backpropagate the batch's loss part by part (:meth:`Task.loss_parts`: one graph held at a
     time), each with the model's auxiliary loss (:func:`with_auxiliary`), and return the loss,
     detached. A part that is not finite is returned at once, before its backward."""
@@ -294,8 +305,9 @@ def train_trial(
         raise  # the driver retries at half batch size
     except (ValueError, RuntimeError) as exc:
         raise TrialFailed(f"could not build variant '{variant.name}': {exc}") from exc
-    optimizer = OPTIMIZERS[train.optimizer](model.parameters(), lr=train.lr, betas=train.betas,
-                                            weight_decay=train.weight_decay)
+    optimizer = OPTIMIZERS[train.optimizer](
+        model.parameters(), lr=train.lr, betas=train.betas, weight_decay=train.weight_decay
+    )
     autocast = training_autocast(train.precision, device)
 
     result = TrialResult(summary={}, per_unit=pd.DataFrame(), params=count_parameters(model))
@@ -354,13 +366,24 @@ def train_trial(
             if train.patience and stale >= train.patience:
                 break
             if checkpoint and epoch < train.epochs and time.perf_counter() - last_save >= checkpoint.every_s:
-                checkpoint.save({
-                    "epoch": epoch, "epochs": train.epochs, "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(), "random": _random_states(generator),
-                    "best_score": best_score, "best_state": best_state, "stale": stale,
-                    "best_epoch": result.best_epoch, "curves": result.curves, "train_time": train_time,
-                    "tokens": tokens, "peak_memory_mb": max(earlier_peak, memory.mb),
-                    "wall_s": earlier_wall + time.perf_counter() - start})
+                checkpoint.save(
+                    {
+                        "epoch": epoch,
+                        "epochs": train.epochs,
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "random": _random_states(generator),
+                        "best_score": best_score,
+                        "best_state": best_state,
+                        "stale": stale,
+                        "best_epoch": result.best_epoch,
+                        "curves": result.curves,
+                        "train_time": train_time,
+                        "tokens": tokens,
+                        "peak_memory_mb": max(earlier_peak, memory.mb),
+                        "wall_s": earlier_wall + time.perf_counter() - start,
+                    }
+                )
                 last_save = time.perf_counter()
 
         if best_state is not None:
@@ -368,8 +391,10 @@ def train_trial(
         fault_point("evaluate")
         valid = task.evaluate(model, data, "valid", study.metrics, device, train.eval_rows(device))
         test = task.evaluate(model, data, "test", study.metrics, device, train.eval_rows(device))
-    result.summary = {**{f"valid.{k}": v for k, v in valid.summary.items()},
-                      **{f"test.{k}": v for k, v in test.summary.items()}}
+    result.summary = {
+        **{f"valid.{k}": v for k, v in valid.summary.items()},
+        **{f"test.{k}": v for k, v in test.summary.items()},
+    }
     result.per_unit = test.per_unit
     result.tokens_per_s = tokens / train_time if train_time > 0 else 0.0
     result.peak_memory_mb = max(earlier_peak, memory.mb)

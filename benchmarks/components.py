@@ -24,12 +24,12 @@ from datetime import date
 
 import torch
 import torch.nn.functional as F
+from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 from torch import nn
 
 from ablate import registry
 from ablate.components import BuildContext, TokenContext, total_auxiliary_loss
 from ablate.train import PeakMemory
-from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 
 SECTION = "## Components"
 WINDOW = 96  # raw values per token for unordered kinds (a channel's lookback window)
@@ -44,7 +44,9 @@ def tokens_for(b: int, n: int, ordered: bool) -> TokenContext:
     readout = torch.zeros(b, n, dtype=torch.bool)
     readout[:, 0] = True
     return TokenContext(
-        valid=valid, causal=ordered, positions=torch.arange(n).expand(b, n),
+        valid=valid,
+        causal=ordered,
+        positions=torch.arange(n).expand(b, n),
         timestamps=times - times[:, :1] if ordered else None,
         values=None if ordered else torch.randn(b, n, WINDOW, generator=g),
         readout=None if ordered else readout,
@@ -129,8 +131,9 @@ def run(batch: int, n: int, dims: list[int], reps: int) -> list[dict]:
                 opts = options(cls)
                 ordered = not cls.unordered_only
                 features = frozenset({"timestamps"} if ordered else {"values", "readout"})
-                ctx = BuildContext(dim=d, dropout=0.1, max_len=n, ordered=ordered, features=features,
-                                   values_width=WINDOW)
+                ctx = BuildContext(
+                    dim=d, dropout=0.1, max_len=n, ordered=ordered, features=features, values_width=WINDOW
+                )
                 tokens = tokens_for(batch, n, ordered)
                 torch.manual_seed(0)
                 module = cls(opts, ctx)
@@ -138,7 +141,9 @@ def run(batch: int, n: int, dims: list[int], reps: int) -> list[dict]:
                 ms, mb = measure(slot, module, stem, batch, n, d, tokens, reps)
                 row = {"d": d, "slot": slot, "kind": cls.describe(opts), "ms": ms, "mb": mb, "naive": None}
                 if slot == "attention" and kind == "softmax":
-                    naive_ms, naive_mb = measure(slot, NaiveSoftmaxAttention(module), None, batch, n, d, tokens, reps)
+                    naive_ms, naive_mb = measure(
+                        slot, NaiveSoftmaxAttention(module), None, batch, n, d, tokens, reps
+                    )
                     row["naive"] = (naive_ms, naive_mb)
                 rows.append(row)
                 print(f"d={d:<4} {slot:<10} {row['kind']:<34} {ms:8.1f} ms {mb:8.1f} MB", flush=True)
@@ -153,7 +158,8 @@ def table(rows: list[dict], batch: int, n: int, reps: int) -> str:
         f"B={batch}, N={n}, forward + backward, median of {reps}; peak memory = resident-set growth "
         f"during the timed steps. Ordered kinds: causal, right-padded (lengths N/2..N), with timestamps; "
         f"unordered kinds: token sets with {WINDOW}-wide raw values.\n\n"
-        "| d | slot | kind (heads=2 where applicable) | fwd+bwd ms | peak MB | naive form: ms (×slower) | naive peak MB |\n"
+        "| d | slot | kind (heads=2 where applicable) | fwd+bwd ms | peak MB "
+        "| naive form: ms (×slower) | naive peak MB |\n"
         "|---:|---|---|---:|---:|---:|---:|\n"
     )
     lines = []
@@ -161,7 +167,10 @@ def table(rows: list[dict], batch: int, n: int, reps: int) -> str:
         naive = ("—", "—")
         if r["naive"]:
             naive = (f"{r['naive'][0]:.1f} (×{r['naive'][0] / r['ms']:.2f})", f"{r['naive'][1]:.0f}")
-        lines.append(f"| {r['d']} | {r['slot']} | {r['kind']} | {r['ms']:.1f} | {r['mb']:.0f} | {naive[0]} | {naive[1]} |")
+        lines.append(
+            f"| {r['d']} | {r['slot']} | {r['kind']} | {r['ms']:.1f} | {r['mb']:.0f} "
+            f"| {naive[0]} | {naive[1]} |"
+        )
     return head + "\n".join(lines) + "\n"
 
 

@@ -14,7 +14,7 @@ def write_section(title: str, section: str) -> None:
     if title in text:
         start = text.index(title)
         end = text.find("\n## ", start + len(title))
-        text = text[:start] + section + (text[end + 1:] if end != -1 else "")
+        text = text[:start] + section + (text[end + 1 :] if end != -1 else "")
     else:
         text = text.rstrip("\n") + "\n\n" + section
     RESULTS.write_text(text)

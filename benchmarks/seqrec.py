@@ -32,6 +32,7 @@ from datetime import date
 from pathlib import Path
 
 import torch
+from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 
 from ablate import components, jagged
 from ablate.build import build_backbone, count_parameters
@@ -40,7 +41,6 @@ from ablate.study import load_study
 from ablate.train import PeakMemory, backward_parts, training_autocast
 from ablate_plugins.seqrec import evaluation, losses
 from ablate_plugins.seqrec.batches import length_groups
-from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Sequential recommendation"
@@ -64,7 +64,9 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
     model = task.build_model(build_backbone(spec, ctx), ctx, data)
     train = study.spec.train
     optimizer_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[train.optimizer]
-    optimizer = optimizer_cls(model.parameters(), lr=train.lr, betas=train.betas, weight_decay=train.weight_decay)
+    optimizer = optimizer_cls(
+        model.parameters(), lr=train.lr, betas=train.betas, weight_decay=train.weight_decay
+    )
     generator = torch.Generator().manual_seed(0)
     autocast = training_autocast(precision, torch.device("cpu"))
     steps = tokens = padded = 0
@@ -88,10 +90,18 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
         seconds = time.perf_counter() - start
     per_step = seconds / steps
     steps_per_epoch = len(list(task.train_batches(data, train.batch_size, torch.Generator().manual_seed(0))))
-    return {"model": model, "params": count_parameters(model), "pool": task.options.length_pool,
-            "micro": micro, "steps": steps, "step_s": per_step,
-            "epoch_s": per_step * steps_per_epoch, "tokens_per_s": tokens / seconds,
-            "padding": padded / tokens, "peak_mb": memory.mb}
+    return {
+        "model": model,
+        "params": count_parameters(model),
+        "pool": task.options.length_pool,
+        "micro": micro,
+        "steps": steps,
+        "step_s": per_step,
+        "epoch_s": per_step * steps_per_epoch,
+        "tokens_per_s": tokens / seconds,
+        "padding": padded / tokens,
+        "peak_mb": memory.mb,
+    }
 
 
 def evaluation_time(study, model, data, reps: int = 5) -> dict[str, float]:
@@ -112,11 +122,13 @@ def evaluation_time(study, model, data, reps: int = 5) -> dict[str, float]:
         return map(work, items)
 
     rows = study.spec.train.eval_rows(torch.device("cpu"))
-    paths = {"task": (plain_forward, rows, evaluation.evaluation_streams),
-             "task_first": (plain_forward, rows, evaluation.evaluation_streams),
-             "one_stream_128": (plain_forward, 128, one_stream),
-             "one_stream_512": (plain_forward, 512, one_stream),
-             "whole_block": (whole_final_block, rows, evaluation.evaluation_streams)}
+    paths = {
+        "task": (plain_forward, rows, evaluation.evaluation_streams),
+        "task_first": (plain_forward, rows, evaluation.evaluation_streams),
+        "one_stream_128": (plain_forward, 128, one_stream),
+        "one_stream_512": (plain_forward, 512, one_stream),
+        "whole_block": (whole_final_block, rows, evaluation.evaluation_streams),
+    }
     times = {name: [] for name in paths}
     streams = evaluation.evaluation_streams
     try:
@@ -126,8 +138,9 @@ def evaluation_time(study, model, data, reps: int = 5) -> dict[str, float]:
                 if name == "task_first":  # a split's first evaluation makes its batches
                     data.batch_cache.clear()
                 start = time.perf_counter()
-                study.task.evaluate(model, data, "test", ["full.ndcg@10", "full.hr@10"], torch.device("cpu"),
-                                    batch_size)
+                study.task.evaluate(
+                    model, data, "test", ["full.ndcg@10", "full.hr@10"], torch.device("cpu"), batch_size
+                )
                 times[name].append(time.perf_counter() - start)
     finally:
         model.forward, evaluation.evaluation_streams = plain_forward, streams
@@ -149,8 +162,11 @@ def cpu_kernels(fast: bool):
 
 def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
     rows = []
-    layouts = {"padded": {"jagged": False}, "jagged (fbgemm)": {"jagged": True},
-               "jagged (torch)": {"jagged": True, "fbgemm": False}}
+    layouts = {
+        "padded": {"jagged": False},
+        "jagged (fbgemm)": {"jagged": True},
+        "jagged (torch)": {"jagged": True, "fbgemm": False},
+    }
     sasrec = {"config": "SASRec, BCE 1 neg", "data": "ML-1M SASRec format"}
     model_for_eval = None
     # (length_pool, micro_batches): plain shuffled batches, the same cut into 4 length-sorted groups
@@ -164,8 +180,14 @@ def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
             result = epoch(study, "base", data, epochs, max_steps)
             jagged.HAVE_FBGEMM = have
             rows.append({**sasrec, "layout": name, "precision": "fp32", "kernels": "ablate", **result})
-            print(rows[-1]["config"], name, pool, micro, {k: v for k, v in result.items() if k != "model"},
-                  flush=True)
+            print(
+                rows[-1]["config"],
+                name,
+                pool,
+                micro,
+                {k: v for k, v in result.items() if k != "model"},
+                flush=True,
+            )
             if name == "padded" and (pool, micro) == (1, 1):
                 model_for_eval, eval_study, eval_data = result["model"], study, data
     # The study's own layout with torch's CPU dropout (the ratio the lane masks buy), and in bf16
@@ -174,9 +196,22 @@ def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
         study = load(SASREC, micro_batches=micro)
         with cpu_kernels(fast):
             result = epoch(study, "base", study.task.load(), epochs, max_steps, precision)
-        rows.append({**sasrec, "layout": "padded", "precision": precision,
-                     "kernels": "ablate" if fast else "torch", **result})
-        print("SASRec", precision, rows[-1]["kernels"], {k: v for k, v in result.items() if k != "model"}, flush=True)
+        rows.append(
+            {
+                **sasrec,
+                "layout": "padded",
+                "precision": precision,
+                "kernels": "ablate" if fast else "torch",
+                **result,
+            }
+        )
+        print(
+            "SASRec",
+            precision,
+            rows[-1]["kernels"],
+            {k: v for k, v in result.items() if k != "model"},
+            flush=True,
+        )
     for variant, label in (("base", "SASRec"), ("hstu", "HSTU"), ("fuxi-alpha", "FuXi-α")):
         # The study's configuration (micro_batches 4) with both kernel sets, and plain batches.
         for fast, micro in ((True, None), (False, None), (True, 1)):
@@ -184,12 +219,22 @@ def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
             data = study.task.load()
             with cpu_kernels(fast):
                 result = epoch(study, variant, data, epochs, max_steps)
-            rows.append({"config": f"{label}, sampled softmax 128", "data": "ML-1M users 1–2999",
-                         "layout": "jagged (fbgemm)", "precision": "fp32",
-                         "kernels": "ablate" if fast else "torch", **result})
+            rows.append(
+                {
+                    "config": f"{label}, sampled softmax 128",
+                    "data": "ML-1M users 1–2999",
+                    "layout": "jagged (fbgemm)",
+                    "precision": "fp32",
+                    "kernels": "ablate" if fast else "torch",
+                    **result,
+                }
+            )
             print(label, rows[-1]["kernels"], {k: v for k, v in result.items() if k != "model"}, flush=True)
-    timed = {**evaluation_time(eval_study, model_for_eval, eval_data), "users": eval_data.num_users,
-             "items": eval_data.num_items}
+    timed = {
+        **evaluation_time(eval_study, model_for_eval, eval_data),
+        "users": eval_data.num_users,
+        "items": eval_data.num_items,
+    }
     print("evaluation", timed, flush=True)
     return rows, timed
 
@@ -197,9 +242,11 @@ def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
 def table(rows: list[dict], timed: dict, epochs: int, max_steps: int, loads: tuple, note: str) -> str:
     measured = f"{max_steps} steps, extrapolated to an epoch" if max_steps else f"{epochs} epoch(s)"
     out = [
-        SECTION, "",
+        SECTION,
+        "",
         f"`python benchmarks/seqrec.py` — {date.today()}, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} CPU threads ({platform.processor() or platform.machine()}); {measured} of "
+        f"{torch.get_num_threads()} CPU threads ({platform.processor() or platform.machine()}); "
+        f"{measured} of "
         f"training per row (Adam step included, evaluation excluded); tokens/s counts real target tokens; "
         f"padding = padded / real tokens; peak = resident-set growth; CPU kernels: `ablate` = dropout masks "
         f"from 16-bit lanes and per-position negatives' logits from one matmul, `torch` = torch's dropout "
@@ -211,18 +258,26 @@ def table(rows: list[dict], timed: dict, epochs: int, max_steps: int, loads: tup
         "|---|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        out.append(f"| {r['config']} | {r['data']} | {r['layout']} | {r['pool']} | {r['micro']} | {r['precision']} | "
-                   f"{r['kernels']} | {r['step_s']:.3f} | "
-                   f"{r['epoch_s']:.1f} | {r['tokens_per_s']:,.0f} | {r['padding']:.2f} | {r['peak_mb']:.0f} | "
-                   f"{r['params']:,} |")
-    out += ["", f"Full-ranking evaluation of all {timed['users']:,} users × {timed['items']:,} items "
-                f"(forward, scores, history exclusion, ranks, HR@10 / NDCG@10; median of 5, interleaved): "
-                f"**{timed['task']:.2f} s** as the task runs it ({timed['rows']} users per batch, one "
-                f"single-threaded stream of batches per thread, the final block computing each user's last "
-                f"token only; batches kept from the split's previous evaluation, "
-                f"{timed['task_first']:.2f} s at its first); one two-threaded stream: {timed['one_stream_128']:.2f} s in batches of "
-                f"128, {timed['one_stream_512']:.2f} s in batches of 512; the whole final block computed: "
-                f"{timed['whole_block']:.2f} s (target ≤ 1 s).", ""]
+        out.append(
+            f"| {r['config']} | {r['data']} | {r['layout']} | {r['pool']} | {r['micro']} "
+            f"| {r['precision']} | "
+            f"{r['kernels']} | {r['step_s']:.3f} | "
+            f"{r['epoch_s']:.1f} | {r['tokens_per_s']:,.0f} | {r['padding']:.2f} | {r['peak_mb']:.0f} | "
+            f"{r['params']:,} |"
+        )
+    out += [
+        "",
+        f"Full-ranking evaluation of all {timed['users']:,} users × {timed['items']:,} items "
+        f"(forward, scores, history exclusion, ranks, HR@10 / NDCG@10; median of 5, interleaved): "
+        f"**{timed['task']:.2f} s** as the task runs it ({timed['rows']} users per batch, one "
+        f"single-threaded stream of batches per thread, the final block computing each user's last "
+        f"token only; batches kept from the split's previous evaluation, "
+        f"{timed['task_first']:.2f} s at its first); one two-threaded stream: "
+        f"{timed['one_stream_128']:.2f} s in batches of "
+        f"128, {timed['one_stream_512']:.2f} s in batches of 512; the whole final block computed: "
+        f"{timed['whole_block']:.2f} s (target ≤ 1 s).",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -233,11 +288,16 @@ def write(section: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--max-steps", type=int, default=0, help="time this many steps per row, not whole epochs")
+    parser.add_argument(
+        "--max-steps", type=int, default=0, help="time this many steps per row, not whole epochs"
+    )
     parser.add_argument("--note", default="", help="what else was running, for the record")
     parser.add_argument("--no-write", action="store_true")
-    parser.add_argument("--eval-only", action="store_true",
-                        help="time only the full-ranking evaluation (untrained model); prints, writes nothing")
+    parser.add_argument(
+        "--eval-only",
+        action="store_true",
+        help="time only the full-ranking evaluation (untrained model); prints, writes nothing",
+    )
     args = parser.parse_args()
     if args.eval_only:
         study = load(SASREC)

@@ -20,13 +20,26 @@ import yaml
 
 STUDY = {
     "name": "workers-bench",
-    "task": {"kind": "seqrec", "data": {"format": "synthetic", "users": 600, "items": 300, "seed": 0},
-             "max_len": 30},
-    "model": {"dim": 32, "blocks": 2, "dropout": 0.2, "attention": {"kind": "softmax", "heads": 1},
-              "ffn": {"kind": "pointwise"}, "norm": {"kind": "layernorm", "placement": "pre"},
-              "connection": {"kind": "residual"}, "bias": [{"kind": "abs_pos"}]},
-    "variants": {"two-heads": {"attention": {"heads": 2}}, "gelu-mlp": {"ffn": {"kind": "mlp", "mult": 2}},
-                 "post-norm": {"norm": {"placement": "post"}}},
+    "task": {
+        "kind": "seqrec",
+        "data": {"format": "synthetic", "users": 600, "items": 300, "seed": 0},
+        "max_len": 30,
+    },
+    "model": {
+        "dim": 32,
+        "blocks": 2,
+        "dropout": 0.2,
+        "attention": {"kind": "softmax", "heads": 1},
+        "ffn": {"kind": "pointwise"},
+        "norm": {"kind": "layernorm", "placement": "pre"},
+        "connection": {"kind": "residual"},
+        "bias": [{"kind": "abs_pos"}],
+    },
+    "variants": {
+        "two-heads": {"attention": {"heads": 2}},
+        "gelu-mlp": {"ffn": {"kind": "mlp", "mult": 2}},
+        "post-norm": {"norm": {"placement": "post"}},
+    },
     "train": {"epochs": 3, "batch_size": 64, "lr": 0.003, "loss": {"kind": "bce"}},
     "seeds": [0, 1, 2],
     "metrics": {"primary": "ndcg@10"},
@@ -47,9 +60,23 @@ def main() -> None:
             path = Path(tmp) / "study.yaml"
             path.write_text(yaml.safe_dump({**study, "output": str(Path(tmp) / "runs")}))
             start = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "ablate.cli", "run", str(path), "--quiet", "--workers",
-                                   str(workers), "--reports", str(Path(tmp) / "reports")],
-                                  env=env, capture_output=True, text=True)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "ablate.cli",
+                    "run",
+                    str(path),
+                    "--quiet",
+                    "--workers",
+                    str(workers),
+                    "--reports",
+                    str(Path(tmp) / "reports"),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             timings[workers] = time.perf_counter() - start
             if proc.returncode != 0:
                 sys.exit(f"--workers {workers} failed: {proc.stderr[-2000:]}")

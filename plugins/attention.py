@@ -36,24 +36,32 @@ class SoftmaxOptions(Options):
     bias: bool = True  # biases in the QKV and output projections
 
 
-def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool,
-                                 dropout_p: float) -> Tensor:
+def scaled_dot_product_attention(
+    q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool, dropout_p: float
+) -> Tensor:
     """``softmax(q kᵀ / √e + mask) v`` with dropout on the probabilities, as torch's
     ``scaled_dot_product_attention`` (``is_causal``: query i sees keys ``j ≤ i``). With dropout on
     CPU torch leaves its fused kernel for one that draws a random number per probability; the
     same math written out here draws the mask with :func:`ablate.components.dropout` instead
     (about twice as fast per training step's attention, benchmarks/RESULTS.md)."""
     if dropout_p == 0.0 or q.device.type != "cpu" or not components.FAST_CPU_DROPOUT:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p
+        )
     b, h, n, e = q.shape
     m = k.shape[2]
     # Three-dimensional bmm: matmul on [b, h, ...] tensors loops over the leading dims in backward.
-    logits = torch.bmm(q.reshape(b * h, n, e) * e ** -0.5, k.reshape(b * h, m, e).transpose(1, 2)).view(b, h, n, m)
+    logits = torch.bmm(q.reshape(b * h, n, e) * e**-0.5, k.reshape(b * h, m, e).transpose(1, 2)).view(
+        b, h, n, m
+    )
     if is_causal:
         logits.masked_fill_(~torch.ones(n, m, dtype=torch.bool, device=q.device).tril(), float("-inf"))
     if attn_mask is not None:
-        logits = (logits.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
-                  else logits + attn_mask)
+        logits = (
+            logits.masked_fill(~attn_mask, float("-inf"))
+            if attn_mask.dtype == torch.bool
+            else logits + attn_mask
+        )
     probs = dropout(logits.softmax(-1), dropout_p)
     return torch.bmm(probs.reshape(b * h, n, m), v.reshape(b * h, m, e)).view(b, h, n, e)
 
@@ -61,10 +69,10 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Ten
 class SoftmaxAttention(Attention):
     """Multi-head scaled dot-product attention (Vaswani et al. 2017; SASRec)::
 
-        q, k, v = x W_qkv                                   [b, n, d] each, split into h heads
-        q, k    = rotate(q, k)                              rotary bias channels, if any
-        A       = softmax(q kᵀ / √e + mask + logit_bias)    [b, h, n, n]
-        out     = merge_heads(A v) W_o                      [b, n, d]
+    q, k, v = x W_qkv                                   [b, n, d] each, split into h heads
+    q, k    = rotate(q, k)                              rotary bias channels, if any
+    A       = softmax(q kᵀ / √e + mask + logit_bias)    [b, h, n, n]
+    out     = merge_heads(A v) W_o                      [b, n, d]
     """
 
     Options = SoftmaxOptions
@@ -119,8 +127,8 @@ class SoftmaxAttention(Attention):
         e = d // h
         rows = torch.arange(b, device=x.device)
         q = self.project_query(x[rows, lengths - 1]).view(b, h, e)
-        w_k, w_v = self.qkv.weight[d:2 * d].view(h, e, d), self.qkv.weight[2 * d:].view(h, e, d)
-        q_k = torch.einsum("bhe,hed->bhd", q, w_k) * e ** -0.5
+        w_k, w_v = self.qkv.weight[d : 2 * d].view(h, e, d), self.qkv.weight[2 * d :].view(h, e, d)
+        q_k = torch.einsum("bhe,hed->bhd", q, w_k) * e**-0.5
         logits = torch.bmm(q_k, source.transpose(1, 2))  # [b, h, n]
         logits = logits.masked_fill(~tokens.valid[:, None, :], float("-inf"))
         if tokens.logit_bias is not None:
@@ -129,7 +137,7 @@ class SoftmaxAttention(Attention):
         context = torch.bmm(logits.softmax(-1), source)  # [b, h, d]
         o = torch.einsum("bhd,hed->bhe", context, w_v)
         if self.qkv.bias is not None:
-            o = o + self.qkv.bias[2 * d:].view(h, e)
+            o = o + self.qkv.bias[2 * d :].view(h, e)
         return self.out(o.reshape(b, h * e))
 
 
@@ -233,10 +241,12 @@ class AMSOptions(Options):
     dropout: float | None = Field(None, ge=0.0, lt=1.0)
 
     @model_validator(mode="after")
-    def _some_channel(self) -> "AMSOptions":
+    def _some_channel(self) -> AMSOptions:
         if not (self.semantic or self.positional or self.temporal):
-            raise ValueError("ams attention: semantic, positional and temporal are all false; "
-                             "switch on at least one channel (or use attention kind 'none')")
+            raise ValueError(
+                "ams attention: semantic, positional and temporal are all false; "
+                "switch on at least one channel (or use attention kind 'none')"
+            )
         return self
 
 
@@ -363,8 +373,10 @@ class TimeIntervalAttention(Attention):
     def intervals(self, tokens: TokenContext) -> Tensor:
         """``[b, n, n]`` long: r_ij for query i, key j."""
         if tokens.timestamps is None:
-            raise ValueError("time_interval attention: these tokens carry no timestamps; the task's data "
-                             "must provide the feature 'timestamps'")
+            raise ValueError(
+                "time_interval attention: these tokens carry no timestamps; the task's data "
+                "must provide the feature 'timestamps'"
+            )
         t, n = tokens.timestamps, tokens.shape[1]
         allowed = tokens.key_mask()[:, 0]  # [b, n, n]
         last = (allowed * torch.arange(n, device=t.device)).amax(-1)  # [b, n] last key each query sees

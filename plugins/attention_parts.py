@@ -117,7 +117,9 @@ class RelativeTimeTable(nn.Module):
 
     def forward(self, tokens: TokenContext) -> Tensor:
         if tokens.timestamps is None:
-            raise ValueError("relative time table: these tokens carry no timestamps; the task's data must "
-                             "provide the feature 'timestamps'")
+            raise ValueError(
+                "relative time table: these tokens carry no timestamps; the task's data must "
+                "provide the feature 'timestamps'"
+            )
         t = tokens.timestamps
         return self.weight[time_buckets(t[:, :, None] - t[:, None, :], self.buckets, self.log_base_step)]

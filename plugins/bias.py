@@ -118,8 +118,10 @@ class Rotary(BiasChannel):
     def rotate(self, q: Tensor, k: Tensor, tokens: TokenContext) -> tuple[Tensor, Tensor]:
         e = q.shape[-1]
         if e % 2:
-            raise ValueError(f"rope: rotary embeddings rotate pairs of features, but the head width is "
-                             f"{e} (odd); choose dim / heads even")
+            raise ValueError(
+                f"rope: rotary embeddings rotate pairs of features, but the head width is "
+                f"{e} (odd); choose dim / heads even"
+            )
         a = angles(tokens.positions, e, self.options.base, q.dtype).unsqueeze(1)  # [b, 1, n, e/2]
         cos, sin = a.cos(), a.sin()
         return self.turn(q, cos, sin), self.turn(k, cos, sin)
@@ -139,8 +141,10 @@ class Rotary(BiasChannel):
 def time_differences(tokens: TokenContext, kind: str) -> Tensor:
     """``Δt[b, i, j] = t_i − t_j`` in seconds (query ``i`` minus key ``j``)."""
     if tokens.timestamps is None:
-        raise ValueError(f"{kind}: this bias channel needs per-token timestamps, but the batch has none; "
-                         f"use data with timestamps or drop the '{kind}' bias")
+        raise ValueError(
+            f"{kind}: this bias channel needs per-token timestamps, but the batch has none; "
+            f"use data with timestamps or drop the '{kind}' bias"
+        )
     t = tokens.timestamps
     return t.unsqueeze(-1) - t.unsqueeze(-2)
 

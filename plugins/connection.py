@@ -20,7 +20,7 @@ Dimensions: ``b`` batch, ``n`` tokens, ``d`` model width, ``s`` residual streams
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -70,8 +70,14 @@ class StreamStem(Stem):
         return f"streams={self.streams}"
 
 
-def join(streams: Tensor, branch: Callable[[Tensor], Tensor], dropout: nn.Module,
-         pre: Tensor, post: Tensor, res: Tensor) -> Tensor:
+def join(
+    streams: Tensor,
+    branch: Callable[[Tensor], Tensor],
+    dropout: nn.Module,
+    pre: Tensor,
+    post: Tensor,
+    res: Tensor,
+) -> Tensor:
     """``x ← H_res x + H_postᵀ f(H_pre x)`` per token.
 
     ``streams: [b, n, s, d]``, ``pre, post: [b, n, s]``, ``res: [b, n, t, s]`` (t: new stream);

@@ -212,8 +212,10 @@ class MoEOptions(Options):
     def _top_k_within_experts(cls, top_k: int, info: ValidationInfo) -> int:
         experts = info.data.get("experts")
         if experts is not None and top_k > experts:
-            raise ValueError(f"top_k={top_k} routes each token to more experts than the {experts} there "
-                             f"are; choose top_k ≤ experts")
+            raise ValueError(
+                f"top_k={top_k} routes each token to more experts than the {experts} there "
+                f"are; choose top_k ≤ experts"
+            )
         return top_k
 
 
@@ -244,8 +246,9 @@ class MoEFFN(FeedForward):
 
     def __init__(self, options: MoEOptions, ctx: BuildContext):
         super().__init__(options, ctx)
-        expert = GatedOptions(hidden=options.hidden, multiple_of=options.multiple_of, bias=options.bias,
-                              dropout=options.dropout)
+        expert = GatedOptions(
+            hidden=options.hidden, multiple_of=options.multiple_of, bias=options.bias, dropout=options.dropout
+        )
         self.top_k, self.alpha = options.top_k, options.alpha
         self.normalize = options.normalize_topk and options.top_k > 1
         self.router = nn.Linear(ctx.dim, options.experts, bias=False)

@@ -19,7 +19,8 @@ The pieces the reports and tests look at are pure functions: :func:`fr_adjacency
 from __future__ import annotations
 
 import math
-from typing import Callable, ClassVar, Literal
+from collections.abc import Callable
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -80,8 +81,9 @@ def _masked_softmax(logits: Tensor, tokens: TokenContext) -> Tensor:
 # ---------------------------------------------------------------------------------------
 
 
-def fr_adjacency(col_head: Tensor, col_tail: Tensor, bias: Tensor, slots: Tensor,
-                 readout: Tensor | None = None) -> Tensor:
+def fr_adjacency(
+    col_head: Tensor, col_tail: Tensor, bias: Tensor, slots: Tensor, readout: Tensor | None = None
+) -> Tensor:
     """FR-Graph topology ``A [b, h, n, n]``: 0/1 forward, sigmoid gradient backward::
 
         Gt   = normalize(E_head[slot_i]) · normalize(E_tail[slot_j])ᵀ      cosine, per head
@@ -248,8 +250,9 @@ class FRGraphAttention(SetAttention):
 # ---------------------------------------------------------------------------------------
 
 
-def mahalanobis_probabilities(values: Tensor, A: Tensor, valid: Tensor | None = None,
-                              eps: float = 1e-10) -> Tensor:
+def mahalanobis_probabilities(
+    values: Tensor, A: Tensor, valid: Tensor | None = None, eps: float = 1e-10
+) -> Tensor:
     """DUET's channel-relation probabilities ``p [b, n, n]`` from lookback windows ``[b, n, w]``::
 
         X_i    = |rfft(x_i)|                                   [b, n, f]
@@ -337,8 +340,10 @@ class ChannelMaskedAttention(SetAttention):
         d = ctx.dim
         self.lookback = default(options.lookback, ctx.values_width)
         if self.lookback < 2:
-            raise ValueError("channel_masked needs lookback windows of width ≥ 2: the task provides "
-                             f"values_width={ctx.values_width}; set attention.lookback")
+            raise ValueError(
+                "channel_masked needs lookback windows of width ≥ 2: the task provides "
+                f"values_width={ctx.values_width}; set attention.lookback"
+            )
         f = self.lookback // 2 + 1
         self.A = nn.Parameter(torch.randn(f, f))  # learned Mahalanobis map (DUET: randn init)
         self.qkv = nn.Linear(d, 3 * d)
@@ -352,7 +357,7 @@ class ChannelMaskedAttention(SetAttention):
         label = super().describe(options)
         if "eval_mask=" in label:
             return label
-        args = label[len(cls.kind_name()) + 1:-1]
+        args = label[len(cls.kind_name()) + 1 : -1]
         return f"{cls.kind_name()}({args + ',' if args else ''}eval_mask={options.eval_mask})"
 
     def probabilities(self, tokens: TokenContext) -> Tensor:

@@ -24,6 +24,8 @@ def _dataset_cache(tmp_path_factory):
     mp.setenv("ABLATE_CACHE_DIR", str(tmp_path_factory.mktemp("dataset-cache")))
     yield
     mp.undo()
+
+
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 TINY_STUDY = {
@@ -53,7 +55,11 @@ TINY_STUDY = {
 def deep_update(base: dict, patch: dict) -> dict:
     out = dict(base)
     for key, value in patch.items():
-        out[key] = deep_update(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (
+            deep_update(out[key], value)
+            if isinstance(value, dict) and isinstance(out.get(key), dict)
+            else value
+        )
     return out
 
 
@@ -62,8 +68,12 @@ def write_study(tmp_path):
     """``write_study(patch=None, text=None, name="study.yaml", replace=None) -> Path`` in a temp
     folder. ``patch`` deep-merges into the tiny study; ``replace`` sets dotted keys whole."""
 
-    def write(patch: dict | None = None, text: str | None = None, name: str = "study.yaml",
-              replace: dict | None = None) -> Path:
+    def write(
+        patch: dict | None = None,
+        text: str | None = None,
+        name: str = "study.yaml",
+        replace: dict | None = None,
+    ) -> Path:
         path = tmp_path / name
         if text is None:
             spec = deep_update(copy.deepcopy(TINY_STUDY), patch or {})

@@ -73,16 +73,24 @@ class Add(Connection):
 
 
 def hand_variant(placement: str, blocks: int = 2) -> Variant:
-    spec = ModelSpec(dim=D, blocks=blocks, dropout=0.0, bias=[],
-                     norm={"kind": "scaled", "placement": placement})
-    return Variant(name="hand", spec=spec, attention=Part("attention", GatedMean, Options()),
-                   ffn=Part("ffn", Sine, Options()), norm=Part("norm", Scaled, Options()),
-                   connection=Part("connection", Add, Options()), bias=())
+    spec = ModelSpec(
+        dim=D, blocks=blocks, dropout=0.0, bias=[], norm={"kind": "scaled", "placement": placement}
+    )
+    return Variant(
+        name="hand",
+        spec=spec,
+        attention=Part("attention", GatedMean, Options()),
+        ffn=Part("ffn", Sine, Options()),
+        norm=Part("norm", Scaled, Options()),
+        connection=Part("connection", Add, Options()),
+        bias=(),
+    )
 
 
 def full_rows() -> TokenContext:
-    return TokenContext(valid=torch.ones(B, N, dtype=torch.bool), causal=True,
-                        positions=torch.arange(N).expand(B, N))
+    return TokenContext(
+        valid=torch.ones(B, N, dtype=torch.bool), causal=True, positions=torch.arange(N).expand(B, N)
+    )
 
 
 def reference(backbone, placement: str, x: Tensor) -> Tensor:
@@ -201,9 +209,15 @@ def registry_variant(placement: str, connection: str = "residual", **conn_option
         cls = registry.get(slot, kind)
         return Part(slot, cls, cls.Options(**options))
 
-    return Variant(name="real", spec=spec, attention=part("attention", "softmax", heads=2),
-                   ffn=part("ffn", "pointwise"), norm=part("norm", "layernorm"),
-                   connection=part("connection", connection, **conn_options), bias=(part("bias", "rel_pos"),))
+    return Variant(
+        name="real",
+        spec=spec,
+        attention=part("attention", "softmax", heads=2),
+        ffn=part("ffn", "pointwise"),
+        norm=part("norm", "layernorm"),
+        connection=part("connection", connection, **conn_options),
+        bias=(part("bias", "rel_pos"),),
+    )
 
 
 @pytest.mark.parametrize("placement,connection", [(p, "residual") for p in PLACEMENTS] + [("pre", "hyper")])
@@ -215,8 +229,9 @@ def test_last_token_path_equals_the_full_forward(placement, connection):
     variant = registry_variant(placement, connection, **options)
     backbone = build_backbone(variant, BuildContext(dim=8, max_len=N)).double().eval()
     lengths = torch.tensor([N, N - 2])
-    tokens = TokenContext(valid=torch.arange(N)[None, :] < lengths[:, None], causal=True,
-                          positions=torch.arange(N).expand(B, N))
+    tokens = TokenContext(
+        valid=torch.arange(N)[None, :] < lengths[:, None], causal=True, positions=torch.arange(N).expand(B, N)
+    )
     x = torch.randn(B, N, 8, dtype=torch.float64)
     with torch.no_grad():
         full = backbone(x, tokens)

@@ -38,8 +38,14 @@ def simulate(rng, effects: dict[str, float], seeds=5, n_units=30, sd=0.01, trial
     for v, eff in effects.items():
         for s in range(seeds):
             model = rng.normal(0, trial_sd) if trial_sd else 0.0
-            rows.append({"variant": v, "seed": s, "differs": v,
-                         "test.ndcg@10": 0.3 + seed_effect[s] + eff + model + rng.normal(0, sd)})
+            rows.append(
+                {
+                    "variant": v,
+                    "seed": s,
+                    "differs": v,
+                    "test.ndcg@10": 0.3 + seed_effect[s] + eff + model + rng.normal(0, sd),
+                }
+            )
             x = 0.3 + user_effect + eff + model + rng.normal(0, 0.05, n_units)
             urows += [{"variant": v, "seed": s, "unit": u, "ndcg@10": x[u]} for u in range(n_units)]
     return pd.DataFrame(rows), pd.DataFrame(urows)
@@ -95,8 +101,12 @@ def test_ci_coverage_with_few_seeds(k):
     data = [rng.normal(0.01, 0.02, k) for _ in range(400)]
     smoothed = np.mean([lo <= 0.01 <= hi for lo, hi in (bootstrap_ci(d, 400, i) for i, d in enumerate(data))])
     assert abs(smoothed - 0.95) <= noise(0.95, 400)  # measured here: 0.943 (3 seeds), 0.948 (4)
-    pct = np.mean([lo <= 0.01 <= hi for lo, hi in
-                   (bootstrap_ci(d, 400, i, method="percentile") for i, d in enumerate(data))])
+    pct = np.mean(
+        [
+            lo <= 0.01 <= hi
+            for lo, hi in (bootstrap_ci(d, 400, i, method="percentile") for i, d in enumerate(data))
+        ]
+    )
     assert pct < 0.9  # the percentile bootstrap, measured here: 0.72 (3 seeds), 0.79 (4)
 
 
@@ -108,8 +118,9 @@ def test_planted_effect_is_detected_at_the_expected_rate():
     effect = d * 0.01 * math.sqrt(2)  # paired differences have sd 0.01 √2 in ``simulate``
     hits, null_hits = [], []
     for _ in range(60):
-        out = compare(*simulate(rng, {"base": 0.0, "null": 0.0, "better": effect}), settings(),
-                      "ndcg@10").set_index("variant")
+        out = compare(
+            *simulate(rng, {"base": 0.0, "null": 0.0, "better": effect}), settings(), "ndcg@10"
+        ).set_index("variant")
         hits.append(bool(out.loc["better", "significant"]) and out.loc["better", "delta"] > 0)
         null_hits.append(bool(out.loc["null", "significant"]))
     assert abs(np.mean(hits) - 0.8) <= noise(0.8, 60) + 0.02  # + Holm's laxer second step
@@ -121,10 +132,17 @@ def test_large_planted_effect_is_found_by_both_tests():
     rng = np.random.default_rng(8)
     hits = []
     for _ in range(20):
-        out = compare(*simulate(rng, {"base": 0.0, "null": 0.0, "better": 0.04}), settings(),
-                      "ndcg@10").set_index("variant").loc["better"]
-        hits.append(bool(out["significant"]) and out["delta"] > 0 and out["p_better_units"] > 0.5
-                    and out["p_units_adj"] < ALPHA)
+        out = (
+            compare(*simulate(rng, {"base": 0.0, "null": 0.0, "better": 0.04}), settings(), "ndcg@10")
+            .set_index("variant")
+            .loc["better"]
+        )
+        hits.append(
+            bool(out["significant"])
+            and out["delta"] > 0
+            and out["p_better_units"] > 0.5
+            and out["p_units_adj"] < ALPHA
+        )
     assert np.mean(hits) >= 0.8
 
 

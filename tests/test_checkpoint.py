@@ -33,8 +33,9 @@ def _train(study, data, checkpoint=None, stop_at=None, seen=None):
         if epoch == stop_at:
             raise Interrupt
 
-    return train_trial(study, study.variants["mlp"], 3, data, torch.device("cpu"), on_epoch=on_epoch,
-                       checkpoint=checkpoint)
+    return train_trial(
+        study, study.variants["mlp"], 3, data, torch.device("cpu"), on_epoch=on_epoch, checkpoint=checkpoint
+    )
 
 
 def test_resumed_trial_equals_the_uninterrupted_one(write_study, tmp_path, monkeypatch):
@@ -94,12 +95,21 @@ def test_killed_worker_resumes_mid_trial(write_study, tmp_path, cli):
     results = {}
     for label, kill in (("whole", None), ("killed", "train@3")):
         study = write_study({**patch, "name": "tiny", "output": str(tmp_path / label)}, name=f"{label}.yaml")
-        cmd = [sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet",
-               "--reports", str(tmp_path / f"reports-{label}")]
+        cmd = [
+            sys.executable,
+            "-m",
+            "ablate.cli",
+            "run",
+            str(study),
+            "--quiet",
+            "--reports",
+            str(tmp_path / f"reports-{label}"),
+        ]
         env = {**os.environ, CHECKPOINT_ENV: "0"}
         if kill:
-            proc = subprocess.run(cmd, cwd=tmp_path, env={**env, KILL_ENV: kill}, capture_output=True,
-                                  text=True, timeout=300)
+            proc = subprocess.run(
+                cmd, cwd=tmp_path, env={**env, KILL_ENV: kill}, capture_output=True, text=True, timeout=300
+            )
             assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
             assert (tmp_path / label / "checkpoints" / "base-seed0.pt").is_file()
             code, status, _ = cli("status", study)
@@ -109,8 +119,9 @@ def test_killed_worker_resumes_mid_trial(write_study, tmp_path, cli):
         assert not list((tmp_path / label / "checkpoints").iterdir())  # removed once the trial finished
         client = MlflowClient(f"sqlite:///{tmp_path / label / 'mlflow.db'}")
         exp = client.get_experiment_by_name("tiny")
-        runs = client.search_runs([exp.experiment_id], "tags.`ablate.role` = 'trial' and attributes.status = "
-                                  "'FINISHED'")
+        runs = client.search_runs(
+            [exp.experiment_id], "tags.`ablate.role` = 'trial' and attributes.status = 'FINISHED'"
+        )
         results[label] = {r.data.tags["variant"]: r for r in runs}
     killed, whole = results["killed"], results["whole"]
     assert sorted(killed) == sorted(whole) == ["base", "mlp"]
@@ -151,4 +162,3 @@ def test_a_resumed_study_takes_its_checkpointed_trials_first(write_study, tmp_pa
         taken.append(key_of(queue.stored(trial.number)))
         queue.study.tell(trial, 0.0)
     assert taken == [half_trained, *(key for key in queued if key != half_trained)]
-

@@ -72,15 +72,19 @@ def _tokens(ordered: bool, generator: torch.Generator) -> TokenContext:
 def _combinations():
     bias_sets = [()] + [(k,) for k in registry.kinds("bias")]
     return itertools.product(
-        registry.kinds("attention"), registry.kinds("ffn"), registry.kinds("norm"),
-        registry.kinds("connection"), bias_sets,
+        registry.kinds("attention"),
+        registry.kinds("ffn"),
+        registry.kinds("norm"),
+        registry.kinds("connection"),
+        bias_sets,
     )
 
 
 def _variant(attention, ffn, norm, connection, bias, placement) -> Variant:
     spec = ModelSpec(dim=D, blocks=1, dropout=0.0, norm={"kind": norm, "placement": placement})
     return Variant(
-        name="combo", spec=spec,
+        name="combo",
+        spec=spec,
         attention=_part("attention", attention, **_options_for("attention", attention)),
         ffn=_part("ffn", ffn, **_options_for("ffn", ffn)),
         norm=_part("norm", norm),
@@ -138,8 +142,12 @@ def test_every_compatible_combination_trains_one_step(data):
 
 def test_incompatible_combination_fails_study_validation(write_study, cli):
     """The validator refuses with both parts named: the kind and the task / data."""
-    code, _, err = cli("validate", write_study(
-        {"task": {"data": {"timestamps": False}}, "variants": {"t": {"bias": [{"kind": "rel_time"}]}}}))
+    code, _, err = cli(
+        "validate",
+        write_study(
+            {"task": {"data": {"timestamps": False}}, "variants": {"t": {"bias": [{"kind": "rel_time"}]}}}
+        ),
+    )
     assert code == 2 and "variants.t.bias.0.kind" in err and "rel_time" in err and "timestamps" in err
     code, _, err = cli("validate", write_study({"variants": {"g": {"attention": {"kind": "fr_graph"}}}}))
     assert code == 2 and "fr_graph" in err and "seqrec" in err and "ordered" in err
@@ -152,8 +160,12 @@ def test_xavier_normal_init_sets_every_block_linear_weight():
     variant = _variant("softmax", "pointwise", "layernorm", "residual", (), "pre")
     ctx = BuildContext(dim=d, dropout=0.0, max_len=8)
     torch.manual_seed(0)
-    xavier = build_backbone(dataclasses.replace(variant, spec=variant.spec.model_copy(
-        update={"dim": d, "init": "xavier_normal"})), ctx)
+    xavier = build_backbone(
+        dataclasses.replace(
+            variant, spec=variant.spec.model_copy(update={"dim": d, "init": "xavier_normal"})
+        ),
+        ctx,
+    )
     plain_spec = variant.spec.model_copy(update={"dim": d})
     default = build_backbone(dataclasses.replace(variant, spec=plain_spec), ctx)
     linears = [(name, m) for name, m in xavier.named_modules() if isinstance(m, nn.Linear)]

@@ -35,13 +35,25 @@ print(digest.hexdigest())
 
 
 def test_two_threaded_runs_at_once_train_identical_weights(write_study, tmp_path):
-    path = write_study({"task": {"data": {"users": 400, "items": 40, "min_len": 20, "max_len": 40}, "max_len": 40},
-                        "train": {"loss": {"kind": "bce", "negatives": 4}}})
+    path = write_study(
+        {
+            "task": {"data": {"users": 400, "items": 40, "min_len": 20, "max_len": 40}, "max_len": 40},
+            "train": {"loss": {"kind": "bce", "negatives": 4}},
+        }
+    )
     script = tmp_path / "hash.py"
     script.write_text(HASH)
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
-    procs = [subprocess.Popen([sys.executable, str(script), str(path)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(2)
+    ]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
     first, second = (out.strip() for out, _ in outputs)

@@ -29,18 +29,26 @@ def _mlflow(tmp_path, name="tiny"):
     return client, client.get_experiment_by_name(name).experiment_id
 
 
-@pytest.mark.parametrize("space, expected", [
-    ({"model.ffn.nope": {"type": "int", "low": 1, "high": 2}}, "does not fit variant 'base'"),
-    ({"train.nope": {"type": "float", "low": 0.1, "high": 0.2}}, "unknown key"),
-    ({"seeds": {"type": "int", "low": 1, "high": 2}}, "dotted model.* or train.* keys"),
-    ({"train.lr": {"type": "categorical", "choices": []}}, "an empty categorical"),
-    ({"train.lr": {"type": "float", "low": 0.0, "high": 0.01, "log": True}}, "a log range needs bounds > 0"),
-    ({"train.lr": {"type": "float", "low": 0.1, "high": 0.01}}, "is above high"),
-    ({"model.norm.placement": {"type": "categorical", "choices": ["pre", "middle"]}},
-     "'middle' does not fit variant"),
-    # pointwise has no mult
-    ({"model.ffn.mult": {"type": "float", "low": 1.0, "high": 2.0}}, "does not fit variant 'base'"),
-])
+@pytest.mark.parametrize(
+    "space, expected",
+    [
+        ({"model.ffn.nope": {"type": "int", "low": 1, "high": 2}}, "does not fit variant 'base'"),
+        ({"train.nope": {"type": "float", "low": 0.1, "high": 0.2}}, "unknown key"),
+        ({"seeds": {"type": "int", "low": 1, "high": 2}}, "dotted model.* or train.* keys"),
+        ({"train.lr": {"type": "categorical", "choices": []}}, "an empty categorical"),
+        (
+            {"train.lr": {"type": "float", "low": 0.0, "high": 0.01, "log": True}},
+            "a log range needs bounds > 0",
+        ),
+        ({"train.lr": {"type": "float", "low": 0.1, "high": 0.01}}, "is above high"),
+        (
+            {"model.norm.placement": {"type": "categorical", "choices": ["pre", "middle"]}},
+            "'middle' does not fit variant",
+        ),
+        # pointwise has no mult
+        ({"model.ffn.mult": {"type": "float", "low": 1.0, "high": 2.0}}, "does not fit variant 'base'"),
+    ],
+)
 def test_bad_search_spaces_fail_before_training(cli, write_study, tmp_path, space, expected):
     study = write_study({"search": {"trials": 2, "space": space}})
     for command in ("validate", "run"):
@@ -54,17 +62,26 @@ def test_bad_search_spaces_fail_before_training(cli, write_study, tmp_path, spac
 def test_search_budget_needs_a_space_and_a_space_needs_a_budget(cli, write_study):
     code, _, err = cli("validate", write_study({"search": {"trials": 2}}))
     assert code == 2 and "search.space" in err
-    code, _, err = cli("validate", write_study({"search": {"space": {"train.lr": {
-        "type": "float", "low": 0.001, "high": 0.01}}}}))
+    code, _, err = cli(
+        "validate",
+        write_study({"search": {"space": {"train.lr": {"type": "float", "low": 0.001, "high": 0.01}}}}),
+    )
     assert code == 2 and "search.trials" in err and "budget per variant" in err
 
 
 def test_search_per_variant_then_best_params_over_seeds(cli, write_study, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    space = {"train.lr": {"type": "float", "low": 0.001, "high": 0.01, "log": True},
-             "model.dropout": {"type": "categorical", "choices": [0.0, 0.3]}}
-    study = write_study({"search": {"trials": 3, "sampler": "random", "pruner": "median", "space": space},
-                         "train": {"epochs": 2}, "report": {"calibration": 0, "bootstrap": 200}})
+    space = {
+        "train.lr": {"type": "float", "low": 0.001, "high": 0.01, "log": True},
+        "model.dropout": {"type": "categorical", "choices": [0.0, 0.3]},
+    }
+    study = write_study(
+        {
+            "search": {"trials": 3, "sampler": "random", "pruner": "median", "space": space},
+            "train": {"epochs": 2},
+            "report": {"calibration": 0, "bootstrap": 200},
+        }
+    )
     code, out, err = cli("run", study, "--quiet")
     assert code == 0, err
 
@@ -80,8 +97,9 @@ def test_search_per_variant_then_best_params_over_seeds(cli, write_study, tmp_pa
         values = [t.value for t in search.trials if t.state == COMPLETE]
         assert search.best_trial.value == max(values)  # ndcg: higher is better
     final = optuna.load_study(study_name="tiny", storage=storage)
-    keys = sorted((t.user_attrs["variant"], t.user_attrs["seed"])
-                  for t in final.trials if t.state == COMPLETE)
+    keys = sorted(
+        (t.user_attrs["variant"], t.user_attrs["seed"]) for t in final.trials if t.state == COMPLETE
+    )
     assert keys == [("base", 0), ("base", 1), ("mlp", 0), ("mlp", 1)]
 
     client, exp = _mlflow(tmp_path)
@@ -104,15 +122,28 @@ def test_search_per_variant_then_best_params_over_seeds(cli, write_study, tmp_pa
 
 def test_grid_search_visits_every_point_once(cli, write_study, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    study = write_study({"search": {"sampler": "grid", "space": {
-        "train.lr": {"type": "categorical", "choices": [0.002, 0.004]},
-        "model.dropout": {"type": "float", "low": 0.0, "high": 0.2, "step": 0.2}}},
-        "train": {"epochs": 1}, "seeds": [0]}, replace={"variants": {}})
+    study = write_study(
+        {
+            "search": {
+                "sampler": "grid",
+                "space": {
+                    "train.lr": {"type": "categorical", "choices": [0.002, 0.004]},
+                    "model.dropout": {"type": "float", "low": 0.0, "high": 0.2, "step": 0.2},
+                },
+            },
+            "train": {"epochs": 1},
+            "seeds": [0],
+        },
+        replace={"variants": {}},
+    )
     code, _, err = cli("run", study, "--quiet")
     assert code == 0, err
     search = optuna.load_study(study_name="tiny.search.base", storage=_storage(tmp_path))
-    points = sorted((t.params["train.lr"], round(t.params["model.dropout"], 6)) for t in search.trials
-                    if t.state == COMPLETE)
+    points = sorted(
+        (t.params["train.lr"], round(t.params["model.dropout"], 6))
+        for t in search.trials
+        if t.state == COMPLETE
+    )
     assert points == [(0.002, 0.0), (0.002, 0.2), (0.004, 0.0), (0.004, 0.2)]
 
 
@@ -122,8 +153,14 @@ def _ffn_params(d: int, hidden: int) -> int:
 
 def test_match_params_scales_the_declared_width_knob(cli, write_study, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    study_file = write_study({"match_params": True, "seeds": [0], "train": {"epochs": 1},
-                              "variants": {"mlp": {"ffn": {"kind": "mlp", "mult": 4}}}})
+    study_file = write_study(
+        {
+            "match_params": True,
+            "seeds": [0],
+            "train": {"epochs": 1},
+            "variants": {"mlp": {"ffn": {"kind": "mlp", "mult": 4}}},
+        }
+    )
     code, _, err = cli("run", study_file, "--quiet")
     assert code == 0, err
     client, exp = _mlflow(tmp_path)
@@ -143,8 +180,14 @@ def test_match_params_scales_the_declared_width_knob(cli, write_study, tmp_path,
 
 def test_match_params_without_a_knob_is_one_line(cli, write_study, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    study = write_study({"match_params": True, "seeds": [0], "train": {"epochs": 1},
-                         "variants": {"no-ffn": {"ffn": {"kind": "none"}}}})
+    study = write_study(
+        {
+            "match_params": True,
+            "seeds": [0],
+            "train": {"epochs": 1},
+            "variants": {"no-ffn": {"ffn": {"kind": "none"}}},
+        }
+    )
     code, _, err = cli("run", study, "--quiet")
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "no-ffn" in err and "declares no width option" in err
@@ -177,12 +220,16 @@ def test_nan_loss_and_crash_fail_alone_and_are_reported(cli, write_study, tmp_pa
     assert "base seed 1: ValueError: boom in a component" in err
 
     final = optuna.load_study(study_name="tiny", storage=_storage(tmp_path))
-    states = {(t.user_attrs["variant"], t.user_attrs["seed"]): (t.state.name, t.user_attrs.get("failure"))
-              for t in final.trials}
-    assert states == {("base", 0): ("COMPLETE", None),
-                      ("base", 1): ("FAIL", "ValueError: boom in a component"),
-                      ("mlp", 0): ("FAIL", "loss became nan at epoch 1"),
-                      ("mlp", 1): ("FAIL", "loss became nan at epoch 1")}
+    states = {
+        (t.user_attrs["variant"], t.user_attrs["seed"]): (t.state.name, t.user_attrs.get("failure"))
+        for t in final.trials
+    }
+    assert states == {
+        ("base", 0): ("COMPLETE", None),
+        ("base", 1): ("FAIL", "ValueError: boom in a component"),
+        ("mlp", 0): ("FAIL", "loss became nan at epoch 1"),
+        ("mlp", 1): ("FAIL", "loss became nan at epoch 1"),
+    }
     code, out, _ = cli("status", study)
     assert code == 0
     assert "failed: mlp seed 1: loss became nan at epoch 1" in out
@@ -240,14 +287,19 @@ def test_status_counts_and_eta(cli, write_study, tmp_path, monkeypatch):
     study = load_study(write_study({"train": {"epochs": 1}, "seeds": [0, 1, 2]}))
     drive.prepare(study, stores)
     rows = drive.progress(study, stores)
-    assert {v: (r.done, r.running, r.failed, r.left) for v, r in rows.items()} == {"base": (1, 0, 0, 2),
-                                                                                    "mlp": (1, 0, 0, 2)}
+    assert {v: (r.done, r.running, r.failed, r.left) for v, r in rows.items()} == {
+        "base": (1, 0, 0, 2),
+        "mlp": (1, 0, 0, 2),
+    }
     walls = [w for r in rows.values() for w in r.walls]
     assert len(walls) == 2 and drive.eta_seconds(rows) == pytest.approx(4 * sum(walls) / 2)
     # Checkpointed trials count as their unfinished share: base seed 1 at 1 of 4 epochs, mlp seed 2
     # at 3 of 4 (a search slot's name parses too; an unrelated file is ignored).
-    saved = {"base-seed1": {"epoch": 1, "epochs": 4}, "mlp-search2": {"epoch": 3, "epochs": 4},
-             "notes": {"epoch": 1, "epochs": 2}}
+    saved = {
+        "base-seed1": {"epoch": 1, "epochs": 4},
+        "mlp-search2": {"epoch": 3, "epochs": 4},
+        "notes": {"epoch": 1, "epochs": 2},
+    }
     fractions = drive.checkpointed_fractions(saved)
     assert fractions == {"base": [0.25], "mlp": [0.75]}
     assert drive.eta_seconds(rows, fractions) == pytest.approx(3 * sum(walls) / 2)
@@ -280,8 +332,9 @@ def test_results_frame_carries_failures(write_study, tmp_path, monkeypatch):
     assert client.get_experiment(exp)  # the store exists even with no finished trial
     loaded = load_results(f"sqlite:///{tmp_path / 'runs' / 'tiny' / 'mlflow.db'}", "tiny")
     assert loaded.results.empty
-    assert loaded.failures.to_dict("records") == [{"variant": "base", "seed": 0,
-                                                   "reason": "RuntimeError: kernel exploded"}]
+    assert loaded.failures.to_dict("records") == [
+        {"variant": "base", "seed": 0, "reason": "RuntimeError: kernel exploded"}
+    ]
     assert isinstance(loaded.failures, pd.DataFrame)
 
 

@@ -85,8 +85,11 @@ def test_attention_with_dropout_drops_probabilities(masking):
     b, h, n, e = 2, 2, 6, 4
     q, k, v = torch.randn(3, b, h, n, e, dtype=torch.float64).unbind(0)
     allowed = torch.ones(n, n, dtype=torch.bool).tril() | (torch.rand(n, n) < 0.3)
-    masks = {"causal": (None, True), "additive": (torch.zeros(n, n, dtype=q.dtype).masked_fill(~allowed, -math.inf), False),
-             "boolean": (allowed, False)}
+    masks = {
+        "causal": (None, True),
+        "additive": (torch.zeros(n, n, dtype=q.dtype).masked_fill(~allowed, -math.inf), False),
+        "boolean": (allowed, False),
+    }
     attn_mask, is_causal = masks[masking]
     see = torch.ones(n, n, dtype=torch.bool).tril() if is_causal else allowed
     logits = torch.einsum("bhie,bhje->bhij", q, k) / math.sqrt(e)
@@ -97,5 +100,7 @@ def test_attention_with_dropout_drops_probabilities(masking):
     replayed = dropout(torch.ones_like(probs), 0.25)
     torch.testing.assert_close(out, (probs * replayed) @ v)
     torch.testing.assert_close(scaled_dot_product_attention(q, k, v, attn_mask, is_causal, 0.0), probs @ v)
-    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, attn_mask, is_causal, 0.0),
-                               F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal))
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, attn_mask, is_causal, 0.0),
+        F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal),
+    )

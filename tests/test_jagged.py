@@ -42,18 +42,25 @@ def test_fbgemm_and_torch_conversions_agree_with_gradients(shape):
         back = J.to_values(dense * 2, offsets, use_fbgemm=use)
         ((dense * weights).sum() + back.pow(2).sum()).backward()
         results[use] = (dense.detach(), back.detach(), v.grad)
-    for a, b in zip(results[True], results[False]):
+    for a, b in zip(results[True], results[False], strict=False):
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("patch", [
-    {},
-    {"norm": {"kind": "rmsnorm", "placement": "post"}, "ffn": {"kind": "swiglu"}},
-    {"connection": {"kind": "hyper", "streams": 2}},
-    {"attention": {"kind": "pointwise", "heads": 2}, "ffn": {"kind": "none"}, "bias": [{"kind": "rel_pos"}]},
-    {"ffn": {"kind": "moe", "experts": 3, "top_k": 2}},
-    {"norm": {"kind": "layernorm", "placement": "pre_skip_kv"}},
-])
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {},
+        {"norm": {"kind": "rmsnorm", "placement": "post"}, "ffn": {"kind": "swiglu"}},
+        {"connection": {"kind": "hyper", "streams": 2}},
+        {
+            "attention": {"kind": "pointwise", "heads": 2},
+            "ffn": {"kind": "none"},
+            "bias": [{"kind": "rel_pos"}],
+        },
+        {"ffn": {"kind": "moe", "experts": 3, "top_k": 2}},
+        {"norm": {"kind": "layernorm", "placement": "pre_skip_kv"}},
+    ],
+)
 @pytest.mark.parametrize("use_fbgemm", [True, False])
 def test_jagged_backbone_matches_padded_outputs_and_gradients(write_study, patch, use_fbgemm):
     study = load_study(write_study({"model": {"dropout": 0.0, **patch}}))
@@ -76,8 +83,14 @@ def test_jagged_backbone_matches_padded_outputs_and_gradients(write_study, patch
         loss = (out[valid] * weight[valid]).sum()
         aux = backbone.auxiliary_loss()
         loss.backward()
-        runs.append((out[valid].detach(), xin.grad[valid], {k: p.grad.clone() for k, p in backbone.named_parameters()
-                                                           if p.grad is not None}, aux))
+        runs.append(
+            (
+                out[valid].detach(),
+                xin.grad[valid],
+                {k: p.grad.clone() for k, p in backbone.named_parameters() if p.grad is not None},
+                aux,
+            )
+        )
     (out_p, gx_p, g_p, aux_p), (out_j, gx_j, g_j, aux_j) = runs
     torch.testing.assert_close(out_j, out_p, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(gx_j, gx_p, rtol=1e-4, atol=1e-5)
@@ -88,17 +101,27 @@ def test_jagged_backbone_matches_padded_outputs_and_gradients(write_study, patch
         torch.testing.assert_close(aux_j, aux_p)
 
 
-@pytest.mark.parametrize("patch", [
-    {},
-    {"bias": [{"kind": "abs_pos", "align": "end"}, {"kind": "rel_pos"}], "attention": {"kind": "softmax", "heads": 2}},
-    {"bias": [{"kind": "rope"}], "norm": {"kind": "layernorm", "placement": "pre_skip"}},
-    {"norm": {"kind": "layernorm", "placement": "pre_skip_kv"}},
-    {"bias": [{"kind": "rope"}], "norm": {"kind": "layernorm", "placement": "pre_skip_kv"}},
-    {"norm": {"kind": "rmsnorm", "placement": "post"}, "connection": {"kind": "hyper", "streams": 2}},
-    {"attention": {"kind": "pointwise", "heads": 2}, "ffn": {"kind": "none"}, "bias": [{"kind": "rel_pos"}]},
-    {"attention": {"kind": "ams", "heads": 1}, "ffn": {"kind": "mffn"}, "bias": []},
-    {"blocks": 1, "ffn": {"kind": "moe", "experts": 3, "top_k": 2}},
-])
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {},
+        {
+            "bias": [{"kind": "abs_pos", "align": "end"}, {"kind": "rel_pos"}],
+            "attention": {"kind": "softmax", "heads": 2},
+        },
+        {"bias": [{"kind": "rope"}], "norm": {"kind": "layernorm", "placement": "pre_skip"}},
+        {"norm": {"kind": "layernorm", "placement": "pre_skip_kv"}},
+        {"bias": [{"kind": "rope"}], "norm": {"kind": "layernorm", "placement": "pre_skip_kv"}},
+        {"norm": {"kind": "rmsnorm", "placement": "post"}, "connection": {"kind": "hyper", "streams": 2}},
+        {
+            "attention": {"kind": "pointwise", "heads": 2},
+            "ffn": {"kind": "none"},
+            "bias": [{"kind": "rel_pos"}],
+        },
+        {"attention": {"kind": "ams", "heads": 1}, "ffn": {"kind": "mffn"}, "bias": []},
+        {"blocks": 1, "ffn": {"kind": "moe", "experts": 3, "top_k": 2}},
+    ],
+)
 @pytest.mark.parametrize("layout", ["padded", "jagged"])
 def test_last_only_forward_is_the_full_forward_at_the_last_token(write_study, patch, layout):
     """Ranking runs the final block for each row's last token only: same numbers as the full
@@ -115,8 +138,9 @@ def test_last_only_forward_is_the_full_forward_at_the_last_token(write_study, pa
 
     def tokens() -> TokenContext:
         chosen = J.Padded() if layout == "padded" else J.Jagged.from_valid(valid)
-        return TokenContext(valid=valid, causal=True, positions=torch.arange(n).expand(b, n), layout=chosen,
-                            timestamps=times)
+        return TokenContext(
+            valid=valid, causal=True, positions=torch.arange(n).expand(b, n), layout=chosen, timestamps=times
+        )
 
     times = torch.rand(b, n).mul(1e5).cumsum(1)
     with torch.no_grad():

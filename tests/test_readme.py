@@ -14,6 +14,8 @@ def test_ci_runs_the_readme_test_command():
     assert "pytest" in lines[-1] and f"```bash\n{lines[-1]}\n```" in readme
     assert not any("pytest" in line for line in lines[:-1])  # nothing else runs tests
     assert "ABLATE_REQUIRE_POSTGRES=1" in (REPO / ".ci/run").read_text()  # the PostgreSQL test may not skip
+    # The lint rules (pyproject's [tool.ruff]) are checked with the tests, before them.
+    assert "ruff check && .venv/bin/ruff format --check && " in lines[-1]
 
 
 def test_quickstart_command_is_in_the_readme():

@@ -13,8 +13,13 @@ from ablate.errors import AblateError
 from ablate.spec import ModelSpec
 from ablate.study import Variant
 
-BASES = {"attention": components.Attention, "ffn": components.FeedForward, "norm": components.Norm,
-         "connection": components.Connection, "bias": components.BiasChannel}
+BASES = {
+    "attention": components.Attention,
+    "ffn": components.FeedForward,
+    "norm": components.Norm,
+    "connection": components.Connection,
+    "bias": components.BiasChannel,
+}
 
 
 @pytest.mark.parametrize("slot", registry.COMPONENT_SLOTS)

@@ -14,8 +14,14 @@ import pytest
 from ablate.report import format_table, latex_table, tex_escape, write_report
 from ablate.stats import ReportSettings, compare
 
-FIGURES = {"seeds": "seeds.png", "seeds:hr@10": "seeds_hr_at_10.png", "cost_quality": "cost_quality.png",
-           "cd": "cd.png", "pairwise_fig": "pairwise.png", "curves": "curves.png"}
+FIGURES = {
+    "seeds": "seeds.png",
+    "seeds:hr@10": "seeds_hr_at_10.png",
+    "cost_quality": "cost_quality.png",
+    "cd": "cd.png",
+    "pairwise_fig": "pairwise.png",
+    "curves": "curves.png",
+}
 
 VARIANTS = {"base": ("—", 0.0), "softmax-attn": ("attention", -0.03), "swiglu-ffn": ("ffn", 0.02)}
 
@@ -26,27 +32,69 @@ def study(seeds: int, units: bool = True, curves: bool = True):
     for v, (differs, eff) in VARIANTS.items():
         for s in range(seeds):
             x = 0.30 + eff + rng.normal(0, 0.004)
-            rows.append({"variant": v, "seed": s, "differs": differs,
-                         "test.ndcg@10": x, "test.hr@10": x + 0.2,
-                         "valid.ndcg@10": x + 0.01, "valid.hr@10": x + 0.21, "params": 12_345 + len(v),
-                         "tokens_per_s": 5000.0 + s, "peak_memory_mb": 321.5, "wall_s": 12.25, "epochs": 8,
-                         "trial": f"{v}/{s}"})
+            rows.append(
+                {
+                    "variant": v,
+                    "seed": s,
+                    "differs": differs,
+                    "test.ndcg@10": x,
+                    "test.hr@10": x + 0.2,
+                    "valid.ndcg@10": x + 0.01,
+                    "valid.hr@10": x + 0.21,
+                    "params": 12_345 + len(v),
+                    "tokens_per_s": 5000.0 + s,
+                    "peak_memory_mb": 321.5,
+                    "wall_s": 12.25,
+                    "epochs": 8,
+                    "trial": f"{v}/{s}",
+                }
+            )
             if units:
                 hit = rng.random(40) < 0.5 + eff
-                urows += [{"variant": v, "seed": s, "unit": f"u{u}", "ndcg@10": float(hit[u]) * 0.6,
-                           "hr@10": float(hit[u])} for u in range(40)]
+                urows += [
+                    {
+                        "variant": v,
+                        "seed": s,
+                        "unit": f"u{u}",
+                        "ndcg@10": float(hit[u]) * 0.6,
+                        "hr@10": float(hit[u]),
+                    }
+                    for u in range(40)
+                ]
             if curves:
-                crows += [{"variant": v, "seed": s, "epoch": e, "metric": "ndcg@10",
-                           "value": x - 0.1 * np.exp(-e / 2) + rng.normal(0, 0.003)} for e in range(8)]
-    cols = {"units": ["variant", "seed", "unit", "ndcg@10", "hr@10"],
-            "curves": ["variant", "seed", "epoch", "metric", "value"]}
-    return (pd.DataFrame(rows), pd.DataFrame(urows, columns=cols["units"]),
-            pd.DataFrame(crows, columns=cols["curves"]))
+                crows += [
+                    {
+                        "variant": v,
+                        "seed": s,
+                        "epoch": e,
+                        "metric": "ndcg@10",
+                        "value": x - 0.1 * np.exp(-e / 2) + rng.normal(0, 0.003),
+                    }
+                    for e in range(8)
+                ]
+    cols = {
+        "units": ["variant", "seed", "unit", "ndcg@10", "hr@10"],
+        "curves": ["variant", "seed", "epoch", "metric", "value"],
+    }
+    return (
+        pd.DataFrame(rows),
+        pd.DataFrame(urows, columns=cols["units"]),
+        pd.DataFrame(crows, columns=cols["curves"]),
+    )
 
 
 def settings(**kw) -> ReportSettings:
-    return ReportSettings(**{"study": "toy-study", "primary": "ndcg@10", "metrics": ["ndcg@10", "hr@10"],
-                             "bootstrap": 1000, "notes": ["device: cpu"], "calibration": 20, **kw})
+    return ReportSettings(
+        **{
+            "study": "toy-study",
+            "primary": "ndcg@10",
+            "metrics": ["ndcg@10", "hr@10"],
+            "bootstrap": 1000,
+            "notes": ["device: cpu"],
+            "calibration": 20,
+            **kw,
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +135,11 @@ def test_write_report_files_and_self_contained_html(report4):
     # the pairwise family: 3 pairs, every one significant (effects of 5–13 sd)
     assert "Holm over the family of 3 pairs" in md and "swiglu-ffn − softmax-attn = +0.0" in md
     pairs = pd.read_csv(paths["pairwise"])
-    assert list(zip(pairs.a, pairs.b, strict=True)) == [("base", "softmax-attn"), ("base", "swiglu-ffn"),
-                                                        ("softmax-attn", "swiglu-ffn")]
+    assert list(zip(pairs.a, pairs.b, strict=True)) == [
+        ("base", "softmax-attn"),
+        ("base", "swiglu-ffn"),
+        ("softmax-attn", "swiglu-ffn"),
+    ]
     assert pairs["significant"].all()
     tex = paths["tex"].read_text(encoding="utf-8")
     assert r"\toprule" in tex and "softmax-attn" in tex and r"$\downarrow$" in tex
@@ -96,7 +147,7 @@ def test_write_report_files_and_self_contained_html(report4):
 
 def test_calibration_section_states_tests_alpha_correction_and_rates(report4):
     md = report4[2]["md"].read_text(encoding="utf-8")
-    section = md[md.index("## Calibration"):md.index("## Files")]
+    section = md[md.index("## Calibration") : md.index("## Files")]
     assert "paired t-test across seeds" in section
     assert "Wilcoxon signed-rank across evaluation units" in section
     assert "α = 0.05; correction: Holm" in section
@@ -104,8 +155,12 @@ def test_calibration_section_states_tests_alpha_correction_and_rates(report4):
     assert "with a p-value: 4 seed-test and 4 unit-test comparisons over the 2 metrics" in section
     assert "3 pairs in the pairwise family" in section
     assert "30 null comparisons in 15 synthetic studies shaped like this one (4 seeds × 2 variants" in section
-    for what in ("Raw seed-test p < α:", "family-wise rate", "Power: a planted effect of paired d = ",
-                 "CI coverage: the 95% interval contained the true Δ = 0 in"):
+    for what in (
+        "Raw seed-test p < α:",
+        "family-wise rate",
+        "Power: a planted effect of paired d = ",
+        "CI coverage: the 95% interval contained the true Δ = 0 in",
+    ):
         assert what in section, what
     rate = re.search(r"Raw seed-test p < α: ([0-9.]+)% \(± ([0-9.]+)%, n = 30\)", section)
     assert rate and 0 <= float(rate[1]) <= 100
@@ -179,9 +234,11 @@ def test_single_variant_study_has_no_friedman(tmp_path):
 
 def test_latex_table_escapes_specials():
     assert tex_escape("a_b&c%d$e#f{g}h~i^j\\k") == (
-        r"a\_b\&c\%d\$e\#f\{g\}h\textasciitilde{}i\textasciicircum{}j\textbackslash{}k")
+        r"a\_b\&c\%d\$e\#f\{g\}h\textasciitilde{}i\textasciicircum{}j\textbackslash{}k"
+    )
     assert tex_escape("0.30 ± 0.01 −∞ — Δ ▲ <0.001") == (
-        r"0.30 $\pm$ 0.01 $-$$\infty$ --- $\Delta$ $\uparrow$ \textless{}0.001")
+        r"0.30 $\pm$ 0.01 $-$$\infty$ --- $\Delta$ $\uparrow$ \textless{}0.001"
+    )
     results, units, _ = study(seeds=3)
     results = results.replace({"variant": {"swiglu-ffn": "ffn_x2 & 50%"}, "differs": {"ffn": "ffn{#1}"}})
     s = settings(study="my_study")
@@ -189,7 +246,7 @@ def test_latex_table_escapes_specials():
     assert r"ffn\_x2 \& 50\%" in tex and r"ffn\{\#1\}" in tex and "ffn_x2" not in tex
     assert r"\begin{tabular}{llrrrrrrrc}" in tex and r"\toprule" in tex and r"\bottomrule" in tex
     assert r"Ablation study my\_study" in tex and r"\label{tab:ablate:my_study:ndcg-10}" in tex
-    body = tex[tex.index(r"\toprule"):tex.index(r"\bottomrule")]
+    body = tex[tex.index(r"\toprule") : tex.index(r"\bottomrule")]
     rows = [line for line in body.splitlines() if line.endswith(r"\\")]
     assert len(rows) == 1 + len(VARIANTS)
     for line in rows:  # every row has the header's 10 cells: 9 unescaped column separators
@@ -217,24 +274,51 @@ def write_store(tmp_path, seeds: int = 3, epochs: int = 3) -> str:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
     exp = client.create_experiment("hand", artifact_location=(tmp_path / "artifacts").as_uri())
-    stored = {"study": "hand", "primary": "ndcg@10", "metrics": ["ndcg@10", "hr@10"], "baseline": "base",
-              "alpha": 0.05, "correction": "holm", "bootstrap": 500, "calibration": 20,
-              "higher_is_better": {"ndcg@10": True, "hr@10": True}, "variants": list(VARIANTS)}
-    parent = client.create_run(exp, run_name="hand", tags={"ablate.role": "study",
-                                                           "ablate.report_settings": json.dumps(stored)})
+    stored = {
+        "study": "hand",
+        "primary": "ndcg@10",
+        "metrics": ["ndcg@10", "hr@10"],
+        "baseline": "base",
+        "alpha": 0.05,
+        "correction": "holm",
+        "bootstrap": 500,
+        "calibration": 20,
+        "higher_is_better": {"ndcg@10": True, "hr@10": True},
+        "variants": list(VARIANTS),
+    }
+    parent = client.create_run(
+        exp, run_name="hand", tags={"ablate.role": "study", "ablate.report_settings": json.dumps(stored)}
+    )
     results, units, curves = study(seeds)
     ts = int(time.time() * 1000)
     for i, r in enumerate(results.to_dict("records")):
-        run = client.create_run(exp, run_name=f"{r['variant']}-s{r['seed']}", tags={
-            "mlflow.parentRunId": parent.info.run_id, "ablate.role": "trial", "variant": r["variant"],
-            "seed": str(r["seed"]), "trial": str(i), "differs": r["differs"], "component.ffn": r["differs"]})
+        run = client.create_run(
+            exp,
+            run_name=f"{r['variant']}-s{r['seed']}",
+            tags={
+                "mlflow.parentRunId": parent.info.run_id,
+                "ablate.role": "trial",
+                "variant": r["variant"],
+                "seed": str(r["seed"]),
+                "trial": str(i),
+                "differs": r["differs"],
+                "component.ffn": r["differs"],
+            },
+        )
         rid = run.info.run_id
-        final = {"test.ndcg_at_10": r["test.ndcg@10"], "test.hr_at_10": r["test.hr@10"], "epochs": epochs,
-                 **{k: r[k] for k in ("params", "tokens_per_s", "peak_memory_mb", "wall_s")}}
+        final = {
+            "test.ndcg_at_10": r["test.ndcg@10"],
+            "test.hr_at_10": r["test.hr@10"],
+            "epochs": epochs,
+            **{k: r[k] for k in ("params", "tokens_per_s", "peak_memory_mb", "wall_s")},
+        }
         metrics = [Metric(k, float(v), ts, 0) for k, v in final.items()]
         c = curves[(curves.variant == r["variant"]) & (curves.seed == r["seed"])]
-        metrics += [Metric("valid.ndcg_at_10", float(x.value), ts, int(x.epoch) + 1)
-                    for x in c.itertuples() if x.epoch < epochs]
+        metrics += [
+            Metric("valid.ndcg_at_10", float(x.value), ts, int(x.epoch) + 1)
+            for x in c.itertuples()
+            if x.epoch < epochs
+        ]
         metrics += [Metric("train.loss", 1.0 / (e + 1), ts, e + 1) for e in range(epochs)]
         client.log_batch(rid, metrics=metrics)
         unit_file = tmp_path / "test.csv"
@@ -243,8 +327,16 @@ def write_store(tmp_path, seeds: int = 3, epochs: int = 3) -> str:
         u.to_csv(unit_file, index=False)
         client.log_artifact(rid, str(unit_file), artifact_path="units")
         client.set_terminated(rid, "FINISHED")
-    failed = client.create_run(exp, tags={"mlflow.parentRunId": parent.info.run_id, "ablate.role": "trial",
-                                          "variant": "broken", "seed": "0", "differs": "x"})
+    failed = client.create_run(
+        exp,
+        tags={
+            "mlflow.parentRunId": parent.info.run_id,
+            "ablate.role": "trial",
+            "variant": "broken",
+            "seed": "0",
+            "differs": "x",
+        },
+    )
     client.log_batch(failed.info.run_id, metrics=[Metric("test.ndcg_at_10", 0.9, ts, 0)])
     client.set_terminated(failed.info.run_id, "FAILED")
     return uri

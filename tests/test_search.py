@@ -35,8 +35,12 @@ def test_each_dimension_suggests_within_its_bounds():
     assert 1e-4 <= lr <= 1e-2
     assert min(abs(dropout - p) for p in (0.0, 0.2, 0.4)) < 1e-9
     assert blocks in (1, 3, 5, 7) and kind in ("adam", "adamw")
-    assert trial.params == {"train.lr": lr, "model.dropout": dropout, "model.blocks": blocks,
-                            "train.optimizer": kind}
+    assert trial.params == {
+        "train.lr": lr,
+        "model.dropout": dropout,
+        "model.blocks": blocks,
+        "train.optimizer": kind,
+    }
     dist = trial.distributions
     assert dist["train.lr"].log and dist["model.blocks"].step == 2
     assert dist["train.optimizer"].choices == ("adam", "adamw")
@@ -60,20 +64,30 @@ def test_values_that_must_all_be_valid():
     assert Categorical(type="categorical", choices=["pre", "post"]).values() == ["pre", "post"]
 
 
-@pytest.mark.parametrize("dim, grid, problem", [
-    (FloatRange(type="float", low=0.5, high=0.1), False, "low (0.5) is above high (0.1)"),
-    (IntRange(type="int", low=3, high=1), False, "low (3) is above high (1)"),
-    (FloatRange(type="float", low=0.0, high=1.0, log=True), False,
-     "a log range needs bounds > 0 (got low=0.0)"),
-    (IntRange(type="int", low=0, high=8, log=True), False, "a log range needs bounds > 0 (got low=0)"),
-    (FloatRange(type="float", low=0.1, high=1.0, log=True, step=0.1), False, "a log range takes no step"),
-    (FloatRange(type="float", low=0.1, high=1.0), True, "grid search over a float range needs a step"),
-    (Categorical(type="categorical", choices=[]), False, "an empty categorical: give at least one choice"),
-    (FloatRange(type="float", low=0.1, high=1.0), False, None),
-    (FloatRange(type="float", low=0.1, high=1.0, step=0.3), True, None),
-    (IntRange(type="int", low=1, high=4), True, None),
-    (Categorical(type="categorical", choices=[1]), True, None),
-])
+@pytest.mark.parametrize(
+    "dim, grid, problem",
+    [
+        (FloatRange(type="float", low=0.5, high=0.1), False, "low (0.5) is above high (0.1)"),
+        (IntRange(type="int", low=3, high=1), False, "low (3) is above high (1)"),
+        (
+            FloatRange(type="float", low=0.0, high=1.0, log=True),
+            False,
+            "a log range needs bounds > 0 (got low=0.0)",
+        ),
+        (IntRange(type="int", low=0, high=8, log=True), False, "a log range needs bounds > 0 (got low=0)"),
+        (FloatRange(type="float", low=0.1, high=1.0, log=True, step=0.1), False, "a log range takes no step"),
+        (FloatRange(type="float", low=0.1, high=1.0), True, "grid search over a float range needs a step"),
+        (
+            Categorical(type="categorical", choices=[]),
+            False,
+            "an empty categorical: give at least one choice",
+        ),
+        (FloatRange(type="float", low=0.1, high=1.0), False, None),
+        (FloatRange(type="float", low=0.1, high=1.0, step=0.3), True, None),
+        (IntRange(type="int", low=1, high=4), True, None),
+        (Categorical(type="categorical", choices=[1]), True, None),
+    ],
+)
 def test_check_names_the_problem(dim, grid, problem):
     assert dim.check(grid=grid) == problem
 
@@ -86,13 +100,16 @@ LR = {"type": "categorical", "choices": [0.001, 0.002, 0.003]}
 BATCH = {"type": "int", "low": 16, "high": 64, "step": 16}
 
 
-@pytest.mark.parametrize("search, budget", [
-    ({}, 0),
-    ({"trials": 5, "sampler": "tpe", "space": {"train.lr": LR}}, 5),
-    ({"sampler": "grid", "space": {"train.lr": LR, "train.batch_size": BATCH}}, 12),
-    ({"trials": 4, "sampler": "grid", "space": {"train.lr": LR, "train.batch_size": BATCH}}, 4),
-    ({"trials": 50, "sampler": "grid", "space": {"train.lr": LR, "train.batch_size": BATCH}}, 12),
-])
+@pytest.mark.parametrize(
+    "search, budget",
+    [
+        ({}, 0),
+        ({"trials": 5, "sampler": "tpe", "space": {"train.lr": LR}}, 5),
+        ({"sampler": "grid", "space": {"train.lr": LR, "train.batch_size": BATCH}}, 12),
+        ({"trials": 4, "sampler": "grid", "space": {"train.lr": LR, "train.batch_size": BATCH}}, 4),
+        ({"trials": 50, "sampler": "grid", "space": {"train.lr": LR, "train.batch_size": BATCH}}, 12),
+    ],
+)
 def test_search_budget(write_study, search, budget):
     assert search_budget(load_study(write_study({"search": search}))) == budget
 
@@ -104,7 +121,7 @@ def test_grid_order_is_a_seeded_shuffle_of_every_point(write_study):
     every = {(lr, batch) for lr in LR["choices"] for batch in (16, 32, 48, 64)}
     assert len(order) == 12 and {(p["train.lr"], p["train.batch_size"]) for p in order} == every
     # A budget below the grid's size visits that many distinct points.
-    visited = order[:search_budget(study)]
+    visited = order[: search_budget(study)]
     assert len({tuple(p.items()) for p in visited}) == 5
     assert grid_order(load_study(write_study({"search": search}))) == order  # the same seed, the same order
     reseeded = grid_order(load_study(write_study({"search": {**search, "seed": 7}})))
@@ -119,19 +136,28 @@ def test_samplers_and_pruners_are_built_from_their_vocabularies(write_study):
         ("grid", "hyperband"): (optuna.samplers.RandomSampler, optuna.pruners.HyperbandPruner),
     }
     for (sampler, pruner), (sampler_cls, pruner_cls) in built.items():
-        search = {"trials": 2, "sampler": sampler, "pruner": pruner,
-                  "space": {"train.lr": LR}}
+        search = {"trials": 2, "sampler": sampler, "pruner": pruner, "space": {"train.lr": LR}}
         study = load_study(write_study({"search": search}))
         assert study.spec.search.grid == (sampler == "grid")
         assert isinstance(make_sampler(study), sampler_cls) and isinstance(make_pruner(study), pruner_cls)
 
 
-@pytest.mark.parametrize("key, given, message", [
-    ("sampler", "tp", "search.sampler: unknown sampler 'tp'; did you mean 'tpe'? "
-                      "(known: 'tpe', 'random', 'grid')"),
-    ("pruner", "medain", "search.pruner: unknown pruner 'medain'; did you mean 'median'? "
-                         "(known: 'none', 'median', 'hyperband')"),
-])
+@pytest.mark.parametrize(
+    "key, given, message",
+    [
+        (
+            "sampler",
+            "tp",
+            "search.sampler: unknown sampler 'tp'; did you mean 'tpe'? (known: 'tpe', 'random', 'grid')",
+        ),
+        (
+            "pruner",
+            "medain",
+            "search.pruner: unknown pruner 'medain'; did you mean 'median'? "
+            "(known: 'none', 'median', 'hyperband')",
+        ),
+    ],
+)
 def test_unknown_sampler_or_pruner_is_one_line_naming_the_key(write_study, key, given, message):
     path = write_study({"search": {"trials": 2, key: given, "space": {"train.lr": LR}}})
     with pytest.raises(StudyError) as exc:

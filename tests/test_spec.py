@@ -13,10 +13,16 @@ from ablate.study import load_study
 
 
 def test_variants_patch_the_base(write_study):
-    study = load_study(write_study({"variants": {
-        "two-heads": {"attention": {"heads": 2}},
-        "gelu": {"ffn": {"kind": "mlp", "activation": "gelu"}},
-    }}))
+    study = load_study(
+        write_study(
+            {
+                "variants": {
+                    "two-heads": {"attention": {"heads": 2}},
+                    "gelu": {"ffn": {"kind": "mlp", "activation": "gelu"}},
+                }
+            }
+        )
+    )
     assert list(study.variants) == [BASE, "mlp", "two-heads", "gelu"]
     two = study.variants["two-heads"]
     assert two.attention.options.heads == 2
@@ -28,17 +34,24 @@ def test_variants_patch_the_base(write_study):
 
 def test_kind_change_replaces_component_options(write_study):
     # The base's softmax 'heads' option must not leak into a kind that lacks it.
-    study = load_study(write_study({
-        "model": {"ffn": {"kind": "mlp", "mult": 3}},
-        "variants": {"back": {"ffn": {"kind": "pointwise"}}},
-    }))
+    study = load_study(
+        write_study(
+            {
+                "model": {"ffn": {"kind": "mlp", "mult": 3}},
+                "variants": {"back": {"ffn": {"kind": "pointwise"}}},
+            }
+        )
+    )
     assert study.variants["back"].ffn.cls.kind_name() == "pointwise"
     assert study.variants[BASE].ffn.options.mult == 3
 
 
 def test_grid_is_factorial(write_study):
-    study = load_study(write_study({"grid": {"attention.heads": [1, 2], "ffn.kind": ["pointwise", "mlp"]}},
-                                   replace={"variants": {}}))
+    study = load_study(
+        write_study(
+            {"grid": {"attention.heads": [1, 2], "ffn.kind": ["pointwise", "mlp"]}}, replace={"variants": {}}
+        )
+    )
     grid = [v for v in study.variants if v != BASE]
     assert len(grid) == 4
     assert study.variants["attention.heads=2,ffn.kind=mlp"].attention.options.heads == 2
@@ -63,8 +76,16 @@ BAD = [
     # (patch or raw text, expected fragments of the one-line message)
     ({"modle": {"dim": 3}}, [":", "modle: unknown key"]),
     ({"model": {"dim": "big"}}, ["model.dim", "integer", "'big'"]),
-    ({"model": {"attention": {"kind": "sofmax"}}},
-     ["model.attention.kind", "unknown attention kind 'sofmax'", "did you mean 'softmax'", "known: ", "softmax, "]),
+    (
+        {"model": {"attention": {"kind": "sofmax"}}},
+        [
+            "model.attention.kind",
+            "unknown attention kind 'sofmax'",
+            "did you mean 'softmax'",
+            "known: ",
+            "softmax, ",
+        ],
+    ),
     ({"model": {"attention": {"kind": "softmax", "head": 2}}}, ["model.attention.head: unknown key"]),
     ({"variants": {"x": {"ffn": {"kind": "nope"}}}}, ["variants.x.ffn.kind", "unknown ffn kind 'nope'"]),
     ({"train": {"epochs": 0}}, ["train.epochs", "greater than 0"]),
@@ -72,20 +93,42 @@ BAD = [
     ({"report": {"baseline": "nope"}}, ["report.baseline", "not a variant"]),
     ({"seeds": [1, 1]}, ["seeds", "distinct"]),
     ({"train": {"loss": {"kind": "hinge"}}}, ["train.loss"]),
-    ({"model": {"norm": {"kind": "layernorm", "placement": "pre_skip_kv"}, "attention": {"kind": "pointwise"}}},
-     ["model.norm.placement", "'pre_skip_kv'", "attention kind 'pointwise' does not support"]),
-    ({"variants": {"hc": {"connection": {"kind": "hyper"}}},
-      "model": {"norm": {"kind": "layernorm", "placement": "pre_skip_kv"}}},
-     ["norm.placement: 'pre_skip_kv' needs a single-stream connection", "connection kind 'hyper'"]),
+    (
+        {
+            "model": {
+                "norm": {"kind": "layernorm", "placement": "pre_skip_kv"},
+                "attention": {"kind": "pointwise"},
+            }
+        },
+        ["model.norm.placement", "'pre_skip_kv'", "attention kind 'pointwise' does not support"],
+    ),
+    (
+        {
+            "variants": {"hc": {"connection": {"kind": "hyper"}}},
+            "model": {"norm": {"kind": "layernorm", "placement": "pre_skip_kv"}},
+        },
+        ["norm.placement: 'pre_skip_kv' needs a single-stream connection", "connection kind 'hyper'"],
+    ),
     # Closed vocabularies: the key, the name given, the closest known one, all known ones.
-    ({"model": {"norm": {"kind": "layernorm", "placement": "pree"}}},
-     ["model.norm.placement: unknown norm placement 'pree'; did you mean 'pre'?", "known: 'pre', 'post', "]),
-    ({"variants": {"x": {"norm": {"placement": "post_skip"}}}},
-     ["variants.x.norm.placement: unknown norm placement 'post_skip'; did you mean 'pre_skip'?"]),
-    ({"model": {"init": "xavier"}},
-     ["model.init: unknown initialiser 'xavier'; did you mean 'xavier_normal'?"]),
-    ({"train": {"optimizer": "adamm"}},
-     ["train.optimizer: unknown optimizer 'adamm'; did you mean 'adam'?", "(known: 'adam', 'adamw')"]),
+    (
+        {"model": {"norm": {"kind": "layernorm", "placement": "pree"}}},
+        [
+            "model.norm.placement: unknown norm placement 'pree'; did you mean 'pre'?",
+            "known: 'pre', 'post', ",
+        ],
+    ),
+    (
+        {"variants": {"x": {"norm": {"placement": "post_skip"}}}},
+        ["variants.x.norm.placement: unknown norm placement 'post_skip'; did you mean 'pre_skip'?"],
+    ),
+    (
+        {"model": {"init": "xavier"}},
+        ["model.init: unknown initialiser 'xavier'; did you mean 'xavier_normal'?"],
+    ),
+    (
+        {"train": {"optimizer": "adamm"}},
+        ["train.optimizer: unknown optimizer 'adamm'; did you mean 'adam'?", "(known: 'adam', 'adamw')"],
+    ),
 ]
 
 
@@ -116,19 +159,28 @@ def test_error_names_the_yaml_line(write_study):
     assert ":6: model.attention.heads" in str(exc.value)
 
 
-@pytest.mark.parametrize("line, key", [
-    ("  norm: {kind: layernorm, placement: postnorm}",
-     ":6: model.norm.placement: unknown norm placement 'postnorm'"),
-    ("  init: xavier_uniform", ":6: model.init: unknown initialiser 'xavier_uniform'"),
-])
+@pytest.mark.parametrize(
+    "line, key",
+    [
+        (
+            "  norm: {kind: layernorm, placement: postnorm}",
+            ":6: model.norm.placement: unknown norm placement 'postnorm'",
+        ),
+        ("  init: xavier_uniform", ":6: model.init: unknown initialiser 'xavier_uniform'"),
+    ],
+)
 def test_unknown_vocabulary_name_names_the_yaml_line(write_study, line, key):
-    text = textwrap.dedent("""\
+    text = (
+        textwrap.dedent("""\
         name: t
         task: {kind: seqrec, data: {format: synthetic}}
         metrics: {primary: ndcg@10}
         model:
           dim: 16
-    """) + line + "\n"
+    """)
+        + line
+        + "\n"
+    )
     with pytest.raises(StudyError) as exc:
         load_study(write_study(text=text))
     assert key in str(exc.value) and "did you mean" in str(exc.value)
@@ -137,18 +189,35 @@ def test_unknown_vocabulary_name_names_the_yaml_line(write_study, line, key):
 WITH_PARAMS = [
     # (dotted keys applied to variant 'mlp', the same settings written in the study file)
     ({"model.ffn.mult": 3}, {"variants.mlp": {"ffn": {"kind": "mlp", "mult": 3}}}),
-    ({"model.ffn.kind": "swiglu", "model.ffn.hidden": 24},
-     {"variants.mlp": {"ffn": {"kind": "swiglu", "hidden": 24}}}),
-    ({"model.norm.placement": "post", "model.dim": 24},
-     {"variants.mlp": {"ffn": {"kind": "mlp", "mult": 2}, "norm": {"placement": "post"}, "dim": 24}}),
-    ({"model.connection.kind": "hyper"}, {"variants.mlp": {"ffn": {"kind": "mlp", "mult": 2},
-                                                           "connection": {"kind": "hyper"}}}),
-    ({"model.bias": [{"kind": "rel_pos"}, {"kind": "rope"}]},
-     {"variants.mlp": {"ffn": {"kind": "mlp", "mult": 2}, "bias": [{"kind": "rel_pos"}, {"kind": "rope"}]}}),
+    (
+        {"model.ffn.kind": "swiglu", "model.ffn.hidden": 24},
+        {"variants.mlp": {"ffn": {"kind": "swiglu", "hidden": 24}}},
+    ),
+    (
+        {"model.norm.placement": "post", "model.dim": 24},
+        {"variants.mlp": {"ffn": {"kind": "mlp", "mult": 2}, "norm": {"placement": "post"}, "dim": 24}},
+    ),
+    (
+        {"model.connection.kind": "hyper"},
+        {"variants.mlp": {"ffn": {"kind": "mlp", "mult": 2}, "connection": {"kind": "hyper"}}},
+    ),
+    (
+        {"model.bias": [{"kind": "rel_pos"}, {"kind": "rope"}]},
+        {
+            "variants.mlp": {
+                "ffn": {"kind": "mlp", "mult": 2},
+                "bias": [{"kind": "rel_pos"}, {"kind": "rope"}],
+            }
+        },
+    ),
     ({"train.lr": 0.01, "train.optimizer": "adamw"}, {"train.lr": 0.01, "train.optimizer": "adamw"}),
-    ({"train.loss.negatives": 3, "model.attention.heads": 2},
-     {"train.loss": {"kind": "bce", "negatives": 3},
-      "variants.mlp": {"ffn": {"kind": "mlp", "mult": 2}, "attention": {"heads": 2}}}),
+    (
+        {"train.loss.negatives": 3, "model.attention.heads": 2},
+        {
+            "train.loss": {"kind": "bce", "negatives": 3},
+            "variants.mlp": {"ffn": {"kind": "mlp", "mult": 2}, "attention": {"heads": 2}},
+        },
+    ),
 ]
 
 
@@ -168,26 +237,41 @@ def test_with_params_equals_the_study_file_with_those_settings(write_study, tmp_
     assert study.variants["mlp"].spec.dim == 16 and study.spec.train.lr == 0.003  # the original is untouched
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"model.norm.placement": "pre_skip_kv", "model.attention.kind": "pointwise"},
-     "model.norm.placement: 'pre_skip_kv' takes the attention's keys and values from the un-normalised "
-     "stream, which attention kind 'pointwise' does not support (softmax does); use placement 'pre_skip'"),
-    ({"model.norm.placement": "pre_skip_kv", "model.connection.kind": "hyper"},
-     "model.norm.placement: 'pre_skip_kv' needs a single-stream connection (residual), but connection kind "
-     "'hyper' keeps several streams; use placement 'pre_skip'"),
-    ({"model.attention.kind": "sofmax"},
-     "model.attention.kind: unknown attention kind 'sofmax'; did you mean"),
-    ({"model.attention.kind": "fr_graph"},
-     "model.attention.kind: attention kind 'fr_graph' works on unordered token sets, but task 'seqrec' has "
-     "ordered tokens used causally"),
-    ({"model.bias": [{"kind": "rel_time"}]}, "model.bias.0.kind: bias kind 'rel_time' needs timestamps"),
-    ({"model.init": "xavier"}, "model.init: unknown initialiser 'xavier'; did you mean 'xavier_normal'?"),
-    ({"train.loss.kind": "hinge"}, "train.loss: Input tag 'hinge' found using 'kind' does not match"),
-    ({"train.lr": -1, "model.dim": 0}, "train.lr: Input should be greater than 0 (got -1)"),
-    ({"model.dim": 0, "model.attention.kind": "sofmax"}, "model.dim: Input should be greater than 0 (got 0)"),
-    ({"model.ffn.mult.x": 1}, "ffn.mult.x: 'mult' holds no keys"),
-    ({"optimizer": "adam"}, "optimizer: not a model.* or train.* key"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        (
+            {"model.norm.placement": "pre_skip_kv", "model.attention.kind": "pointwise"},
+            "model.norm.placement: 'pre_skip_kv' takes the attention's keys and values from the "
+            "un-normalised stream, which attention kind 'pointwise' does not support (softmax does); "
+            "use placement 'pre_skip'",
+        ),
+        (
+            {"model.norm.placement": "pre_skip_kv", "model.connection.kind": "hyper"},
+            "model.norm.placement: 'pre_skip_kv' needs a single-stream connection (residual), "
+            "but connection kind 'hyper' keeps several streams; use placement 'pre_skip'",
+        ),
+        (
+            {"model.attention.kind": "sofmax"},
+            "model.attention.kind: unknown attention kind 'sofmax'; did you mean",
+        ),
+        (
+            {"model.attention.kind": "fr_graph"},
+            "model.attention.kind: attention kind 'fr_graph' works on unordered token sets, "
+            "but task 'seqrec' has ordered tokens used causally",
+        ),
+        ({"model.bias": [{"kind": "rel_time"}]}, "model.bias.0.kind: bias kind 'rel_time' needs timestamps"),
+        ({"model.init": "xavier"}, "model.init: unknown initialiser 'xavier'; did you mean 'xavier_normal'?"),
+        ({"train.loss.kind": "hinge"}, "train.loss: Input tag 'hinge' found using 'kind' does not match"),
+        ({"train.lr": -1, "model.dim": 0}, "train.lr: Input should be greater than 0 (got -1)"),
+        (
+            {"model.dim": 0, "model.attention.kind": "sofmax"},
+            "model.dim: Input should be greater than 0 (got 0)",
+        ),
+        ({"model.ffn.mult.x": 1}, "ffn.mult.x: 'mult' holds no keys"),
+        ({"optimizer": "adam"}, "optimizer: not a model.* or train.* key"),
+    ],
+)
 def test_with_params_errors_name_the_key(write_study, params, message):
     study = load_study(write_study({"task": {"data": {"timestamps": False}}}))
     with pytest.raises(StudyError) as exc:
@@ -210,13 +294,16 @@ def test_missing_study_file_and_bad_yaml(cli, tmp_path, write_study):
     assert code == 2 and "not valid YAML" in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("args, names", [
-    (("run",), ["ablate run", "Missing argument", "study_file"]),
-    (("status", "x.yaml", "--bogus"), ["ablate status", "--bogus"]),
-    (("worker", "x.yaml", "--heartbeat", "0"), ["ablate worker", "--heartbeat"]),
-    (("run", "x.yaml", "--workers", "many"), ["ablate run", "--workers"]),
-    (("frobnicate",), ["frobnicate"]),
-])
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        (("run",), ["ablate run", "Missing argument", "study_file"]),
+        (("status", "x.yaml", "--bogus"), ["ablate status", "--bogus"]),
+        (("worker", "x.yaml", "--heartbeat", "0"), ["ablate worker", "--heartbeat"]),
+        (("run", "x.yaml", "--workers", "many"), ["ablate run", "--workers"]),
+        (("frobnicate",), ["frobnicate"]),
+    ],
+)
 def test_bad_cli_argument_is_one_line_exit_2(cli, args, names):
     code, out, err = cli(*args)
     assert code == 2 and out == ""
@@ -235,14 +322,16 @@ def test_cli_help_and_no_arguments_show_help(cli):
 def test_report_settings_reach_the_report(write_study):
     from ablate.cli import _settings
 
-    study = load_study(write_study({"report": {"alpha": 0.01, "correction": "fdr_bh", "ci": "percentile",
-                                              "calibration": 0}}))
+    study = load_study(
+        write_study({"report": {"alpha": 0.01, "correction": "fdr_bh", "ci": "percentile", "calibration": 0}})
+    )
     settings = _settings(None, study)
     chosen = (settings.alpha, settings.correction, settings.ci, settings.calibration)
     assert chosen == (0.01, "fdr_bh", "percentile", 0)
     assert settings.primary == "ndcg@10" and settings.metrics[:2] == ["ndcg@10", "hr@10"]
     assert settings == type(settings).from_json(study.report_settings_json()).model_copy(
-        update={"notes": settings.notes})
+        update={"notes": settings.notes}
+    )
     # what the study fills in is not the study file's to set: the same one line as a misspelt key
     for key, value in [("primary", "hr@10"), ("variants", ["base"]), ("seed", 3)]:
         with pytest.raises(StudyError, match=rf"study.yaml:\d+: report.{key}: unknown key$"):

@@ -42,8 +42,17 @@ def frame(values=VALUES, seeds=None) -> pd.DataFrame:
     rows = []
     for v, xs in values.items():
         for s, x in zip(seeds or range(len(xs)), xs, strict=True):
-            rows.append({"variant": v, "seed": s, "differs": DIFFERS.get(v, v), "test.ndcg@10": x,
-                         "valid.ndcg@10": x + 0.01, "params": 100, "note": "kept"})
+            rows.append(
+                {
+                    "variant": v,
+                    "seed": s,
+                    "differs": DIFFERS.get(v, v),
+                    "test.ndcg@10": x,
+                    "valid.ndcg@10": x + 0.01,
+                    "params": 100,
+                    "note": "kept",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -149,8 +158,11 @@ def test_bootstrap_t_matches_the_exact_studentized_distribution():
     t = []
     for s in itertools.product(d, repeat=4):
         s = np.array(s)
-        t.append(np.sign(s.mean() - mean) * np.inf if np.ptp(s) == 0 else
-                 (s.mean() - mean) / (s.std(ddof=1) / math.sqrt(k)))
+        t.append(
+            np.sign(s.mean() - mean) * np.inf
+            if np.ptp(s) == 0
+            else (s.mean() - mean) / (s.std(ddof=1) / math.sqrt(k))
+        )
     t = np.sort(t)
     low, high = bootstrap_ci(d, 40_000, seed=0, method="bootstrap-t")
     # Monte Carlo quantiles of a discrete distribution: between the exact ones at 2.5 % ± 0.5 %
@@ -290,13 +302,22 @@ def test_bad_inputs_name_the_problem():
 
 
 def test_settings_travel_as_json_and_old_tags_still_read():
-    s = settings(ci="percentile", correction="fdr_bh", higher_is_better={"ndcg@10": False},
-                 variants=["base", "A"])
+    s = settings(
+        ci="percentile", correction="fdr_bh", higher_is_better={"ndcg@10": False}, variants=["base", "A"]
+    )
     assert ReportSettings.from_json(s.model_dump_json()) == s
     # the tag as older versions wrote it: json.dumps of a plain mapping, fewer keys
-    old = {"study": "t", "primary": "ndcg@10", "metrics": ["hr@10"], "baseline": "base", "alpha": 0.05,
-           "correction": "holm", "bootstrap": 500, "higher_is_better": {"ndcg@10": True},
-           "variants": ["base", "A"]}
+    old = {
+        "study": "t",
+        "primary": "ndcg@10",
+        "metrics": ["hr@10"],
+        "baseline": "base",
+        "alpha": 0.05,
+        "correction": "holm",
+        "bootstrap": 500,
+        "higher_is_better": {"ndcg@10": True},
+        "variants": ["base", "A"],
+    }
     back = ReportSettings.from_json(json.dumps(old))
     assert back.metrics == ["ndcg@10", "hr@10"]
     assert (back.ci, back.calibration) == ("smoothed-bootstrap-t", 200)
@@ -312,8 +333,11 @@ def test_pairwise_by_hand():
     sd_ab = math.sqrt(18e-4 / 3)
     t_ab = -0.03 / (sd_ab / 2)
     sd_base = math.sqrt(5e-4 / 3)
-    p = [2 * st.t.sf(0.025 / (sd_base / 2), 3), 2 * st.t.sf(0.005 / (sd_base / 2), 3),
-         2 * st.t.sf(abs(t_ab), 3)]
+    p = [
+        2 * st.t.sf(0.025 / (sd_base / 2), 3),
+        2 * st.t.sf(0.005 / (sd_base / 2), 3),
+        2 * st.t.sf(abs(t_ab), 3),
+    ]
     assert pairs["delta"].tolist() == pytest.approx([0.025, -0.005, -0.03])
     assert pairs["p"].tolist() == pytest.approx(p, rel=1e-6)
     # Holm over 3 pairs: sorted p_A < p_AB < p_B → 3 p_A, max(3 p_A, 2 p_AB), max(…, p_B)
@@ -345,6 +369,7 @@ def test_min_detectable_d_is_the_80_percent_power_point():
 
     for k, a in [(3, 0.05), (5, 0.05 / 3), (10, 0.01)]:
         assert min_detectable_d(k, a) == pytest.approx(
-            TTestPower().solve_power(nobs=k, alpha=a, power=0.8), rel=1e-3)
+            TTestPower().solve_power(nobs=k, alpha=a, power=0.8), rel=1e-3
+        )
     assert min_detectable_d(3, 0.05) > min_detectable_d(5, 0.05) > min_detectable_d(10, 0.05)
     assert np.isnan(min_detectable_d(2, 0.05))

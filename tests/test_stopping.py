@@ -74,11 +74,18 @@ def test_sleep_ends_when_a_stop_is_asked_for():
 def test_ctrl_c_stops_a_run_that_the_next_run_resumes(write_study, tmp_path):
     """Ctrl-C in `ablate run`: exit status 130 and one line saying how to go on; the trial in
     flight is recorded as interrupted (which the next run re-queues), none is left running."""
-    study = write_study({"train": {"epochs": 400}, "seeds": [0], "report": {"calibration": 0, "bootstrap": 200}},
-                        replace={"variants": {}})
+    study = write_study(
+        {"train": {"epochs": 400}, "seeds": [0], "report": {"calibration": 0, "bootstrap": 200}},
+        replace={"variants": {}},
+    )
     journal = tmp_path / "runs" / "tiny" / "optuna.journal"
-    run = subprocess.Popen([sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet"], cwd=tmp_path,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not _trials(journal, optuna.trial.TrialState.RUNNING):
@@ -90,7 +97,9 @@ def test_ctrl_c_stops_a_run_that_the_next_run_resumes(write_study, tmp_path):
         run.kill()
     assert run.returncode == 130
     assert f"interrupted: trials in flight are re-queued; `ablate run {study}` resumes" in err
-    assert [t.user_attrs["failure"] for t in _trials(journal, optuna.trial.TrialState.FAIL)] == ["interrupted"]
+    assert [t.user_attrs["failure"] for t in _trials(journal, optuna.trial.TrialState.FAIL)] == [
+        "interrupted"
+    ]
     assert not _trials(journal, optuna.trial.TrialState.RUNNING)
 
 

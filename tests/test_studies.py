@@ -17,8 +17,16 @@ REPRODUCTIONS = {"sasrec_ml1m"}
 
 def test_there_are_seed_system_studies():
     names = {p.stem for p in STUDIES}
-    assert {"quickstart", "sasrec", "tisasrec", "sasrec_mhc", "tisasrec_mhc", "hstu", "fuxi_alpha",
-            "minimind_ffn"} <= names
+    assert {
+        "quickstart",
+        "sasrec",
+        "tisasrec",
+        "sasrec_mhc",
+        "tisasrec_mhc",
+        "hstu",
+        "fuxi_alpha",
+        "minimind_ffn",
+    } <= names
 
 
 @pytest.mark.parametrize("path", STUDIES, ids=[p.stem for p in STUDIES])

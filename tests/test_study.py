@@ -21,7 +21,8 @@ def test_run_writes_tracking_and_report(write_study, cli, tmp_path, monkeypatch)
     for name in ("report.md", "report.html", "results.csv"):
         assert (report_dir / name).is_file(), name
     results = pd.read_csv(report_dir / "results.csv")
-    assert sorted(zip(results.variant, results.seed)) == [("base", 0), ("base", 1), ("mlp", 0), ("mlp", 1)]
+    pairs = sorted(zip(results.variant, results.seed, strict=True))
+    assert pairs == [("base", 0), ("base", 1), ("mlp", 0), ("mlp", 1)]
     assert results["test.ndcg@10"].between(0, 1).all()
     assert (results["params"] > 0).all() and (results["tokens_per_s"] > 0).all()
 
@@ -52,10 +53,15 @@ def test_run_writes_tracking_and_report(write_study, cli, tmp_path, monkeypatch)
     assert set(loaded.units.columns) >= {"variant", "seed", "unit", "ndcg@10", "hr@10"}
 
     # Optuna: one complete trial per (variant, seed).
-    ostudy = optuna.load_study(study_name="tiny", storage=JournalStorage(JournalFileBackend(
-        str(tmp_path / "runs" / "tiny" / "optuna.journal"))))
-    keys = sorted((t.user_attrs["variant"], t.user_attrs["seed"]) for t in ostudy.trials
-                  if t.state == optuna.trial.TrialState.COMPLETE)
+    ostudy = optuna.load_study(
+        study_name="tiny",
+        storage=JournalStorage(JournalFileBackend(str(tmp_path / "runs" / "tiny" / "optuna.journal"))),
+    )
+    keys = sorted(
+        (t.user_attrs["variant"], t.user_attrs["seed"])
+        for t in ostudy.trials
+        if t.state == optuna.trial.TrialState.COMPLETE
+    )
     assert keys == [("base", 0), ("base", 1), ("mlp", 0), ("mlp", 1)]
 
     # Running again retrains nothing; `ablate report` rebuilds from the store alone.
@@ -79,8 +85,11 @@ def test_changed_settings_are_not_mixed_with_old_trials(write_study, cli, tmp_pa
     code, _, err = cli("run", write_study({"train": {"epochs": 2}, "seeds": [0]}), "--quiet")
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "different settings" in err and "base" in err and "mlp" in err and "--output" in err
-    code, _, err = cli("run", write_study({"train": {"epochs": 1}, "seeds": [0],
-                                           "variants": {"wide": {"dim": 32}}}), "--quiet")
+    code, _, err = cli(
+        "run",
+        write_study({"train": {"epochs": 1}, "seeds": [0], "variants": {"wide": {"dim": 32}}}),
+        "--quiet",
+    )
     assert code == 0, err
     assert "2 trial(s) were already complete" in err
     results = pd.read_csv(tmp_path / "reports" / "tiny" / "results.csv")
@@ -96,10 +105,11 @@ def test_results_take_validation_from_the_restored_best_state_not_the_last_epoch
     run = tracker.start_trial(parent, "base-0", {"variant": "base", "seed": "0"}, {})
     for epoch, value in ((1, 0.50), (2, 0.30)):  # best at epoch 1, the last epoch worse
         tracker.log_metrics(run, {"valid.ndcg@10": value, "train.loss": 1.0 / epoch}, step=epoch)
-    tracker.finish_trial(run, {"valid.ndcg@10": 0.50, "test.ndcg@10": 0.40},
-                         pd.DataFrame({"unit": [1], "ndcg@10": [0.4]}))
+    tracker.finish_trial(
+        run, {"valid.ndcg@10": 0.50, "test.ndcg@10": 0.40}, pd.DataFrame({"unit": [1], "ndcg@10": [0.4]})
+    )
     loaded = load_results(uri, "best")
     row = loaded.results.iloc[0]
     assert row["valid.ndcg@10"] == 0.50 and row["test.ndcg@10"] == 0.40
     curve = loaded.curves[loaded.curves.metric == "valid.ndcg@10"]
-    assert sorted(zip(curve.epoch, curve.value)) == [(1, 0.50), (2, 0.30)]
+    assert sorted(zip(curve.epoch, curve.value, strict=False)) == [(1, 0.50), (2, 0.30)]

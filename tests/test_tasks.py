@@ -29,8 +29,13 @@ def observe(item: int) -> tuple:
     product = x @ x
     for _ in range(20):
         product = torch.tanh(product @ x)
-    return (item, threading.current_thread().name, torch.get_num_threads(), torch.is_grad_enabled(),
-            product.dtype)
+    return (
+        item,
+        threading.current_thread().name,
+        torch.get_num_threads(),
+        torch.is_grad_enabled(),
+        product.dtype,
+    )
 
 
 def test_items_are_worked_in_single_threaded_streams_and_come_back_in_order(two_threads):
@@ -85,7 +90,7 @@ class Scale(Component):
 
     def auxiliary_loss(self):
         self.asked += 1
-        return self.w ** 2
+        return self.w**2
 
     def epoch_end(self, epoch: int) -> None:
         self.epochs.append(epoch)
@@ -137,7 +142,7 @@ def test_the_auxiliary_loss_is_added_once_to_a_whole_batch_part():
     model = Model()
     total = backward_parts(SumTask(Options(), Path()), model, BATCH, Options(), GENERATOR, NO_AUTOCAST)
     w = torch.tensor(3.0)
-    assert total.item() == ((BATCH * w).sum() + w ** 2).item() == 39.0
+    assert total.item() == ((BATCH * w).sum() + w**2).item() == 39.0
     assert model.scale.asked == 1
     assert model.scale.w.grad.item() == 10.0 + 2 * 3.0
     assert model.lookalike.v.grad is None
@@ -147,7 +152,7 @@ def test_each_micro_batch_part_gets_the_auxiliary_loss_before_its_weighting():
     model = Model()
     total = backward_parts(HalvesTask(Options(), Path()), model, BATCH, Options(), GENERATOR, NO_AUTOCAST)
     w = torch.tensor(3.0)
-    first, rest = ((BATCH[:1] * w).mean() + w ** 2) * 0.25, ((BATCH[1:] * w).mean() + w ** 2) * 0.75
+    first, rest = ((BATCH[:1] * w).mean() + w**2) * 0.25, ((BATCH[1:] * w).mean() + w**2) * 0.75
     assert total.item() == (first + rest).item()  # the same float operations, bit for bit
     assert model.scale.asked == 2
     assert model.scale.w.grad.item() == pytest.approx(0.25 * 1.0 + 0.75 * 3.0 + 2 * 3.0)

@@ -47,7 +47,8 @@ def out_of_tree(tmp_path):
     (site / "tiny_mixer.py").write_text(PLUGIN)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-mixer\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(
-        "[ablate.attention]\ncausal_mean = tiny_mixer:CausalMean\n\n[ablate.bias]\nneeds_time = tiny_mixer:NeedsTime\n"
+        "[ablate.attention]\ncausal_mean = tiny_mixer:CausalMean\n\n"
+        "[ablate.bias]\nneeds_time = tiny_mixer:NeedsTime\n"
     )
     (dist / "RECORD").write_text("")
     return site
@@ -55,8 +56,14 @@ def out_of_tree(tmp_path):
 
 def _ablate(site, *args, cwd):
     env = {**__import__("os").environ, "PYTHONPATH": str(site)}
-    return subprocess.run([sys.executable, "-m", "ablate.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ablate.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_out_of_tree_attention_runs_a_study(out_of_tree, write_study, tmp_path):
@@ -64,7 +71,9 @@ def test_out_of_tree_attention_runs_a_study(out_of_tree, write_study, tmp_path):
     assert listed.returncode == 0, listed.stderr
     assert "causal_mean" in listed.stdout and "tiny-mixer 0.1" in listed.stdout and "scale" in listed.stdout
 
-    study = write_study({"variants": {"mean": {"attention": {"kind": "causal_mean", "scale": 0.5}}}, "seeds": [0]})
+    study = write_study(
+        {"variants": {"mean": {"attention": {"kind": "causal_mean", "scale": 0.5}}}, "seeds": [0]}
+    )
     ran = _ablate(out_of_tree, "run", study, "--quiet", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     results = pd.read_csv(tmp_path / "reports" / "tiny" / "results.csv")
@@ -74,15 +83,26 @@ def test_out_of_tree_attention_runs_a_study(out_of_tree, write_study, tmp_path):
 
 
 def test_incompatible_kind_fails_validation_naming_both_parts(out_of_tree, write_study, tmp_path):
-    study = write_study({"task": {"data": {"timestamps": False}},
-                         "variants": {"t": {"bias": [{"kind": "abs_pos"}, {"kind": "needs_time"}]}}})
+    study = write_study(
+        {
+            "task": {"data": {"timestamps": False}},
+            "variants": {"t": {"bias": [{"kind": "abs_pos"}, {"kind": "needs_time"}]}},
+        }
+    )
     checked = _ablate(out_of_tree, "validate", study, cwd=tmp_path)
     assert checked.returncode == 2
     line = checked.stderr.strip()
     assert len(line.splitlines()) == 1
-    assert "variants.t.bias.1.kind" in line and "needs_time" in line and "timestamps" in line and "seqrec" in line
+    assert (
+        "variants.t.bias.1.kind" in line
+        and "needs_time" in line
+        and "timestamps" in line
+        and "seqrec" in line
+    )
 
 
 def test_unknown_kind_without_the_plugin(write_study, cli):
-    code, _, err = cli("validate", write_study({"variants": {"mean": {"attention": {"kind": "causal_mean"}}}}))
+    code, _, err = cli(
+        "validate", write_study({"variants": {"mean": {"attention": {"kind": "causal_mean"}}}})
+    )
     assert code == 2 and "unknown attention kind 'causal_mean'" in err

@@ -26,23 +26,36 @@ FAST_REPORT = {"calibration": 0, "bootstrap": 200}  # the report is not under te
 
 
 def _ablate(*args: str, env: dict | None = None, cwd=None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ablate.cli", *map(str, args)], cwd=cwd,
-                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ablate.cli", *map(str, args)],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _check_exactly_once(trials, runs, planned) -> dict:
-    complete = collections.Counter((t.user_attrs["variant"], t.user_attrs["seed"]) for t in trials
-                                   if t.state == COMPLETE)
-    finished = collections.Counter((r.data.tags["variant"], int(r.data.tags["seed"])) for r in runs
-                                   if r.info.status == "FINISHED")
+    complete = collections.Counter(
+        (t.user_attrs["variant"], t.user_attrs["seed"]) for t in trials if t.state == COMPLETE
+    )
+    finished = collections.Counter(
+        (r.data.tags["variant"], int(r.data.tags["seed"])) for r in runs if r.info.status == "FINISHED"
+    )
     assert sorted(complete) == planned and set(complete.values()) == {1}, complete
     assert sorted(finished) == planned and set(finished.values()) == {1}, finished
-    assert not [t for t in trials if t.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)]
+    assert not [
+        t for t in trials if t.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
+    ]
     assert not [r for r in runs if r.info.status == "RUNNING"]
-    return {"complete": sum(complete.values()), "finished": sum(finished.values()),
-            "failed": sum(t.state == FAIL for t in trials), "killed_runs": sum(r.info.status == "KILLED" for r in runs),
-            "workers": len({r.data.tags["ablate.worker"] for r in runs if r.info.status == "FINISHED"})}
+    return {
+        "complete": sum(complete.values()),
+        "finished": sum(finished.values()),
+        "failed": sum(t.state == FAIL for t in trials),
+        "killed_runs": sum(r.info.status == "KILLED" for r in runs),
+        "workers": len({r.data.tags["ablate.worker"] for r in runs if r.info.status == "FINISHED"}),
+    }
 
 
 def _key_less_or_duplicate(trial, trials) -> bool:
@@ -72,10 +85,14 @@ def test_local_workers_share_one_queue(write_study, tmp_path):
     assert run.returncode == 0, err
     assert (tmp_path / "reports" / "tiny" / "report.html").is_file()
 
-    trials = optuna.load_study(study_name="tiny", storage=JournalStorage(JournalFileBackend(
-        str(out / "optuna.journal")))).trials
-    counts = _check_exactly_once(trials, _trial_runs(f"sqlite:///{out / 'mlflow.db'}", "tiny"),
-                                 sorted((v, s) for v in ("base", "mlp") for s in (0, 1, 2)))
+    trials = optuna.load_study(
+        study_name="tiny", storage=JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
+    ).trials
+    counts = _check_exactly_once(
+        trials,
+        _trial_runs(f"sqlite:///{out / 'mlflow.db'}", "tiny"),
+        sorted((v, s) for v in ("base", "mlp") for s in (0, 1, 2)),
+    )
     assert counts["failed"] == 1 and counts["killed_runs"] == 1  # the dead worker's trial, re-run once
     assert counts["workers"] == 2  # both workers trained trials
     assert not list((out / "workers").iterdir())  # every worker's lock file is gone
@@ -89,9 +106,13 @@ def test_stopping_the_run_stops_its_workers(write_study, tmp_path, stop):
     worker trained on: tests/test_stopping.py.)"""
     study = write_study({"train": {"epochs": 400}, "seeds": [0, 1], "report": FAST_REPORT})
     out = tmp_path / "runs" / "tiny"
-    run = subprocess.Popen([sys.executable, "-m", "ablate.cli", "run", str(study), "--workers", "2", "--quiet"],
-                           cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           start_new_session=True)  # its own process group: cleaned up whatever happens
+    run = subprocess.Popen(
+        [sys.executable, "-m", "ablate.cli", "run", str(study), "--workers", "2", "--quiet"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # its own process group: cleaned up whatever happens
     try:
         _stop(run, out, stop)
     finally:
@@ -119,7 +140,9 @@ def _stop(run: subprocess.Popen, out: Path, stop: signal.Signals) -> None:
     while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in workers)
-    trials = optuna.load_study(study_name="tiny", storage=JournalStorage(JournalFileBackend(str(journal)))).trials
+    trials = optuna.load_study(
+        study_name="tiny", storage=JournalStorage(JournalFileBackend(str(journal)))
+    ).trials
     assert not _running(journal)
     assert sorted(t.user_attrs.get("failure") for t in trials if t.state == FAIL) == ["interrupted"] * 2
 
@@ -147,7 +170,9 @@ def _postgres_url() -> str:
     url = os.environ.get("ABLATE_TEST_POSTGRES")
     if not url:
         if os.environ.get("ABLATE_REQUIRE_POSTGRES"):
-            pytest.fail("ABLATE_REQUIRE_POSTGRES is set but ABLATE_TEST_POSTGRES (a postgresql:// URL) is not")
+            pytest.fail(
+                "ABLATE_REQUIRE_POSTGRES is set but ABLATE_TEST_POSTGRES (a postgresql:// URL) is not"
+            )
         pytest.skip("no PostgreSQL server: set ABLATE_TEST_POSTGRES=postgresql://… (.ci/run starts one)")
     return url
 
@@ -157,19 +182,33 @@ def test_three_workers_on_postgresql(write_study, tmp_path):
     name = f"pg-{uuid.uuid4().hex[:8]}"
     study = write_study({"name": name, "train": {"epochs": 1}, "seeds": [0, 1, 2]})
     tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"  # one tracking store shared by the workers
-    common = ["worker", study, "--storage", url, "--tracking-uri", tracking, "--quiet", "--heartbeat", 1,
-              "--grace", 4]
-    workers = [_ablate(*common, env={KILL_ENV: "train@1"} if i == 0 else None, cwd=tmp_path) for i in range(3)]
+    common = [
+        "worker",
+        study,
+        "--storage",
+        url,
+        "--tracking-uri",
+        tracking,
+        "--quiet",
+        "--heartbeat",
+        1,
+        "--grace",
+        4,
+    ]
+    workers = [
+        _ablate(*common, env={KILL_ENV: "train@1"} if i == 0 else None, cwd=tmp_path) for i in range(3)
+    ]
     results = [(w.communicate(timeout=600), w.returncode) for w in workers]
     assert results[0][1] == -signal.SIGKILL, [r[0][1][-1500:] for r in results]  # died inside its first trial
-    for (out, err), code in results[1:]:
+    for (_out, err), code in results[1:]:
         assert code == 0, err
 
     storage = optuna.storages.RDBStorage(url)
     try:
         trials = optuna.load_study(study_name=name, storage=storage).trials
-        counts = _check_exactly_once(trials, _trial_runs(tracking, name),
-                                     sorted((v, s) for v in ("base", "mlp") for s in (0, 1, 2)))
+        counts = _check_exactly_once(
+            trials, _trial_runs(tracking, name), sorted((v, s) for v in ("base", "mlp") for s in (0, 1, 2))
+        )
         failed = [t for t in trials if t.state == FAIL]
         # Without a cross-host lock two workers can race for the last queued trial; the loser's ask()
         # makes a fresh trial, which it closes as bookkeeping ("nothing queued" / "duplicate").
@@ -185,13 +224,18 @@ def test_three_workers_on_postgresql(write_study, tmp_path):
         assert len(retried) == 1
         assert retried[0].state == COMPLETE or retried[0].user_attrs.get("failure") == "duplicate"
         stale_key = (stale[0].user_attrs["variant"], stale[0].user_attrs["seed"])
-        assert [t.state for t in trials if t.state == COMPLETE
-                and (t.user_attrs.get("variant"), t.user_attrs.get("seed")) == stale_key] == [COMPLETE]
+        assert [
+            t.state
+            for t in trials
+            if t.state == COMPLETE and (t.user_attrs.get("variant"), t.user_attrs.get("seed")) == stale_key
+        ] == [COMPLETE]
         assert counts["killed_runs"] == 1 and counts["workers"] == 2
-        print(f"\npostgresql, 3 workers (one SIGKILLed in its first trial): {len(trials)} Optuna trials, "
-              f"{counts['complete']} COMPLETE for 6 planned keys (each once), 1 FAIL (stale heartbeat) "
-              f"re-queued (key completed once), {len(raced)} closed as lost queue races; "
-              f"MLflow FINISHED {counts['finished']}, KILLED "
-              f"{counts['killed_runs']}; trained by {counts['workers']} surviving workers")
+        print(
+            f"\npostgresql, 3 workers (one SIGKILLed in its first trial): {len(trials)} Optuna trials, "
+            f"{counts['complete']} COMPLETE for 6 planned keys (each once), 1 FAIL (stale heartbeat) "
+            f"re-queued (key completed once), {len(raced)} closed as lost queue races; "
+            f"MLflow FINISHED {counts['finished']}, KILLED "
+            f"{counts['killed_runs']}; trained by {counts['workers']} surviving workers"
+        )
     finally:
         optuna.delete_study(study_name=name, storage=storage)

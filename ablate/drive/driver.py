@@ -65,8 +65,14 @@ class RunSummary:
 class Driver:
     """One worker: opens the stores, syncs the queues, takes trials until none is left anywhere."""
 
-    def __init__(self, study: Study, stores: Stores, reporter: Reporter | None = None,
-                 retry_failed: bool = False, worker_id: str = ""):
+    def __init__(
+        self,
+        study: Study,
+        stores: Stores,
+        reporter: Reporter | None = None,
+        retry_failed: bool = False,
+        worker_id: str = "",
+    ):
         self.study, self.stores = study, stores
         self.reporter = reporter or Reporter()
         self.retry_failed = retry_failed
@@ -79,11 +85,13 @@ class Driver:
         tracker = Tracker(stores.tracking_uri, study.name, artifact_root=artifacts)
         parent = tracker.study_run(study.name, tags=_study_tags(study), params=_study_params(study))
         self.final = Queue.final(study, storage)
-        self.searches = {v: Queue.search(study, v, storage) for v in study.variants} \
-            if study.spec.search.enabled else {}
+        self.searches = (
+            {v: Queue.search(study, v, storage) for v in study.variants} if study.spec.search.enabled else {}
+        )
         self.data = TaskData(study)
-        self.execution = Execution(study, stores.output_dir, tracker, parent, self.reporter, self.data,
-                                   worker_id, checkpoint_s)
+        self.execution = Execution(
+            study, stores.output_dir, tracker, parent, self.reporter, self.data, worker_id, checkpoint_s
+        )
         self._configs: dict[str, Config] = {}
 
     # -- what each variant trains with ----------------------------------------------------
@@ -95,8 +103,9 @@ class Driver:
         if self.study.spec.search.enabled:
             queue = self.searches[variant]
             trials = queue.trials()
-            if not search_done(self.study, variant, trials) \
-                    or not any(t.state == TrialState.COMPLETE for t in trials):
+            if not search_done(self.study, variant, trials) or not any(
+                t.state == TrialState.COMPLETE for t in trials
+            ):
                 return None
             params = queue.study.best_trial.params
         self._configs[variant] = self._apply(variant, params)
@@ -132,8 +141,9 @@ class Driver:
         self.stores.reap(self.final)
         trials = self.final.trials()
         configs = {v: self.config(v) for v in study.variants}
-        check_changed(trials, {v: fingerprint(c.study, v) for v, c in configs.items() if c},
-                      str(self.stores.output_dir))
+        check_changed(
+            trials, {v: fingerprint(c.study, v) for v, c in configs.items() if c}, str(self.stores.output_dir)
+        )
         done = taken(trials, self.retry_failed)
         for variant, seed in self.planned:
             cfg = configs[variant]
@@ -175,8 +185,10 @@ class Driver:
 
     def _busy_elsewhere(self) -> bool:
         """Trials running in other workers (whose completion may unlock more work)."""
-        return any(queue.trials(TrialState.RUNNING, TrialState.WAITING)
-                   for queue in [*self.searches.values(), self.final])
+        return any(
+            queue.trials(TrialState.RUNNING, TrialState.WAITING)
+            for queue in [*self.searches.values(), self.final]
+        )
 
     # -- main loop ------------------------------------------------------------------------
     def run(self, wait_for_others: bool = True) -> RunSummary:
@@ -229,8 +241,13 @@ class Driver:
             queue.fail(trial, f"parameters do not fit: {exc}")
             self.reporter.failed(label, job.seed, str(exc))
             return
-        tags = {"variant": job.variant, "slot": str(job.slot), "seed": str(job.seed),
-                "trial": str(trial.number), **{f"search.{k}": str(v) for k, v in params.items()}}
+        tags = {
+            "variant": job.variant,
+            "slot": str(job.slot),
+            "seed": str(job.seed),
+            "trial": str(trial.number),
+            **{f"search.{k}": str(v) for k, v in params.items()},
+        }
         run_id = self.execution.start_run(job, cfg, tags, params)
         trial.set_user_attr("mlflow_run_id", run_id)
         self.reporter.trial(label, job.seed, study.spec.train.epochs)
@@ -270,8 +287,13 @@ class Driver:
         return result.summary[f"valid.{self.study.metrics[0]}"]
 
 
-def run_study(study: Study, stores: Stores, reporter: Reporter | None = None,
-              retry_failed: bool = False, wait_for_others: bool = True) -> RunSummary:
+def run_study(
+    study: Study,
+    stores: Stores,
+    reporter: Reporter | None = None,
+    retry_failed: bool = False,
+    wait_for_others: bool = True,
+) -> RunSummary:
     """Train every planned (variant, seed) not yet complete (searching first when the study
     has a ``search:`` section); returns what this process did."""
     with stores.worker() as worker_id:
@@ -288,10 +310,16 @@ def prepare(study: Study, stores: Stores) -> None:
 
 
 def _study_tags(study: Study) -> dict[str, str]:
-    return {"ablate.study": study.name, "ablate.task": study.task.kind_name(),
-            "ablate.report_settings": study.report_settings_json()}
+    return {
+        "ablate.study": study.name,
+        "ablate.task": study.task.kind_name(),
+        "ablate.report_settings": study.report_settings_json(),
+    }
 
 
 def _study_params(study: Study) -> dict[str, object]:
-    return {"study_file": str(study.path), "seeds": study.spec.seeds,
-            "task": study.spec.task.model_dump_json()}
+    return {
+        "study_file": str(study.path),
+        "seeds": study.spec.seeds,
+        "task": study.spec.task.model_dump_json(),
+    }

@@ -114,8 +114,17 @@ class TaskData:
 class Execution:
     """Trains trials for one worker and records them in MLflow and Optuna."""
 
-    def __init__(self, study: Study, output_dir: Path, tracker: Tracker, parent: str, reporter: Reporter,
-                 data: TaskData, worker_id: str, checkpoint_s: float):
+    def __init__(
+        self,
+        study: Study,
+        output_dir: Path,
+        tracker: Tracker,
+        parent: str,
+        reporter: Reporter,
+        data: TaskData,
+        worker_id: str,
+        checkpoint_s: float,
+    ):
         self.study, self.output_dir = study, output_dir
         self.tracker, self.parent = tracker, parent  # the study's MLflow run, parent of the trials'
         self.reporter, self.data = reporter, data
@@ -139,11 +148,14 @@ class Execution:
             **extra_tags,
             **{f"component.{s}": label for s, label in cfg.variant.components().items()},
         }
-        run_params = {"variant": job.variant, "seed": job.seed,
-                      "model": json.dumps(cfg.variant.spec.model_dump(), default=str),
-                      **{f"train.{k}": v for k, v in cfg.study.spec.train.model_dump().items()},
-                      **{f"search.{k}": v for k, v in params.items()},
-                      **(cfg.matched.record() if cfg.matched else {})}
+        run_params = {
+            "variant": job.variant,
+            "seed": job.seed,
+            "model": json.dumps(cfg.variant.spec.model_dump(), default=str),
+            **{f"train.{k}": v for k, v in cfg.study.spec.train.model_dump().items()},
+            **{f"search.{k}": v for k, v in params.items()},
+            **(cfg.matched.record() if cfg.matched else {}),
+        }
         return self.tracker.start_trial(self.parent, job.stem("/"), tags, run_params, role=job.role)
 
     def checkpoint(self, job: Job, study: Study) -> Checkpoint:
@@ -170,8 +182,16 @@ class Execution:
         checkpoint = self.checkpoint(job, study)
         for attempt in (1, 2):
             try:
-                result = train_trial(study, cfg.variant, job.seed, self.data.get(), self.device,
-                                     on_epoch=on_epoch, on_step=self.reporter.step, checkpoint=checkpoint)
+                result = train_trial(
+                    study,
+                    cfg.variant,
+                    job.seed,
+                    self.data.get(),
+                    self.device,
+                    on_epoch=on_epoch,
+                    on_step=self.reporter.step,
+                    checkpoint=checkpoint,
+                )
                 if result.resumed_from:
                     self.tracker.set_tag(run_id, "ablate.resumed_from_epoch", str(result.resumed_from))
                 return result
@@ -190,9 +210,11 @@ class Execution:
                     self.tracker.set_tag(run_id, "ablate.oom_retry", f"batch size {batch}")
                     trial.set_user_attr("oom_retry_batch_size", batch)
                     continue
-                reason = (f"out of memory at batch size {batch} (after a retry at half the batch size)"
-                          if attempt == 2
-                          else f"out of memory at batch size {batch}: {str(exc).splitlines()[0]}")
+                reason = (
+                    f"out of memory at batch size {batch} (after a retry at half the batch size)"
+                    if attempt == 2
+                    else f"out of memory at batch size {batch}: {str(exc).splitlines()[0]}"
+                )
                 return self.fail(job, trial, run_id, reason)
             except TrialFailed as exc:
                 checkpoint.remove()  # a retry starts afresh (e.g. after the code was fixed)

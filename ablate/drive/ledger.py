@@ -56,14 +56,21 @@ def fingerprint(study: Study, variant: str) -> str:
     evaluation batch size. Adding a variant or a seed keeps existing trials valid; changing
     what they were trained with does not."""
     train = study.spec.train.model_dump(exclude={"device", "eval_batch_size"})
-    content = {"model": study.variants[variant].spec.model_dump(), "train": train,
-               "task": study.spec.task.model_dump(), "metrics": study.metrics}
+    content = {
+        "model": study.variants[variant].spec.model_dump(),
+        "train": train,
+        "task": study.spec.task.model_dump(),
+        "metrics": study.metrics,
+    }
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def search_fingerprint(study: Study, variant: str) -> str:
-    content = {"base": fingerprint(study, variant), "search": study.spec.search.model_dump(),
-               "match": study.spec.match_params}
+    content = {
+        "base": fingerprint(study, variant),
+        "search": study.spec.search.model_dump(),
+        "match": study.spec.match_params,
+    }
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -86,7 +93,8 @@ def failure_of(trial: FrozenTrial) -> str | None:
 def settled(trial: FrozenTrial) -> bool:
     """A search trial that used up its slot: complete, pruned, or failed for a reason."""
     return trial.state in (TrialState.COMPLETE, TrialState.PRUNED) or (
-        trial.state == TrialState.FAIL and bool(failure_of(trial)))
+        trial.state == TrialState.FAIL and bool(failure_of(trial))
+    )
 
 
 def elapsed(trial: FrozenTrial) -> float | None:
@@ -118,19 +126,27 @@ def taken(trials: list[FrozenTrial], retry_failed: bool) -> set[Key]:
 def check_changed(trials: list[FrozenTrial], expected: dict[str, str], place: str) -> None:
     """Stop when finished trials of a variant were trained with other settings than ``expected``
     (variant → fingerprint) gives; ``place`` names where they are."""
-    changed = sorted({t.user_attrs["variant"] for t in trials
-                      if t.state == TrialState.COMPLETE and key_of(t)
-                      and t.user_attrs.get("variant") in expected
-                      and t.user_attrs.get("fingerprint") not in (None, expected[t.user_attrs["variant"]])})
+    changed = sorted(
+        {
+            t.user_attrs["variant"]
+            for t in trials
+            if t.state == TrialState.COMPLETE
+            and key_of(t)
+            and t.user_attrs.get("variant") in expected
+            and t.user_attrs.get("fingerprint") not in (None, expected[t.user_attrs["variant"]])
+        }
+    )
     if changed:
         raise AblateError(
             f"{place} holds finished trials of variant(s) {', '.join(changed)} trained with different "
             f"settings than the study file has now (model, train, task, metrics or search changed); "
-            f"give a new --output folder, or delete that one")
+            f"give a new --output folder, or delete that one"
+        )
 
 
-def drop_reason(trials: list[FrozenTrial], number: int, key: Key | None,
-                planned: Collection[Key] | None) -> str | None:
+def drop_reason(
+    trials: list[FrozenTrial], number: int, key: Key | None, planned: Collection[Key] | None
+) -> str | None:
     """Why the popped trial ``number`` (of ``key``) must not be trained, or None. ``planned``:
     the keys the study file plans (None: any key is, as every search slot within the budget)."""
     if key is None:  # another worker took the last queued trial; ask() made a fresh one
@@ -141,8 +157,9 @@ def drop_reason(trials: list[FrozenTrial], number: int, key: Key | None,
         if t.number == number or key_of(t) != key:
             continue
         # Two hosts sharing a database may both enqueue a key: the higher number steps aside.
-        if t.state == TrialState.COMPLETE or (t.state in (TrialState.WAITING, TrialState.RUNNING)
-                                              and t.number < number):
+        if t.state == TrialState.COMPLETE or (
+            t.state in (TrialState.WAITING, TrialState.RUNNING) and t.number < number
+        ):
             return DUPLICATE
     return None
 
@@ -157,15 +174,21 @@ class Queue:
 
     @classmethod
     def final(cls, study: Study, storage: optuna.storages.BaseStorage) -> Queue:
-        ostudy = optuna.create_study(storage=storage, study_name=study.name, direction=direction(study),
-                                     load_if_exists=True)
+        ostudy = optuna.create_study(
+            storage=storage, study_name=study.name, direction=direction(study), load_if_exists=True
+        )
         return cls(ostudy, storage, Phase.FINAL)
 
     @classmethod
     def search(cls, study: Study, variant: str, storage: optuna.storages.BaseStorage) -> Queue:
-        ostudy = optuna.create_study(storage=storage, study_name=search_name(study, variant),
-                                     direction=direction(study), sampler=make_sampler(study),
-                                     pruner=make_pruner(study), load_if_exists=True)
+        ostudy = optuna.create_study(
+            storage=storage,
+            study_name=search_name(study, variant),
+            direction=direction(study),
+            sampler=make_sampler(study),
+            pruner=make_pruner(study),
+            load_if_exists=True,
+        )
         return cls(ostudy, storage, Phase.SEARCH)
 
     @property

@@ -74,8 +74,9 @@ def progress(study: Study, stores: Stores, storage: Any = None) -> dict[str, Var
     return rows
 
 
-def eta_seconds(rows: dict[str, VariantStatus],
-                checkpointed: dict[str, list[float]] | None = None) -> float | None:
+def eta_seconds(
+    rows: dict[str, VariantStatus], checkpointed: dict[str, list[float]] | None = None
+) -> float | None:
     """Remaining trials × mean wall time of finished trials ÷ trials running now (≥ 1).
     ``checkpointed[variant]`` lists the done fraction (epoch / epochs) of that variant's trials
     with a checkpoint: they count as that much less left; other running trials as half left."""
@@ -87,8 +88,13 @@ def eta_seconds(rows: dict[str, VariantStatus],
     for name, r in rows.items():
         done = checkpointed.get(name, [])
         unsaved_running = max(r.running - len(done), 0)
-        remaining += (r.left + r.running - sum(done) - 0.5 * unsaved_running
-                      + max(r.search_budget - r.searched - r.running + r.final_running, 0))
+        remaining += (
+            r.left
+            + r.running
+            - sum(done)
+            - 0.5 * unsaved_running
+            + max(r.search_budget - r.searched - r.running + r.final_running, 0)
+        )
     parallel = max(1, sum(r.running for r in rows.values()))
     return max(remaining, 0.0) * (sum(walls) / len(walls)) / parallel
 

@@ -56,12 +56,19 @@ class Stores(ABC):
     shared: ClassVar[bool]
 
     @staticmethod
-    def for_study(study: Study, output: str | Path | None = None, tracking_uri: str | None = None,
-                  storage: str | None = None) -> Stores:
+    def for_study(
+        study: Study,
+        output: str | Path | None = None,
+        tracking_uri: str | None = None,
+        storage: str | None = None,
+    ) -> Stores:
         out = study.output_dir(output)
         legacy = out / "optuna.db"  # studies started before the journal default keep their store
-        local = f"sqlite:///{legacy}" if legacy.is_file() and not (out / "optuna.journal").exists() \
+        local = (
+            f"sqlite:///{legacy}"
+            if legacy.is_file() and not (out / "optuna.journal").exists()
             else str(out / "optuna.journal")
+        )
         url = storage or local
         served = "://" in url and not url.startswith("sqlite")
         return (SharedStores if served else LocalStores)(out, url, tracking_uri or default_uri(out))
@@ -175,10 +182,13 @@ class SharedStores(Stores):
             try:
                 with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.x
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    return RDBStorage(self.optuna_url, heartbeat_interval=self.heartbeat_s,
-                                      grace_period=self.grace_s,
-                                      heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(),
-                                      engine_kwargs={"pool_pre_ping": True})
+                    return RDBStorage(
+                        self.optuna_url,
+                        heartbeat_interval=self.heartbeat_s,
+                        grace_period=self.grace_s,
+                        heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(),
+                        engine_kwargs={"pool_pre_ping": True},
+                    )
             except Exception as exc:  # noqa: BLE001 - driver errors vary (psycopg, sqlalchemy)
                 text = str(exc)
                 # Workers starting together may race to create Optuna's tables: try again.

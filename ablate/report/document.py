@@ -25,8 +25,10 @@ class Element:
 
 def md_table(headers: list[str], rows: list[list[str]], left: int = 2) -> str:
     esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(esc(h) for h in headers) + " |",
-             "|" + "|".join("---" if i < left else "---:" for i in range(len(headers))) + "|"]
+    lines = [
+        "| " + " | ".join(esc(h) for h in headers) + " |",
+        "|" + "|".join("---" if i < left else "---:" for i in range(len(headers))) + "|",
+    ]
     lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
 
@@ -63,18 +65,22 @@ ul{padding-left:1.4em}li{margin:.25em 0}code{font-size:.95em}
 
 def _html_table(e: Element) -> str:
     esc = html.escape
-    head = "".join(f'<th{" class=num" if j >= e.left else ""}>{esc(h)}</th>' for j, h in enumerate(e.headers))
+    head = "".join(f"<th{' class=num' if j >= e.left else ''}>{esc(h)}</th>" for j, h in enumerate(e.headers))
     body = "".join(
-        "<tr>" + "".join(f'<td class={"num" if j >= e.left else "txt"}>{esc(str(c))}</td>'
-                         for j, c in enumerate(r)) + "</tr>"
-        for r in e.items)
+        "<tr>"
+        + "".join(f"<td class={'num' if j >= e.left else 'txt'}>{esc(str(c))}</td>" for j, c in enumerate(r))
+        + "</tr>"
+        for r in e.items
+    )
     return f'<div class="wrap"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _html_figure(e: Element) -> str:
     data = base64.b64encode(e.path.read_bytes()).decode("ascii")
-    return (f'<figure><img alt="{html.escape(e.text)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{html.escape(e.text)}</figcaption></figure>")
+    return (
+        f'<figure><img alt="{html.escape(e.text)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{html.escape(e.text)}</figcaption></figure>"
+    )
 
 
 HTML: dict[str, Callable[[Element], str]] = {
@@ -90,5 +96,7 @@ HTML: dict[str, Callable[[Element], str]] = {
 def to_html(elements: list[Element], title: str) -> str:
     esc = html.escape
     parts = [HTML[e.kind](e) for e in elements]
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
-            f"<style>{CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
+        f"<style>{CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"
+    )

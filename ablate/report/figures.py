@@ -37,28 +37,53 @@ def _rotate(ax, names: list[str]) -> None:
             t.set_ha("right")
 
 
-def strip_figure(results: pd.DataFrame, settings: ReportSettings, names: list[str], path: Path,
-                 metric: str | None = None) -> Path:
+def strip_figure(
+    results: pd.DataFrame, settings: ReportSettings, names: list[str], path: Path, metric: str | None = None
+) -> Path:
     """Per-seed values of ``metric`` (default: primary) by variant: points (coloured by seed) over
     a boxplot."""
     metric = metric or settings.primary
     col = f"test.{metric}"
-    data = pd.DataFrame({"variant": results["variant"].astype(str), "seed": results["seed"].astype(str),
-                         "value": pd.to_numeric(results[col], errors="coerce")}).dropna()
+    data = pd.DataFrame(
+        {
+            "variant": results["variant"].astype(str),
+            "seed": results["seed"].astype(str),
+            "value": pd.to_numeric(results[col], errors="coerce"),
+        }
+    ).dropna()
     fig = Figure(figsize=(_width(names), 4.0))
     ax = fig.add_subplot()
     # plain matplotlib boxes (seaborn 0.13's boxplot passes matplotlib's deprecated ``vert``)
     groups = [data.loc[data["variant"] == v, "value"].to_numpy() for v in names]
     grey = {"color": "0.45"}
-    ax.boxplot(groups, positions=range(len(names)), widths=0.6, showfliers=False, manage_ticks=False,
-               medianprops={"color": "0.3"}, boxprops=grey, whiskerprops=grey, capprops=grey)
+    ax.boxplot(
+        groups,
+        positions=range(len(names)),
+        widths=0.6,
+        showfliers=False,
+        manage_ticks=False,
+        medianprops={"color": "0.3"},
+        boxprops=grey,
+        whiskerprops=grey,
+        capprops=grey,
+    )
     # seaborn draws the jitter from NumPy's global RNG: fix it so a regenerated report is
     # byte-identical, and restore the caller's RNG state afterwards.
     state = np.random.get_state()
     np.random.seed(0)
     try:
-        sns.stripplot(data=data, x="variant", y="value", order=names, hue="seed", dodge=False, size=6,
-                      jitter=0.12, ax=ax, palette="tab10")
+        sns.stripplot(
+            data=data,
+            x="variant",
+            y="value",
+            order=names,
+            hue="seed",
+            dodge=False,
+            size=6,
+            jitter=0.12,
+            ax=ax,
+            palette="tab10",
+        )
     finally:
         np.random.set_state(state)
     base = data.loc[data["variant"] == settings.baseline, "value"].mean()
@@ -72,17 +97,22 @@ def strip_figure(results: pd.DataFrame, settings: ReportSettings, names: list[st
     return _save(fig, path)
 
 
-def curves_figure(curves: pd.DataFrame | None, settings: ReportSettings, names: list[str],
-                  path: Path) -> Path | None:
+def curves_figure(
+    curves: pd.DataFrame | None, settings: ReportSettings, names: list[str], path: Path
+) -> Path | None:
     """Learning curves, mean over seeds with a ± 1 sd band: the validation primary metric per
     epoch, and the training loss beside it when it was logged."""
     if curves is None or curves.empty:
         return None
-    c = curves.assign(variant=curves["variant"].astype(str), metric=curves["metric"].astype(str),
-                      value=pd.to_numeric(curves["value"], errors="coerce")).dropna(subset=["value"])
-    panels = [(c[c["metric"].isin([settings.primary, f"valid.{settings.primary}"])],
-               f"valid {settings.primary}"),
-              (c[c["metric"] == "train.loss"], "train loss")]
+    c = curves.assign(
+        variant=curves["variant"].astype(str),
+        metric=curves["metric"].astype(str),
+        value=pd.to_numeric(curves["value"], errors="coerce"),
+    ).dropna(subset=["value"])
+    panels = [
+        (c[c["metric"].isin([settings.primary, f"valid.{settings.primary}"])], f"valid {settings.primary}"),
+        (c[c["metric"] == "train.loss"], "train loss"),
+    ]
     panels = [(frame, label) for frame, label in panels if not frame.empty]
     if not panels or panels[0][1] != f"valid {settings.primary}":
         return None
@@ -91,8 +121,16 @@ def curves_figure(curves: pd.DataFrame | None, settings: ReportSettings, names: 
     fig = Figure(figsize=(5.2 * len(panels) + 1.6, 4.0))
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for i, (ax, (frame, label)) in enumerate(zip(axes, panels, strict=True)):
-        sns.lineplot(data=frame, x="epoch", y="value", hue="variant", hue_order=order, errorbar="sd",
-                     ax=ax, legend=i == len(panels) - 1)
+        sns.lineplot(
+            data=frame,
+            x="epoch",
+            y="value",
+            hue="variant",
+            hue_order=order,
+            errorbar="sd",
+            ax=ax,
+            legend=i == len(panels) - 1,
+        )
         ax.set(xlabel="epoch", ylabel=label)
     axes[-1].legend(title="variant", bbox_to_anchor=(1.01, 1), loc="upper left", frameon=False)
     fig.tight_layout()
@@ -115,14 +153,14 @@ def cd_figure(fr: dict, settings: ReportSettings, path: Path) -> Path:
     return _save(fig, path)
 
 
-def pairwise_figure(pairs: pd.DataFrame, settings: ReportSettings, names: list[str],
-                    path: Path) -> Path | None:
+def pairwise_figure(
+    pairs: pd.DataFrame, settings: ReportSettings, names: list[str], path: Path
+) -> Path | None:
     """Heatmap of the corrected pairwise p-values (colour: −log10 p; * significant; n/a: < 3 seeds)."""
     if pairs.empty:
         return None
     p_adj = pairwise_matrix(pairs, names, "p_adj")
-    sig = pairwise_matrix(pairs.assign(significant=pairs["significant"].astype(float)), names,
-                                "significant")
+    sig = pairwise_matrix(pairs.assign(significant=pairs["significant"].astype(float)), names, "significant")
     with np.errstate(divide="ignore"):
         heat = -np.log10(p_adj.clip(lower=1e-4))
     labels = pd.DataFrame("", index=names, columns=names)
@@ -135,14 +173,31 @@ def pairwise_figure(pairs: pd.DataFrame, settings: ReportSettings, names: list[s
     fig = Figure(figsize=(size + 1.2, size))
     ax = fig.add_subplot()
     ax.set_facecolor("0.93")  # NaN cells (diagonal, n/a) show the background
-    sns.heatmap(heat, mask=heat.isna(), vmin=0, vmax=4, cmap="rocket_r", square=True, linewidths=0.5,
-                linecolor="white", ax=ax, cbar_kws={"label": "−log10 adjusted p", "shrink": 0.8})
+    sns.heatmap(
+        heat,
+        mask=heat.isna(),
+        vmin=0,
+        vmax=4,
+        cmap="rocket_r",
+        square=True,
+        linewidths=0.5,
+        linecolor="white",
+        ax=ax,
+        cbar_kws={"label": "−log10 adjusted p", "shrink": 0.8},
+    )
     for i, a in enumerate(names):
         for j, b in enumerate(names):
             if labels.loc[a, b]:
                 dark = not isnan(heat.loc[a, b]) and heat.loc[a, b] > 2.2
-                ax.text(j + 0.5, i + 0.5, labels.loc[a, b], ha="center", va="center",
-                        fontsize=8 if len(names) < 8 else 6.5, color="white" if dark else "0.15")
+                ax.text(
+                    j + 0.5,
+                    i + 0.5,
+                    labels.loc[a, b],
+                    ha="center",
+                    va="center",
+                    fontsize=8 if len(names) < 8 else 6.5,
+                    color="white" if dark else "0.15",
+                )
     ax.set(xlabel="", ylabel="")
     ax.set_xticks(np.arange(len(names)) + 0.5, names)
     ax.set_yticks(np.arange(len(names)) + 0.5, names, rotation=0)
@@ -164,45 +219,81 @@ def _label_points(ax, pts: pd.DataFrame) -> None:
         shift = sum(1 for px, py in placed if abs(px - fx) < 0.15 and abs(py - fy) < 0.06)
         placed.append((fx, fy - 0.06 * shift))
         right = len(pts) > 1 and r.x > mid
-        ax.annotate(r.variant, (r.x, r.y), xytext=(-6 if right else 6, 4 - 11 * shift),
-                    textcoords="offset points", fontsize=8, ha="right" if right else "left")
+        ax.annotate(
+            r.variant,
+            (r.x, r.y),
+            xytext=(-6 if right else 6, 4 - 11 * shift),
+            textcoords="offset points",
+            fontsize=8,
+            ha="right" if right else "left",
+        )
 
 
-def cost_figure(results: pd.DataFrame, cmp: pd.DataFrame, settings: ReportSettings, names: list[str],
-                path: Path) -> Path | None:
+def cost_figure(
+    results: pd.DataFrame, cmp: pd.DataFrame, settings: ReportSettings, names: list[str], path: Path
+) -> Path | None:
     """Cost vs. quality, one point per variant: x the mean wall time per trial (± sd) and the
     parameter count, y the primary metric's mean ± sd over seeds."""
     frame = results.assign(variant=results["variant"].astype(str))
-    costs = [(c, label) for c, label in (("wall_s", "wall s per trial"), ("params", "parameters"))
-             if c in frame.columns and pd.to_numeric(frame[c], errors="coerce").notna().any()]
+    costs = [
+        (c, label)
+        for c, label in (("wall_s", "wall s per trial"), ("params", "parameters"))
+        if c in frame.columns and pd.to_numeric(frame[c], errors="coerce").notna().any()
+    ]
     if not costs:
         return None
     quality = cmp.set_index("variant")
     fig = Figure(figsize=(5.0 * len(costs) + 0.5, 4.2))
     axes = fig.subplots(1, len(costs), squeeze=False, sharey=True)[0]
-    palette = dict(zip(names, sns.color_palette("tab10", len(names)) if len(names) <= 10
-                       else sns.color_palette("husl", len(names)), strict=True))
+    palette = dict(
+        zip(
+            names,
+            sns.color_palette("tab10", len(names))
+            if len(names) <= 10
+            else sns.color_palette("husl", len(names)),
+            strict=True,
+        )
+    )
     for ax, (c, label) in zip(axes, costs, strict=True):
         by = frame.assign(x=pd.to_numeric(frame[c], errors="coerce")).groupby("variant")["x"]
         pts = pd.DataFrame({"x": by.mean(), "xsd": by.std(ddof=1)}).reindex(names)
         pts["y"], pts["ysd"] = quality["mean"].reindex(names), quality["sd"].reindex(names)
         pts = pts.dropna(subset=["x", "y"]).reset_index(names="variant")
         for r in pts.itertuples(index=False):
-            ax.errorbar(r.x, r.y, xerr=None if isnan(r.xsd) or c == "params" else r.xsd,
-                        yerr=None if isnan(r.ysd) else r.ysd, fmt="none", ecolor="0.6", capsize=3, zorder=1)
-        sns.scatterplot(data=pts, x="x", y="y", hue="variant", palette=palette, s=70, ax=ax, legend=False,
-                        style=pts["variant"] == settings.baseline, markers={True: "D", False: "o"}, zorder=2)
+            ax.errorbar(
+                r.x,
+                r.y,
+                xerr=None if isnan(r.xsd) or c == "params" else r.xsd,
+                yerr=None if isnan(r.ysd) else r.ysd,
+                fmt="none",
+                ecolor="0.6",
+                capsize=3,
+                zorder=1,
+            )
+        sns.scatterplot(
+            data=pts,
+            x="x",
+            y="y",
+            hue="variant",
+            palette=palette,
+            s=70,
+            ax=ax,
+            legend=False,
+            style=pts["variant"] == settings.baseline,
+            markers={True: "D", False: "o"},
+            zorder=2,
+        )
         _label_points(ax, pts)
         if c == "params" and len(pts) and pts["x"].min() > 0 and pts["x"].max() / pts["x"].min() > 20:
             ax.set_xscale("log")
         else:
             ax.xaxis.set_major_locator(MaxNLocator(5))
             ax.xaxis.set_major_formatter(
-                FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 100 else f"{v:g}"))
+                FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 100 else f"{v:g}")
+            )
         ax.margins(x=0.18, y=0.1)  # room for the labels
         better = "higher" if settings.higher(settings.primary) else "lower"
         ax.set(xlabel=label, ylabel=f"test {settings.primary} ({better} is better)")
         ax.grid(color="0.92")
     fig.tight_layout()
     return _save(fig, path)
-

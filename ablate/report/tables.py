@@ -12,9 +12,13 @@ from ..stats import ReportSettings
 from .cells import NA, cohen_d, delta_ci, isnan, mark, mean_sd, p_seeds, p_units
 from .document import md_table
 
-COSTS = [("params", "params", "{:,.0f}"), ("tokens_per_s", "tokens/s", "{:,.0f}"),
-         ("peak_memory_mb", "peak memory MB", "{:,.1f}"), ("wall_s", "wall s", "{:,.1f}"),
-         ("epochs", "epochs", "{:,.1f}")]
+COSTS = [
+    ("params", "params", "{:,.0f}"),
+    ("tokens_per_s", "tokens/s", "{:,.0f}"),
+    ("peak_memory_mb", "peak memory MB", "{:,.1f}"),
+    ("wall_s", "wall s", "{:,.1f}"),
+    ("epochs", "epochs", "{:,.1f}"),
+]
 
 
 def table_rows(cmp: pd.DataFrame, settings: ReportSettings) -> tuple[list[str], list[list[str]]]:
@@ -22,21 +26,37 @@ def table_rows(cmp: pd.DataFrame, settings: ReportSettings) -> tuple[list[str], 
     metric = cmp["metric"].iloc[0] if "metric" in cmp.columns and len(cmp) else settings.primary
     higher = settings.higher(metric)
     better = f"P({'>' if higher else '<'}base)"
-    headers = ["variant", "differs", f"{metric} mean ± sd", f"Δ [{settings.confidence:.0%} CI]",
-               "rel. change", "p seeds (adj)", "p units (adj)", "d", better, "sig."]
+    headers = [
+        "variant",
+        "differs",
+        f"{metric} mean ± sd",
+        f"Δ [{settings.confidence:.0%} CI]",
+        "rel. change",
+        "p seeds (adj)",
+        "p units (adj)",
+        "d",
+        better,
+        "sig.",
+    ]
     rows = []
     for row in cmp.itertuples(index=False):
         if row.variant == settings.baseline:
             rows.append([row.variant, row.differs, mean_sd(row)] + ["—"] * 7)
             continue
-        rows.append([
-            row.variant, row.differs, mean_sd(row), delta_ci(row, settings.ci_method.min_seeds),
-            NA if isnan(row.rel_change) else f"{row.rel_change:+.1%}",
-            p_seeds(row), p_units(row),
-            cohen_d(row.d_seeds),
-            NA if isnan(row.p_better_units) else f"{row.p_better_units:.2f}",
-            mark(row, higher),
-        ])
+        rows.append(
+            [
+                row.variant,
+                row.differs,
+                mean_sd(row),
+                delta_ci(row, settings.ci_method.min_seeds),
+                NA if isnan(row.rel_change) else f"{row.rel_change:+.1%}",
+                p_seeds(row),
+                p_units(row),
+                cohen_d(row.d_seeds),
+                NA if isnan(row.p_better_units) else f"{row.p_better_units:.2f}",
+                mark(row, higher),
+            ]
+        )
     return headers, rows
 
 
@@ -45,12 +65,34 @@ def format_table(compare_df: pd.DataFrame, settings: ReportSettings) -> str:
     return md_table(*table_rows(compare_df, settings))
 
 
-TEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                "<": r"\textless{}", ">": r"\textgreater{}"}
+TEX_SPECIALS = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+}
 # the report's non-ASCII glyphs, in plain LaTeX (no packages beyond booktabs)
-TEX_GLYPHS = {"±": r"$\pm$", "−": r"$-$", "∞": r"$\infty$", "—": "---", "–": "--", "Δ": r"$\Delta$",
-              "▲": r"$\uparrow$", "▼": r"$\downarrow$", "≥": r"$\geq$", "≤": r"$\leq$", "α": r"$\alpha$"}
+TEX_GLYPHS = {
+    "±": r"$\pm$",
+    "−": r"$-$",
+    "∞": r"$\infty$",
+    "—": "---",
+    "–": "--",
+    "Δ": r"$\Delta$",
+    "▲": r"$\uparrow$",
+    "▼": r"$\downarrow$",
+    "≥": r"$\geq$",
+    "≤": r"$\leq$",
+    "α": r"$\alpha$",
+}
 
 
 def tex_escape(text) -> str:
@@ -64,11 +106,13 @@ def latex_table(cmp: pd.DataFrame, settings: ReportSettings) -> str:
     metric = cmp["metric"].iloc[0] if len(cmp) else settings.primary
     n = int(cmp["n_paired"].max()) if len(cmp) else 0
     ci, corr = settings.ci_method.label, settings.correction_method.label
-    caption = (f"Ablation study {settings.study}: test {metric}, mean ± sd over seeds; "
-               f"Δ = variant − {settings.baseline} with a {settings.confidence:.0%} {ci} CI "
-               f"over paired seeds (up to {n}); p-values {corr}-adjusted over the "
-               f"{int((cmp['variant'] != settings.baseline).sum())} comparisons with {settings.baseline}; "
-               f"d = paired Cohen's d; ▲/▼: significantly better/worse at α = {settings.alpha:g}.")
+    caption = (
+        f"Ablation study {settings.study}: test {metric}, mean ± sd over seeds; "
+        f"Δ = variant − {settings.baseline} with a {settings.confidence:.0%} {ci} CI "
+        f"over paired seeds (up to {n}); p-values {corr}-adjusted over the "
+        f"{int((cmp['variant'] != settings.baseline).sum())} comparisons with {settings.baseline}; "
+        f"d = paired Cohen's d; ▲/▼: significantly better/worse at α = {settings.alpha:g}."
+    )
     label = re.sub(r"[^A-Za-z0-9_:.-]+", "-", f"tab:ablate:{settings.study}:{metric}")
     spec = "l" * 2 + "r" * (len(headers) - 3) + "c"
     lines = [
@@ -98,7 +142,8 @@ def cost_table(results: pd.DataFrame, names: list[str]) -> tuple[list[str], list
         return None
     frame = results.assign(variant=results["variant"].astype(str))
     means = frame.groupby("variant")[[c for c, _, _ in cols]].agg(
-        lambda s: pd.to_numeric(s, errors="coerce").mean())
+        lambda s: pd.to_numeric(s, errors="coerce").mean()
+    )
     rows = []
     for v in names:
         row = [v]

@@ -32,9 +32,15 @@ def settings_text(settings: ReportSettings, family: int, seeds: int) -> list[str
         "rel. change = Δ / baseline mean; d = paired Cohen's d over seeds; "
         "P(>base) = share of (seed, unit) pairs where the variant is better (ties count half). "
         f"Too few seeds for a test (< {MIN_SEEDS_TEST}) or a CI (< {method.min_seeds}) is shown as n/a.",
-    ] + ([f"With {seeds} seeds a {method.label} interval is narrower than its nominal level "
-          "(it never reaches beyond the observed differences): read significance from the seed test, "
-          "not from whether the CI excludes 0."] if 1 < seeds < method.undercovers_below else [])
+    ] + (
+        [
+            f"With {seeds} seeds a {method.label} interval is narrower than its nominal level "
+            "(it never reaches beyond the observed differences): read significance from the seed test, "
+            "not from whether the CI excludes 0."
+        ]
+        if 1 < seeds < method.undercovers_below
+        else []
+    )
 
 
 def findings(cmp: pd.DataFrame, settings: ReportSettings) -> str:
@@ -42,39 +48,52 @@ def findings(cmp: pd.DataFrame, settings: ReportSettings) -> str:
     higher = settings.higher(settings.primary)
     sig = cmp[cmp["significant"]]
     if sig.empty:
-        return (f"No variant differs significantly from {settings.baseline} on {settings.primary} "
-                f"(adjusted seed-test p < {settings.alpha:g}).")
-    parts = [f"{r.variant} {mark(r, higher)} ({r.rel_change:+.1%}, {p_is(r.p_seeds_adj)})"
-             for r in sig.itertuples(index=False)]
+        return (
+            f"No variant differs significantly from {settings.baseline} on {settings.primary} "
+            f"(adjusted seed-test p < {settings.alpha:g})."
+        )
+    parts = [
+        f"{r.variant} {mark(r, higher)} ({r.rel_change:+.1%}, {p_is(r.p_seeds_adj)})"
+        for r in sig.itertuples(index=False)
+    ]
     return f"Significant on {settings.primary}: " + "; ".join(parts) + "."
 
 
 def friedman_text(fr: dict | None, settings: ReportSettings, n_variants: int) -> str:
     if fr is None:
-        return (f"Friedman test: not available ({n_variants} variant{'s' if n_variants != 1 else ''}; "
-                "needs ≥ 3 variants and ≥ 3 seeds where every variant finished).")
+        return (
+            f"Friedman test: not available ({n_variants} variant{'s' if n_variants != 1 else ''}; "
+            "needs ≥ 3 variants and ≥ 3 seeds where every variant finished)."
+        )
     ranks = ", ".join(f"{v} {r:.2f}" for v, r in fr["ranks"].items())
-    return (f"Friedman test on test {settings.primary} over {fr['n_variants']} variants × "
-            f"{fr['n_seeds']} seeds: χ² = {fr['statistic']:.2f}, {p_is(fr['p'])}. "
-            f"Mean ranks (1 = best): {ranks}. Nemenyi critical difference at α = {settings.alpha:g}: "
-            f"{fr['cd']:.2f}.")
+    return (
+        f"Friedman test on test {settings.primary} over {fr['n_variants']} variants × "
+        f"{fr['n_seeds']} seeds: χ² = {fr['statistic']:.2f}, {p_is(fr['p'])}. "
+        f"Mean ranks (1 = best): {ranks}. Nemenyi critical difference at α = {settings.alpha:g}: "
+        f"{fr['cd']:.2f}."
+    )
 
 
 def pairwise_text(pairs: pd.DataFrame, settings: ReportSettings) -> str:
     corr = settings.correction_method.label
     tested = int(pairs["p"].notna().sum())
     sig = pairs[pairs["significant"]]
-    found = ("none" if sig.empty else
-             "; ".join(f"{r.b} − {r.a} = {number(r.delta, True)} ({p_is(r.p_adj)})"
-                       for r in sig.itertuples()))
-    return (f"All pairs on test {settings.primary}: paired t-test across the seeds both variants have, "
-            f"{corr} over the family of {tested} pair{'s' if tested != 1 else ''} with a test "
-            f"({len(pairs) - tested} n/a: < {MIN_SEEDS_TEST} paired seeds); a separate family from "
-            f"the comparisons with {settings.baseline}. Significant at α = {settings.alpha:g}: {found}.")
+    found = (
+        "none"
+        if sig.empty
+        else "; ".join(f"{r.b} − {r.a} = {number(r.delta, True)} ({p_is(r.p_adj)})" for r in sig.itertuples())
+    )
+    return (
+        f"All pairs on test {settings.primary}: paired t-test across the seeds both variants have, "
+        f"{corr} over the family of {tested} pair{'s' if tested != 1 else ''} with a test "
+        f"({len(pairs) - tested} n/a: < {MIN_SEEDS_TEST} paired seeds); a separate family from "
+        f"the comparisons with {settings.baseline}. Significant at α = {settings.alpha:g}: {found}."
+    )
 
 
-def calibration_text(cal: dict | None, settings: ReportSettings, tables: dict[str, pd.DataFrame],
-                     n_pairs: int) -> list[str]:
+def calibration_text(
+    cal: dict | None, settings: ReportSettings, tables: dict[str, pd.DataFrame], n_pairs: int
+) -> list[str]:
     """The calibration section: which tests, α, the correction and its families, the CI, and the
     error rates ``stats.calibrate`` measured (``cal``; None: not simulated)."""
     corr = settings.correction_method.label
@@ -106,7 +125,8 @@ def calibration_text(cal: dict | None, settings: ReportSettings, tables: dict[st
         f"{cal['studies']} synthetic studies shaped like this one ({k} seeds × {m} variant"
         f"{'s' if m != 1 else ''} + baseline), every variant identical in distribution to the baseline "
         "(normal seed-to-seed differences; all tests and intervals are location-scale invariant, so "
-        "the metric's scale does not matter).")
+        "the metric's scale does not matter)."
+    )
     if k < MIN_SEEDS_TEST:
         lines.append(f"False-positive rate: {too_few_seeds(k)}: no seed test to calibrate.")
     else:
@@ -121,14 +141,18 @@ def calibration_text(cal: dict | None, settings: ReportSettings, tables: dict[st
             f"flagged in {rate(cal['power_measured'], cal['planted_studies'])} of studies.",
         ]
     if isnan(cal["ci_coverage"]):
-        lines.append(f"CI coverage: {too_few_seeds(k)}: the {method.label} interval needs "
-                     f"≥ {method.min_seeds} seeds.")
+        lines.append(
+            f"CI coverage: {too_few_seeds(k)}: the {method.label} interval needs ≥ {method.min_seeds} seeds."
+        )
     else:
-        lines.append(f"CI coverage: the {settings.confidence:.0%} interval contained the true Δ = 0 in "
-                     f"{rate(cal['ci_coverage'], n)} of null comparisons (nominal "
-                     f"{settings.confidence:.0%}).")
-    lines.append("Not simulated here: the unit test. Its (seed, unit) pairs are not independent "
-                 "replications; it is calibrated in the test suite (tests/test_calibration.py), which also "
-                 "shows it over-rejecting when trained models vary by seed — hence it never sets the mark.")
+        lines.append(
+            f"CI coverage: the {settings.confidence:.0%} interval contained the true Δ = 0 in "
+            f"{rate(cal['ci_coverage'], n)} of null comparisons (nominal "
+            f"{settings.confidence:.0%})."
+        )
+    lines.append(
+        "Not simulated here: the unit test. Its (seed, unit) pairs are not independent "
+        "replications; it is calibrated in the test suite (tests/test_calibration.py), which also "
+        "shows it over-rejecting when trained models vary by seed — hence it never sets the mark."
+    )
     return lines
-

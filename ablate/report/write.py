@@ -28,10 +28,15 @@ def _failures_section(failures: pd.DataFrame | None) -> list[Element]:
     if failures is None or failures.empty:
         return []
     rows = [[str(r.variant), str(r.seed), str(r.reason)] for r in failures.itertuples()]
-    return [Element("h2", "Failed trials"),
-            Element("p", f"{len(rows)} trial(s) failed and are left out of every comparison above; "
-                         "`ablate run --retry-failed` trains them again."),
-            Element("table", headers=["variant", "seed", "reason"], items=rows, left=3)]
+    return [
+        Element("h2", "Failed trials"),
+        Element(
+            "p",
+            f"{len(rows)} trial(s) failed and are left out of every comparison above; "
+            "`ablate run --retry-failed` trains them again.",
+        ),
+        Element("table", headers=["variant", "seed", "reason"], items=rows, left=3),
+    ]
 
 
 def _tuning_sections(results: pd.DataFrame, names: list[str]) -> list[Element]:
@@ -40,32 +45,61 @@ def _tuning_sections(results: pd.DataFrame, names: list[str]) -> list[Element]:
     search = [c for c in results.columns if c.startswith("search.")]
     if search:
         rows = [[n, *[str(results.loc[results.variant == n, c].iloc[0]) for c in search]] for n in names]
-        elements += [Element("h2", "Searched parameters"),
-                     Element("p", "Each variant's best parameters from its own search (equal trial budget "
-                                  "per variant, validation metric), then trained over every seed."),
-                     Element("table", headers=["variant", *[c.removeprefix("search.") for c in search]],
-                             items=rows, left=1)]
+        elements += [
+            Element("h2", "Searched parameters"),
+            Element(
+                "p",
+                "Each variant's best parameters from its own search (equal trial budget "
+                "per variant, validation metric), then trained over every seed.",
+            ),
+            Element(
+                "table", headers=["variant", *[c.removeprefix("search.") for c in search]], items=rows, left=1
+            ),
+        ]
     if "match.params" in results.columns:
         knobs = [c for c in results.columns if c.startswith("match.model.")]
         rows = []
         for n in names:
             first = results[results.variant == n].iloc[0]
-            scaled = "; ".join(f"{c.removeprefix('match.')} = {first[c]}" for c in knobs
-                               if not isnan(first[c])) or "—"
-            rows.append([n, f"{int(first['match.before']):,}", f"{int(first['match.params']):,}",
-                         f"{int(first['match.base_params']):,}", scaled])
-        elements += [Element("h2", "Parameter matching"),
-                     Element("p", "match_params: each variant's width knob scaled so its backbone has the "
-                                  "baseline's parameter count within 2% (embedding and head are shared and "
-                                  "not counted)."),
-                     Element("table", items=rows, left=1,
-                             headers=["variant", "backbone params before", "after", "baseline", "knob"])]
+            scaled = (
+                "; ".join(f"{c.removeprefix('match.')} = {first[c]}" for c in knobs if not isnan(first[c]))
+                or "—"
+            )
+            rows.append(
+                [
+                    n,
+                    f"{int(first['match.before']):,}",
+                    f"{int(first['match.params']):,}",
+                    f"{int(first['match.base_params']):,}",
+                    scaled,
+                ]
+            )
+        elements += [
+            Element("h2", "Parameter matching"),
+            Element(
+                "p",
+                "match_params: each variant's width knob scaled so its backbone has the "
+                "baseline's parameter count within 2% (embedding and head are shared and "
+                "not counted).",
+            ),
+            Element(
+                "table",
+                items=rows,
+                left=1,
+                headers=["variant", "backbone params before", "after", "baseline", "knob"],
+            ),
+        ]
     return elements
 
 
-def write_report(results: pd.DataFrame, units: pd.DataFrame | None, curves: pd.DataFrame | None,
-                 settings: ReportSettings, out_dir: Path,
-                 failures: pd.DataFrame | None = None) -> dict[str, Path]:
+def write_report(
+    results: pd.DataFrame,
+    units: pd.DataFrame | None,
+    curves: pd.DataFrame | None,
+    settings: ReportSettings,
+    out_dir: Path,
+    failures: pd.DataFrame | None = None,
+) -> dict[str, Path]:
     """Write the report files into ``out_dir``; return their paths by name.
 
     Names: ``csv`` (results.csv, the frame as given), ``comparisons`` (every ``stats.compare`` row
@@ -97,9 +131,12 @@ def write_report(results: pd.DataFrame, units: pd.DataFrame | None, curves: pd.D
     seeds = int(primary["n_paired"].max())
     cal = stats.calibrate(settings, seeds, family, bootstrap=min(settings.bootstrap, CALIBRATION_BOOTSTRAP))
 
-    elements = [Element("h1", f"Ablation report: {settings.study}"),
-                Element("p", findings(primary, settings)),
-                Element("h2", "Settings"), *[Element("p", t) for t in settings_text(settings, family, seeds)]]
+    elements = [
+        Element("h1", f"Ablation report: {settings.study}"),
+        Element("p", findings(primary, settings)),
+        Element("h2", "Settings"),
+        *[Element("p", t) for t in settings_text(settings, family, seeds)],
+    ]
     if settings.notes:
         elements.append(Element("list", items=list(settings.notes)))
 
@@ -110,47 +147,77 @@ def write_report(results: pd.DataFrame, units: pd.DataFrame | None, curves: pd.D
 
     for i, (metric, cmp) in enumerate(tables.items()):
         headers, rows = table_rows(cmp, settings)
-        elements += [Element("h2", f"{'Primary' if i == 0 else 'Secondary'} metric: {metric}"),
-                     Element("table", headers=headers, items=rows)]
+        elements += [
+            Element("h2", f"{'Primary' if i == 0 else 'Secondary'} metric: {metric}"),
+            Element("table", headers=headers, items=rows),
+        ]
         name, file = ("seeds", "seeds.png") if i == 0 else (f"seeds:{metric}", f"seeds_{_slug(metric)}.png")
-        figure(name, strip_figure(results, settings, names, fig_dir / file, metric),
-               f"Test {metric} per seed by variant (box: spread over seeds; dashed: baseline mean).")
+        figure(
+            name,
+            strip_figure(results, settings, names, fig_dir / file, metric),
+            f"Test {metric} per seed by variant (box: spread over seeds; dashed: baseline mean).",
+        )
 
     cost = cost_table(results, names)
     if cost:
-        elements += [Element("h2", "Cost (mean per trial over seeds)"),
-                     Element("table", headers=cost[0], items=cost[1], left=1)]
-        figure("cost_quality", cost_figure(results, primary, settings, names, fig_dir / "cost_quality.png"),
-               f"Cost vs. quality: test {settings.primary} mean ± sd over seeds against wall time per "
-               "trial (± sd) and parameter count, one point per variant (◆ baseline).")
+        elements += [
+            Element("h2", "Cost (mean per trial over seeds)"),
+            Element("table", headers=cost[0], items=cost[1], left=1),
+        ]
+        figure(
+            "cost_quality",
+            cost_figure(results, primary, settings, names, fig_dir / "cost_quality.png"),
+            f"Cost vs. quality: test {settings.primary} mean ± sd over seeds against wall time per "
+            "trial (± sd) and parameter count, one point per variant (◆ baseline).",
+        )
 
     elements += _tuning_sections(results, names) + _failures_section(failures)
     elements += [Element("h2", "Ranking"), Element("p", friedman_text(fr, settings, len(names)))]
     if fr is not None:
-        figure("cd", cd_figure(fr, settings, fig_dir / "cd.png"),
-               "Mean Friedman ranks with ± CD/2 bars (Nemenyi): non-overlapping bars differ.")
+        figure(
+            "cd",
+            cd_figure(fr, settings, fig_dir / "cd.png"),
+            "Mean Friedman ranks with ± CD/2 bars (Nemenyi): non-overlapping bars differ.",
+        )
     if len(pairs):
         elements.append(Element("p", pairwise_text(pairs, settings)))
-        figure("pairwise_fig", pairwise_figure(pairs, settings, names, fig_dir / "pairwise.png"),
-               f"Pairwise {settings.correction_method.label}-adjusted p-values "
-               f"(paired t-test across seeds) on test {settings.primary}; * p < {settings.alpha:g}; "
-               f"n/a: fewer than {stats.MIN_SEEDS_TEST} paired seeds.")
+        figure(
+            "pairwise_fig",
+            pairwise_figure(pairs, settings, names, fig_dir / "pairwise.png"),
+            f"Pairwise {settings.correction_method.label}-adjusted p-values "
+            f"(paired t-test across seeds) on test {settings.primary}; * p < {settings.alpha:g}; "
+            f"n/a: fewer than {stats.MIN_SEEDS_TEST} paired seeds.",
+        )
 
     curve_path = curves_figure(curves, settings, names, fig_dir / "curves.png")
     if curve_path is not None:
         elements.append(Element("h2", "Learning curves"))
-        figure("curves", curve_path, f"Validation {settings.primary} (and training loss, when logged) "
-                                     "per epoch: mean over seeds, band ± 1 sd.")
+        figure(
+            "curves",
+            curve_path,
+            f"Validation {settings.primary} (and training loss, when logged) "
+            "per epoch: mean over seeds, band ± 1 sd.",
+        )
 
     tested_pairs = int(pairs["p"].notna().sum())
-    elements += [Element("h2", "Calibration"),
-                 Element("list", items=calibration_text(cal, settings, tables, tested_pairs))]
-    elements += [Element("h2", "Files"), Element("list", items=[
-        "results.csv: one row per trial (what the report is built from)",
-        "comparisons.csv: every comparison with the baseline, every metric, raw and adjusted p-values",
-        "pairwise.csv: every pair of variants on the primary metric",
-        "table.tex: the primary metric's table (LaTeX, booktabs)",
-        "figures/: the figures above as PNG"])]
+    elements += [
+        Element("h2", "Calibration"),
+        Element("list", items=calibration_text(cal, settings, tables, tested_pairs)),
+    ]
+    elements += [
+        Element("h2", "Files"),
+        Element(
+            "list",
+            items=[
+                "results.csv: one row per trial (what the report is built from)",
+                "comparisons.csv: every comparison with the baseline, every metric, "
+                "raw and adjusted p-values",
+                "pairwise.csv: every pair of variants on the primary metric",
+                "table.tex: the primary metric's table (LaTeX, booktabs)",
+                "figures/: the figures above as PNG",
+            ],
+        ),
+    ]
 
     paths["md"] = out_dir / "report.md"
     paths["md"].write_text(to_markdown(elements, out_dir), encoding="utf-8")

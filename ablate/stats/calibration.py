@@ -43,14 +43,23 @@ def _synthetic(rng: np.random.Generator, metric: str, n_seeds: int, effects: lis
     """A study frame: baseline + one variant per effect; value = seed effect (shared by all
     variants) + variant effect + N(0, 1) noise, so paired differences are N(effect, 2)."""
     seed_effect = rng.normal(0, 1, n_seeds)
-    rows = [{"variant": v, "seed": s, f"test.{metric}": seed_effect[s] + eff + rng.normal()}
-            for v, eff in [("base", 0.0)] + [(f"v{i}", e) for i, e in enumerate(effects)]
-            for s in range(n_seeds)]
+    rows = [
+        {"variant": v, "seed": s, f"test.{metric}": seed_effect[s] + eff + rng.normal()}
+        for v, eff in [("base", 0.0)] + [(f"v{i}", e) for i, e in enumerate(effects)]
+        for s in range(n_seeds)
+    ]
     return pd.DataFrame(rows)
 
 
-def calibrate(settings: ReportSettings, n_seeds: int, n_variants: int, comparisons: int | None = None,
-              planted_studies: int | None = None, bootstrap: int = 500, power: float = 0.8) -> dict | None:
+def calibrate(
+    settings: ReportSettings,
+    n_seeds: int,
+    n_variants: int,
+    comparisons: int | None = None,
+    planted_studies: int | None = None,
+    bootstrap: int = 500,
+    power: float = 0.8,
+) -> dict | None:
     """Measure the report's error rates for a study of this shape by simulation through ``compare``.
 
     Null: ⌈comparisons / n_variants⌉ synthetic studies of ``n_seeds`` seeds × (baseline +
@@ -72,30 +81,48 @@ def calibrate(settings: ReportSettings, n_seeds: int, n_variants: int, compariso
     m, k = n_variants, n_seeds
     if m < 1 or comparisons < 1:
         return None
-    s = settings.model_copy(update={"bootstrap": bootstrap, "baseline": "base", "metrics": [settings.primary],
-                                    "higher_is_better": {settings.primary: True}, "calibration": 0})
+    s = settings.model_copy(
+        update={
+            "bootstrap": bootstrap,
+            "baseline": "base",
+            "metrics": [settings.primary],
+            "higher_is_better": {settings.primary: True},
+            "calibration": 0,
+        }
+    )
     rng = np.random.default_rng(settings.seed)
     studies = math.ceil(comparisons / m)
-    null = [compare(_synthetic(rng, s.primary, k, [0.0] * m), None, s, s.primary).iloc[1:]
-            for _ in range(studies)]
+    null = [
+        compare(_synthetic(rng, s.primary, k, [0.0] * m), None, s, s.primary).iloc[1:] for _ in range(studies)
+    ]
     flat = pd.concat(null, ignore_index=True)
     has_ci = flat["ci_low"].notna()
     out = {
-        "n_seeds": k, "n_variants": m, "comparisons": len(flat), "studies": studies,
-        "bootstrap": bootstrap, "ci": s.ci, "confidence": s.confidence,
+        "n_seeds": k,
+        "n_variants": m,
+        "comparisons": len(flat),
+        "studies": studies,
+        "bootstrap": bootstrap,
+        "ci": s.ci,
+        "confidence": s.confidence,
         "fpr_raw": float((flat["p_seeds"] < s.alpha).mean()) if k >= MIN_SEEDS_TEST else np.nan,
         "fpr_adj": float(flat["significant"].mean()) if k >= MIN_SEEDS_TEST else np.nan,
         "fwer": float(np.mean([t["significant"].any() for t in null])) if k >= MIN_SEEDS_TEST else np.nan,
         "ci_coverage": float(((flat["ci_low"] <= 0) & (flat["ci_high"] >= 0))[has_ci].mean())
-        if has_ci.any() else np.nan,
-        "planted_d": np.nan, "planted_studies": 0, "power": power, "power_measured": np.nan,
+        if has_ci.any()
+        else np.nan,
+        "planted_d": np.nan,
+        "planted_studies": 0,
+        "power": power,
+        "power_measured": np.nan,
     }
     if k >= MIN_SEEDS_TEST and planted_studies > 0:
         d = min_detectable_d(k, s.alpha / m, power)
         hits = []
         for _ in range(planted_studies):
-            t = compare(_synthetic(rng, s.primary, k, [d * math.sqrt(2)] + [0.0] * (m - 1)), None, s,
-                        s.primary).iloc[1]
+            t = compare(
+                _synthetic(rng, s.primary, k, [d * math.sqrt(2)] + [0.0] * (m - 1)), None, s, s.primary
+            ).iloc[1]
             hits.append(bool(t["significant"]) and t["delta"] > 0)
         out.update(planted_d=d, planted_studies=planted_studies, power_measured=float(np.mean(hits)))
     return out

@@ -20,10 +20,26 @@ if TYPE_CHECKING:
 MIN_SEEDS_TEST = 3  # paired seeds needed for the seed tests and d
 
 COLUMNS = [
-    "metric", "variant", "differs", "n_seeds", "mean", "sd",
-    "n_paired", "delta", "rel_change", "ci_low", "ci_high",
-    "p_seeds", "p_seeds_wilcoxon", "p_seeds_adj", "d_seeds",
-    "n_units", "p_units", "p_units_adj", "p_better_units", "rank_biserial",
+    "metric",
+    "variant",
+    "differs",
+    "n_seeds",
+    "mean",
+    "sd",
+    "n_paired",
+    "delta",
+    "rel_change",
+    "ci_low",
+    "ci_high",
+    "p_seeds",
+    "p_seeds_wilcoxon",
+    "p_seeds_adj",
+    "d_seeds",
+    "n_units",
+    "p_units",
+    "p_units_adj",
+    "p_better_units",
+    "rank_biserial",
     "significant",
 ]
 
@@ -43,10 +59,17 @@ def per_seed(results: pd.DataFrame, metric: str) -> pd.DataFrame:
     col = f"test.{metric}"
     if col not in results.columns:
         known = sorted(c[5:] for c in results.columns if c.startswith("test."))
-        raise AblateError(f"results: no column {col!r} for metric {metric!r}; "
-                          f"metrics with test results: {', '.join(known) or 'none'}")
-    frame = pd.DataFrame({"variant": results["variant"].astype(str), "seed": results["seed"],
-                          "x": pd.to_numeric(results[col], errors="coerce")})
+        raise AblateError(
+            f"results: no column {col!r} for metric {metric!r}; "
+            f"metrics with test results: {', '.join(known) or 'none'}"
+        )
+    frame = pd.DataFrame(
+        {
+            "variant": results["variant"].astype(str),
+            "seed": results["seed"],
+            "x": pd.to_numeric(results[col], errors="coerce"),
+        }
+    )
     return frame.groupby(["seed", "variant"])["x"].mean().unstack("variant")
 
 
@@ -54,8 +77,14 @@ def _per_unit(units: pd.DataFrame | None, metric: str) -> pd.DataFrame | None:
     """(seed, unit) × variant table of the per-unit ``metric``; None without unit data."""
     if units is None or units.empty or metric not in units.columns:
         return None
-    frame = pd.DataFrame({"variant": units["variant"].astype(str), "seed": units["seed"],
-                          "unit": units["unit"], "x": pd.to_numeric(units[metric], errors="coerce")})
+    frame = pd.DataFrame(
+        {
+            "variant": units["variant"].astype(str),
+            "seed": units["seed"],
+            "unit": units["unit"],
+            "x": pd.to_numeric(units[metric], errors="coerce"),
+        }
+    )
     return frame.groupby(["seed", "unit", "variant"])["x"].mean().unstack("variant")
 
 
@@ -83,8 +112,11 @@ def seed_tests(d: np.ndarray) -> dict[str, float]:
     if len(d) < MIN_SEEDS_TEST:
         return {"p_seeds": nan, "p_seeds_wilcoxon": nan, "d_seeds": nan}
     with np.errstate(all="ignore"):
-        cohen = float(d.mean() / d.std(ddof=1)) if d.std(ddof=1) > 0 else (
-            0.0 if d.mean() == 0 else float(np.sign(d.mean()) * np.inf))
+        cohen = (
+            float(d.mean() / d.std(ddof=1))
+            if d.std(ddof=1) > 0
+            else (0.0 if d.mean() == 0 else float(np.sign(d.mean()) * np.inf))
+        )
     return {
         "p_seeds": _quiet(stats.ttest_1samp, d, 0.0),
         "p_seeds_wilcoxon": _quiet(stats.wilcoxon, d),
@@ -122,8 +154,10 @@ def variants_in_order(results: pd.DataFrame, baseline: str) -> list[str]:
     """The variants with results, baseline first, the rest as they first appear."""
     names = list(dict.fromkeys(results["variant"].astype(str)))
     if baseline not in names:
-        raise AblateError(f"report.baseline: baseline variant {baseline!r} has no results; "
-                          f"variants with results: {', '.join(names) or 'none'}")
+        raise AblateError(
+            f"report.baseline: baseline variant {baseline!r} has no results; "
+            f"variants with results: {', '.join(names) or 'none'}"
+        )
     return [baseline] + [v for v in names if v != baseline]
 
 
@@ -134,8 +168,9 @@ def _differs(results: pd.DataFrame, variant: str) -> str:
     return str(vals.iloc[0]) if len(vals) else ""
 
 
-def compare(results: pd.DataFrame, units: pd.DataFrame | None, settings: ReportSettings,
-            metric: str) -> pd.DataFrame:
+def compare(
+    results: pd.DataFrame, units: pd.DataFrame | None, settings: ReportSettings, metric: str
+) -> pd.DataFrame:
     """One row per variant (baseline first) comparing it with the baseline on ``metric``.
 
     Columns: see ``COLUMNS``. The baseline's comparison columns are NaN (``significant`` False).
@@ -149,10 +184,16 @@ def compare(results: pd.DataFrame, units: pd.DataFrame | None, settings: ReportS
     for v in names:
         col = x[v].to_numpy(float) if v in x.columns else np.empty(0)
         col = col[np.isfinite(col)]
-        row = {"metric": metric, "variant": v, "differs": _differs(results, v), "n_seeds": len(col),
-               "mean": float(col.mean()) if len(col) else np.nan,
-               "sd": float(col.std(ddof=1)) if len(col) > 1 else np.nan,
-               "n_paired": 0, "n_units": 0}
+        row = {
+            "metric": metric,
+            "variant": v,
+            "differs": _differs(results, v),
+            "n_seeds": len(col),
+            "mean": float(col.mean()) if len(col) else np.nan,
+            "sd": float(col.std(ddof=1)) if len(col) > 1 else np.nan,
+            "n_paired": 0,
+            "n_units": 0,
+        }
         if v != settings.baseline:
             row.update(_against_base(x, per_unit, settings, v, higher))
         rows.append(row)
@@ -170,8 +211,9 @@ def compare(results: pd.DataFrame, units: pd.DataFrame | None, settings: ReportS
     return out
 
 
-def _against_base(x: pd.DataFrame, per_unit: pd.DataFrame | None, settings: ReportSettings,
-                  variant: str, higher: bool) -> dict:
+def _against_base(
+    x: pd.DataFrame, per_unit: pd.DataFrame | None, settings: ReportSettings, variant: str, higher: bool
+) -> dict:
     v, base = paired(x, variant, settings.baseline)
     d = v - base
     delta = float(d.mean()) if len(d) else np.nan
@@ -180,5 +222,12 @@ def _against_base(x: pd.DataFrame, per_unit: pd.DataFrame | None, settings: Repo
         rel = delta / base_mean if base_mean else np.nan
     low, high = bootstrap_ci(d, settings.bootstrap, settings.seed, settings.confidence, settings.ci)
     uv, ub = paired(per_unit, variant, settings.baseline)
-    return {"n_paired": len(d), "delta": delta, "rel_change": rel, "ci_low": low, "ci_high": high,
-            **seed_tests(d), **unit_tests(uv - ub, higher)}
+    return {
+        "n_paired": len(d),
+        "delta": delta,
+        "rel_change": rel,
+        "ci_low": low,
+        "ci_high": high,
+        **seed_tests(d),
+        **unit_tests(uv - ub, higher),
+    }

@@ -37,10 +37,13 @@ class Correction:
     label: str
 
 
-CORRECTIONS: Vocabulary[Correction] = Vocabulary("correction", {
-    "holm": Correction(_holm, "Holm"),
-    "fdr_bh": Correction(_benjamini_hochberg, "Benjamini–Hochberg (FDR)"),
-})
+CORRECTIONS: Vocabulary[Correction] = Vocabulary(
+    "correction",
+    {
+        "holm": Correction(_holm, "Holm"),
+        "fdr_bh": Correction(_benjamini_hochberg, "Benjamini–Hochberg (FDR)"),
+    },
+)
 
 
 def adjust_pvalues(p, method: str = "holm") -> np.ndarray:

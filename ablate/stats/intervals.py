@@ -17,14 +17,16 @@ from ..errors import AblateError
 from ..schema import Vocabulary
 
 
-def _percentile(d: np.ndarray, sample: np.ndarray, rng: np.random.Generator,
-                tail: float) -> tuple[float, float]:
+def _percentile(
+    d: np.ndarray, sample: np.ndarray, rng: np.random.Generator, tail: float
+) -> tuple[float, float]:
     low, high = np.quantile(sample.mean(axis=1), [tail, 1.0 - tail])
     return float(low), float(high)
 
 
-def _bootstrap_t(d: np.ndarray, sample: np.ndarray, rng: np.random.Generator, tail: float,
-                 smooth: bool = False) -> tuple[float, float]:
+def _bootstrap_t(
+    d: np.ndarray, sample: np.ndarray, rng: np.random.Generator, tail: float, smooth: bool = False
+) -> tuple[float, float]:
     k = len(d)
     mean, sd = float(d.mean()), float(d.std(ddof=1))
     if sd == 0:
@@ -57,16 +59,20 @@ class IntervalMethod:
     undercovers_below: int = 0
 
 
-CI_METHODS: Vocabulary[IntervalMethod] = Vocabulary("CI method", {
-    # As many seeds as the seed test.
-    "smoothed-bootstrap-t": IntervalMethod(partial(_bootstrap_t, smooth=True), 3,
-                                           "smoothed studentized bootstrap (bootstrap-t)"),
-    # With 3 seeds 3 of the 27 equally likely resamples repeat one seed (sd 0, t* = ±∞), more
-    # than 2.5 % on each side, so a 95 % interval would be (−∞, +∞).
-    "bootstrap-t": IntervalMethod(_bootstrap_t, 4, "studentized bootstrap (bootstrap-t)"),
-    # Any 2 seeds give an interval (a poor one).
-    "percentile": IntervalMethod(_percentile, 2, "percentile bootstrap", undercovers_below=10),
-})
+CI_METHODS: Vocabulary[IntervalMethod] = Vocabulary(
+    "CI method",
+    {
+        # As many seeds as the seed test.
+        "smoothed-bootstrap-t": IntervalMethod(
+            partial(_bootstrap_t, smooth=True), 3, "smoothed studentized bootstrap (bootstrap-t)"
+        ),
+        # With 3 seeds 3 of the 27 equally likely resamples repeat one seed (sd 0, t* = ±∞), more
+        # than 2.5 % on each side, so a 95 % interval would be (−∞, +∞).
+        "bootstrap-t": IntervalMethod(_bootstrap_t, 4, "studentized bootstrap (bootstrap-t)"),
+        # Any 2 seeds give an interval (a poor one).
+        "percentile": IntervalMethod(_percentile, 2, "percentile bootstrap", undercovers_below=10),
+    },
+)
 
 
 def min_seeds_ci(method: str = "smoothed-bootstrap-t") -> int:
@@ -77,8 +83,9 @@ def min_seeds_ci(method: str = "smoothed-bootstrap-t") -> int:
 MIN_SEEDS_CI = min_seeds_ci()  # for the default method
 
 
-def bootstrap_ci(d: np.ndarray, resamples: int, seed: int, confidence: float = 0.95,
-                 method: str = "smoothed-bootstrap-t") -> tuple[float, float]:
+def bootstrap_ci(
+    d: np.ndarray, resamples: int, seed: int, confidence: float = 0.95, method: str = "smoothed-bootstrap-t"
+) -> tuple[float, float]:
     """Bootstrap CI of mean(d), resampling its entries (seeds) with replacement (fixed RNG).
 
     a = (1 − confidence) / 2, k = len(d), se = sd(d) / √k.

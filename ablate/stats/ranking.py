@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 PAIRWISE_COLUMNS = ["metric", "a", "b", "n_paired", "delta", "p", "p_adj", "significant"]
 
 
-def friedman(results: pd.DataFrame, metric: str, higher_is_better: bool = True,
-             alpha: float = 0.05) -> dict | None:
+def friedman(
+    results: pd.DataFrame, metric: str, higher_is_better: bool = True, alpha: float = 0.05
+) -> dict | None:
     """Friedman test over seeds (blocks) × variants on ``test.<metric>``.
 
     Uses the seeds where every variant has a value. Needs ≥ 3 variants and ≥ 3 such seeds (with 2
@@ -39,7 +40,10 @@ def friedman(results: pd.DataFrame, metric: str, higher_is_better: bool = True,
     ranks = (-x if higher_is_better else x).rank(axis=1).mean(axis=0)
     q = stats.studentized_range.ppf(1 - alpha, k, np.inf)
     return {
-        "statistic": float(res.statistic), "p": float(res.pvalue), "n_seeds": n, "n_variants": k,
+        "statistic": float(res.statistic),
+        "p": float(res.pvalue),
+        "n_seeds": n,
+        "n_variants": k,
         "ranks": {str(c): float(r) for c, r in ranks.sort_values().items()},
         "cd": float(q / np.sqrt(2) * np.sqrt(k * (k + 1) / (6 * n))),
     }
@@ -59,12 +63,19 @@ def pairwise(results: pd.DataFrame, settings: ReportSettings, metric: str | None
     x = per_seed(results, metric)
     rows = []
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             vb, va = paired(x, b, a)
             d = vb - va
-            rows.append({"metric": metric, "a": a, "b": b, "n_paired": len(d),
-                         "delta": float(d.mean()) if len(d) else np.nan,
-                         "p": seed_tests(d)["p_seeds"]})
+            rows.append(
+                {
+                    "metric": metric,
+                    "a": a,
+                    "b": b,
+                    "n_paired": len(d),
+                    "delta": float(d.mean()) if len(d) else np.nan,
+                    "p": seed_tests(d)["p_seeds"],
+                }
+            )
     out = pd.DataFrame(rows, columns=PAIRWISE_COLUMNS[:-2])
     out["p_adj"] = adjust_pvalues(out["p"].to_numpy(float), settings.correction) if len(out) else []
     out["significant"] = (out["p_adj"] < settings.alpha).astype(bool)

@@ -7,8 +7,8 @@ A window starting at row ``s`` has input ``values[s : s + w]`` and target
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -26,7 +26,7 @@ class Batch:
     targets: Tensor  # [b, c, H] float32, normalised
     starts: Tensor  # [b] long, first input row of each window (the evaluation unit)
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         return replace(self, **{f.name: getattr(self, f.name).to(device) for f in fields(self)})
 
     def token_context(self, values: Tensor) -> TokenContext:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -27,7 +27,7 @@ class CsvData(Options):
     ratios: tuple[float, float, float] = (0.7, 0.1, 0.2)
 
     @model_validator(mode="after")
-    def _ratios(self) -> "CsvData":
+    def _ratios(self) -> CsvData:
         if any(r <= 0 for r in self.ratios) or abs(sum(self.ratios) - 1.0) > 1e-6:
             raise ValueError(f"ratios must be three positive shares summing to 1 (got {self.ratios})")
         return self
@@ -45,7 +45,7 @@ class SyntheticData(Options):
     ratios: tuple[float, float, float] = (0.7, 0.1, 0.2)
 
 
-DataOptions = Annotated[Union[SyntheticData, CsvData], Field(discriminator="format")]
+DataOptions = Annotated[SyntheticData | CsvData, Field(discriminator="format")]
 
 
 class ForecastOptions(TaskOptions):

@@ -8,8 +8,8 @@ sequence. Dimensions: ``b`` users, ``n`` positions.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields, replace
-from typing import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -54,7 +54,7 @@ class Batch:
     # only; see :func:`seen_keys`), for negatives drawn among unseen items.
     seen: Tensor | None = None
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
         return replace(self, **{k: v.to(device) if v is not None else None for k, v in moved.items()})
 
@@ -63,24 +63,26 @@ class Batch:
         return self.valid.sum(1)
 
     def token_context(self) -> TokenContext:
-        return TokenContext(valid=self.valid, causal=True, positions=self.positions,
-                            timestamps=self.timestamps)
+        return TokenContext(
+            valid=self.valid, causal=True, positions=self.positions, timestamps=self.timestamps
+        )
 
 
-def collate(items: list[np.ndarray], targets: list[np.ndarray], times: list[np.ndarray] | None,
-            users: np.ndarray) -> Batch:
+def collate(
+    items: list[np.ndarray], targets: list[np.ndarray], times: list[np.ndarray] | None, users: np.ndarray
+) -> Batch:
     """Right-pad per-user windows (equal-length ``items``/``targets``/``times``) into a Batch."""
     b, n = len(items), max(len(x) for x in items)
     item_pad = np.zeros((b, n), dtype=np.int64)
     target_pad = np.zeros((b, n), dtype=np.int64)
     time_pad = np.zeros((b, n), dtype=np.float64)
-    for row, (x, y) in enumerate(zip(items, targets)):
+    for row, (x, y) in enumerate(zip(items, targets, strict=False)):
         item_pad[row, : len(x)] = x
         target_pad[row, : len(y)] = y
         if times is not None:
             t = times[row] - times[row][0]
             time_pad[row, : len(t)] = t
-            time_pad[row, len(t):] = t[-1]  # padding repeats the last time: zero gaps
+            time_pad[row, len(t) :] = t[-1]  # padding repeats the last time: zero gaps
     valid = torch.from_numpy(item_pad > 0)
     return Batch(
         items=torch.from_numpy(item_pad),
@@ -114,9 +116,15 @@ def rows_of(batch: Batch, rows: Tensor, width: int) -> Batch:
         kept = moved >= 0
         seen = (moved[kept] * width + seen[kept] % width).sort().values
     timestamps = batch.timestamps[rows, :n] if batch.timestamps is not None else None
-    return Batch(items=batch.items[rows, :n], targets=batch.targets[rows, :n], valid=batch.valid[rows, :n],
-                 positions=batch.positions[rows, :n], timestamps=timestamps, users=batch.users[rows],
-                 seen=seen)
+    return Batch(
+        items=batch.items[rows, :n],
+        targets=batch.targets[rows, :n],
+        valid=batch.valid[rows, :n],
+        positions=batch.positions[rows, :n],
+        timestamps=timestamps,
+        users=batch.users[rows],
+        seen=seen,
+    )
 
 
 def length_groups(batch: Batch, groups: int, width: int) -> list[Batch]:
@@ -127,8 +135,9 @@ def length_groups(batch: Batch, groups: int, width: int) -> list[Batch]:
     return [rows_of(batch, rows, width) for rows in order.tensor_split(min(groups, len(order)))]
 
 
-def train_batches(data: Interactions, max_len: int, batch_size: int, generator: torch.Generator,
-                  pool: int = 1) -> Iterator[Batch]:
+def train_batches(
+    data: Interactions, max_len: int, batch_size: int, generator: torch.Generator, pool: int = 1
+) -> Iterator[Batch]:
     """One epoch over the users with at least one training target, shuffled by ``generator``.
 
     With ``pool > 1``, each run of ``pool · batch_size`` shuffled users is sorted by length
@@ -138,14 +147,14 @@ def train_batches(data: Interactions, max_len: int, batch_size: int, generator: 
     users = np.array([u for u, s in enumerate(data.sequences) if len(train_part(s)) >= 2], dtype=np.int64)
     shuffle = torch.randperm(len(users), generator=generator, device=generator.device)
     order = users[shuffle.cpu().numpy()]
-    chunks = [order[start: start + batch_size] for start in range(0, len(order), batch_size)]
+    chunks = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
     if pool > 1:
         lengths = np.array([min(len(s) - 3, max_len) for s in data.sequences])
         chunks = []
         for start in range(0, len(order), pool * batch_size):
-            run = order[start: start + pool * batch_size]
+            run = order[start : start + pool * batch_size]
             run = run[np.argsort(lengths[run], kind="stable")]
-            chunks += [run[i: i + batch_size] for i in range(0, len(run), batch_size)]
+            chunks += [run[i : i + batch_size] for i in range(0, len(run), batch_size)]
         again = torch.randperm(len(chunks), generator=generator, device=generator.device).cpu().numpy()
         chunks = [chunks[i] for i in again]
     for chunk in chunks:
@@ -153,8 +162,9 @@ def train_batches(data: Interactions, max_len: int, batch_size: int, generator: 
         times = None
         if data.timestamps is not None:
             times = [train_part(data.timestamps[u])[:-1][-max_len:] for u in chunk]
-        batch = collate([p[:-1][-max_len:] for p in parts], [p[1:][-max_len:] for p in parts], times,
-                        data.users[chunk])
+        batch = collate(
+            [p[:-1][-max_len:] for p in parts], [p[1:][-max_len:] for p in parts], times, data.users[chunk]
+        )
         yield replace(batch, seen=seen_keys(parts, data.num_items))
 
 
@@ -163,8 +173,9 @@ def train_batches(data: Interactions, max_len: int, batch_size: int, generator: 
 EVAL_CACHE_TOKENS = 1 << 23
 
 
-def eval_batches(data: Interactions, split: str, max_len: int,
-                 batch_size: int) -> Iterable[tuple[Batch, list[np.ndarray], np.ndarray]]:
+def eval_batches(
+    data: Interactions, split: str, max_len: int, batch_size: int
+) -> Iterable[tuple[Batch, list[np.ndarray], np.ndarray]]:
     """Batches whose only target is the ``split`` item at each user's last position, with each
     user's full history (for excluding seen items) and the users' rows in ``data``. Users go
     in order of history length (little padding). Made once per split and batch size when they
@@ -180,14 +191,15 @@ def eval_batches(data: Interactions, split: str, max_len: int,
     return data.batch_cache[key]
 
 
-def _eval_batches(data: Interactions, split: str, max_len: int, batch_size: int,
-                  order: np.ndarray) -> Iterator[tuple[Batch, list[np.ndarray], np.ndarray]]:
+def _eval_batches(
+    data: Interactions, split: str, max_len: int, batch_size: int, order: np.ndarray
+) -> Iterator[tuple[Batch, list[np.ndarray], np.ndarray]]:
     for start in range(0, len(order), batch_size):
-        chunk = order[start: start + batch_size]
+        chunk = order[start : start + batch_size]
         histories = [history(data.sequences[u], split) for u in chunk]
         windows = [h[-max_len:] for h in histories]
         targets = []
-        for u, w in zip(chunk, windows):
+        for u, w in zip(chunk, windows, strict=False):
             y = np.zeros(len(w), dtype=np.int64)
             y[-1] = target(data.sequences[u], split)
             targets.append(y)

@@ -25,9 +25,9 @@ import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -115,7 +115,7 @@ def _check_lines(path: Path, text: str, names: tuple[str, ...], kinds: tuple[typ
             continue
         if len(fields) != len(names):
             raise DataError(f"{path}:{number}: expected {what}; got {len(fields)}: {line.strip()!r}")
-        for name, value, kind in zip(names, fields, kinds):
+        for name, value, kind in zip(names, fields, kinds, strict=False):
             try:
                 kind(value)
             except ValueError:
@@ -130,7 +130,7 @@ def _read_columns(path: Path, text: str, names: tuple[str, ...], kinds: tuple[ty
     what = f"{len(names)} fields {', '.join(names)}"
     if not text.strip():
         raise DataError(f"{path}: no interactions (the file is empty)")
-    dtypes = {n: (np.int64 if k is int else np.float64) for n, k in zip(names, kinds)}
+    dtypes = {n: (np.int64 if k is int else np.float64) for n, k in zip(names, kinds, strict=False)}
     try:
         frame = pd.read_csv(io.StringIO(text), sep=r"\s+", header=None, names=list(names), dtype=dtypes)
     except (ValueError, pd.errors.ParserError) as exc:
@@ -147,8 +147,9 @@ def _read_columns(path: Path, text: str, names: tuple[str, ...], kinds: tuple[ty
     return frame
 
 
-def read_movielens(path: Path, min_rating: float | None = None, k_core: int | None = None,
-                   remap: bool = True) -> Interactions:
+def read_movielens(
+    path: Path, min_rating: float | None = None, k_core: int | None = None, remap: bool = True
+) -> Interactions:
     """Read ``user item rating timestamp`` lines (tab, whitespace or ``::`` separated)."""
     text = _read_text(path)
     if "::" in text[:4096]:
@@ -176,11 +177,14 @@ def read_user_lines(path: Path, k_core: int | None = None, remap: bool = True) -
             values = [int(v) for v in fields]
         except ValueError:
             bad = next(v for v in fields if not _is_int(v))
-            raise DataError(f"{path}:{number}: expected integer ids 'user item item …'; "
-                            f"got {bad!r}, which is not an integer") from None
+            raise DataError(
+                f"{path}:{number}: expected integer ids 'user item item …'; "
+                f"got {bad!r}, which is not an integer"
+            ) from None
         if len(values) < 2:
-            raise DataError(f"{path}:{number}: expected 'user item item …'; got a user with no items: "
-                            f"{line.strip()!r}")
+            raise DataError(
+                f"{path}:{number}: expected 'user item item …'; got a user with no items: {line.strip()!r}"
+            )
         users.append(np.full(len(values) - 1, values[0], dtype=np.int64))
         items.append(np.asarray(values[1:], dtype=np.int64))
     if not users:
@@ -197,9 +201,18 @@ def _is_int(value: str) -> bool:
     return True
 
 
-def read_table(path: Path, sep: str = ",", header: bool = True, user: str | int = "user",
-               item: str | int = "item", timestamp: str | int | None = None, rating: str | int | None = None,
-               min_rating: float | None = None, k_core: int | None = None, remap: bool = True) -> Interactions:
+def read_table(
+    path: Path,
+    sep: str = ",",
+    header: bool = True,
+    user: str | int = "user",
+    item: str | int = "item",
+    timestamp: str | int | None = None,
+    rating: str | int | None = None,
+    min_rating: float | None = None,
+    k_core: int | None = None,
+    remap: bool = True,
+) -> Interactions:
     """CSV / TSV: columns named (with a header) or 0-based indices (without one). Other columns
     are ignored. Users and items must be integer ids; ratings and timestamps numbers."""
     if min_rating is not None and rating is None:
@@ -210,8 +223,14 @@ def read_table(path: Path, sep: str = ",", header: bool = True, user: str | int 
     if not text.strip():
         raise DataError(f"{path}: no interactions (the file is empty)")
     try:
-        frame = pd.read_csv(io.StringIO(text), sep=sep, header=0 if header else None, dtype=str,
-                            keep_default_na=False, engine="c" if len(sep) == 1 else "python")
+        frame = pd.read_csv(
+            io.StringIO(text),
+            sep=sep,
+            header=0 if header else None,
+            dtype=str,
+            keep_default_na=False,
+            engine="c" if len(sep) == 1 else "python",
+        )
     except pd.errors.ParserError as exc:
         raise DataError(f"{path}:{_parser_line(str(exc))}") from None
     first_line = 2 if header else 1  # file line of the first data row
@@ -225,9 +244,11 @@ def read_table(path: Path, sep: str = ",", header: bool = True, user: str | int 
         bad = values.isna() | ((values % 1 != 0) if kind is int else False)
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise DataError(f"{path}:{row + first_line}: {name} column {column!r} holds "
-                            f"{frame[column].iloc[row]!r}, which is not "
-                            f"{'an integer' if kind is int else 'a number'}")
+            raise DataError(
+                f"{path}:{row + first_line}: {name} column {column!r} holds "
+                f"{frame[column].iloc[row]!r}, which is not "
+                f"{'an integer' if kind is int else 'a number'}"
+            )
         columns[name] = values.to_numpy().astype(np.int64 if kind is int else np.float64)
     return sequences(pd.DataFrame(columns), str(path), Filters(min_rating, k_core, remap))
 
@@ -260,8 +281,10 @@ def sequences(frame: pd.DataFrame, source: str, filters: Filters = Filters()) ->
         frame = k_core(frame, filters.k_core)
         k_core_rows = before - len(frame)
     if not filters.remap and len(frame) and frame["item"].min() < 1:
-        raise DataError(f"{source}: item ids must be positive integers when remap is off "
-                        f"(found {frame['item'].min()}); 0 is padding")
+        raise DataError(
+            f"{source}: item ids must be positive integers when remap is off "
+            f"(found {frame['item'].min()}); 0 is padding"
+        )
     user = frame["user"].to_numpy()
     item = frame["item"].to_numpy()
     has_time = "timestamp" in frame
@@ -344,13 +367,16 @@ def file_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-def cached(path: Path, options: dict, load: Callable[[], Interactions], directory: Path | None = None) -> Interactions:
+def cached(
+    path: Path, options: dict, load: Callable[[], Interactions], directory: Path | None = None
+) -> Interactions:
     """``load()``'s result, stored under ``directory`` (default :func:`cache_dir`) as
     ``seqrec-<key>.npz`` with ``key`` the hash of the file's bytes, ``options`` and the cache
     version: trials and studies over the same file and options parse it once. A cache that
     cannot be written (read-only disk) is skipped with a warning."""
-    key_source = json.dumps({"file": file_hash(path), "options": options, "version": CACHE_VERSION},
-                            sort_keys=True, default=str)
+    key_source = json.dumps(
+        {"file": file_hash(path), "options": options, "version": CACHE_VERSION}, sort_keys=True, default=str
+    )
     key = hashlib.sha256(key_source.encode()).hexdigest()[:24]
     target = (directory or cache_dir()) / f"seqrec-{key}.npz"
     if target.is_file():
@@ -376,8 +402,13 @@ def cached(path: Path, options: dict, load: Callable[[], Interactions], director
 def _to_npz(data: Interactions, target: Path) -> None:
     lengths = np.array([len(s) for s in data.sequences], dtype=np.int64)
     counts = np.array([data.rows_filtered, data.users_dropped, data.interactions_dropped, data.k_core_rows])
-    arrays = dict(users=data.users, lengths=lengths, items=np.concatenate(data.sequences),
-                  item_ids=data.item_ids, counts=counts)
+    arrays = dict(
+        users=data.users,
+        lengths=lengths,
+        items=np.concatenate(data.sequences),
+        item_ids=data.item_ids,
+        counts=counts,
+    )
     if data.timestamps is not None:
         arrays["timestamps"] = np.concatenate(data.timestamps)
     np.savez(target, **arrays)
@@ -388,11 +419,17 @@ def _from_npz(target: Path, source: str) -> Interactions:
         bounds = np.cumsum(z["lengths"])[:-1]
         rows_filtered, users_dropped, interactions_dropped, k_core_rows = (int(c) for c in z["counts"])
         return Interactions(
-            users=z["users"], sequences=np.split(z["items"], bounds),
+            users=z["users"],
+            sequences=np.split(z["items"], bounds),
             timestamps=np.split(z["timestamps"], bounds) if "timestamps" in z else None,
-            num_items=len(z["item_ids"]) - 1, item_ids=z["item_ids"], source=source,
-            rows_filtered=rows_filtered, users_dropped=users_dropped,
-            interactions_dropped=interactions_dropped, k_core_rows=k_core_rows, from_cache=True,
+            num_items=len(z["item_ids"]) - 1,
+            item_ids=z["item_ids"],
+            source=source,
+            rows_filtered=rows_filtered,
+            users_dropped=users_dropped,
+            interactions_dropped=interactions_dropped,
+            k_core_rows=k_core_rows,
+            from_cache=True,
         )
 
 
@@ -400,8 +437,9 @@ def _from_npz(target: Path, source: str) -> Interactions:
 # Synthetic
 
 
-def synthetic(users: int, items: int, min_len: int, max_len: int, follow: float, seed: int,
-              timestamps: bool) -> Interactions:
+def synthetic(
+    users: int, items: int, min_len: int, max_len: int, follow: float, seed: int, timestamps: bool
+) -> Interactions:
     """Sequences with a planted successor map.
 
     A fixed random cyclic permutation maps every item to its successor. Each user starts at
@@ -434,6 +472,6 @@ def synthetic(users: int, items: int, min_len: int, max_len: int, follow: float,
         sequences=sequences,
         timestamps=times if timestamps else None,
         num_items=items,
-        item_ids=np.r_[-1, 1:items + 1].astype(np.int64),
+        item_ids=np.r_[-1, 1 : items + 1].astype(np.int64),
         source=f"synthetic(seed={seed})",
     )

@@ -17,9 +17,17 @@ from .model import SeqRecModel
 
 
 @torch.no_grad()
-def evaluate(model: SeqRecModel, data: Interactions, split: str, metrics: list[str], device: torch.device,
-             batch_size: int, max_len: int, protocol: str = "full",
-             negatives: np.ndarray | None = None) -> Evaluation:
+def evaluate(
+    model: SeqRecModel,
+    data: Interactions,
+    split: str,
+    metrics: list[str],
+    device: torch.device,
+    batch_size: int,
+    max_len: int,
+    protocol: str = "full",
+    negatives: np.ndarray | None = None,
+) -> Evaluation:
     """Rank items by the score at each user's last history position. ``negatives [u, k]``
     (rows aligned with ``data``) are the sampled protocol's candidates; needed when a metric
     uses that protocol."""
@@ -52,7 +60,9 @@ def evaluate(model: SeqRecModel, data: Interactions, split: str, metrics: list[s
     model.eval()
     users, ranks = [], {p: [] for p in protocols}
     try:
-        for batch_users, found in evaluation_streams(rank, eval_batches(data, split, max_len, batch_size), device):
+        for batch_users, found in evaluation_streams(
+            rank, eval_batches(data, split, max_len, batch_size), device
+        ):
             users.append(batch_users)
             for p, r in found.items():
                 ranks[p].append(r)
@@ -62,8 +72,9 @@ def evaluate(model: SeqRecModel, data: Interactions, split: str, metrics: list[s
     return summarise(torch.cat(users).numpy(), by_protocol, metrics, protocol)
 
 
-def popularity_evaluation(data: Interactions, split: str, metrics: list[str],
-                          batch_size: int = 1024) -> Evaluation:
+def popularity_evaluation(
+    data: Interactions, split: str, metrics: list[str], batch_size: int = 1024
+) -> Evaluation:
     """Rank items by how often they occur in the training parts, with the same exclusions
     (full ranking)."""
     sampled = [name for name in metrics if M.protocol(name, "full") == "sampled"]
@@ -74,7 +85,7 @@ def popularity_evaluation(data: Interactions, split: str, metrics: list[str],
     scores = torch.from_numpy(counts.astype(np.float64))
     ranks = []
     for start in range(0, data.num_users, batch_size):
-        chunk = data.sequences[start: start + batch_size]
+        chunk = data.sequences[start : start + batch_size]
         histories = [history(s, split) for s in chunk]
         targets = torch.tensor([target(s, split) for s in chunk], dtype=torch.long)
         exclude = M.exclusion_mask(histories, targets, data.num_items)
@@ -82,7 +93,9 @@ def popularity_evaluation(data: Interactions, split: str, metrics: list[str],
     return summarise(data.users, {"full": torch.cat(ranks).numpy()}, metrics, "full")
 
 
-def summarise(users: np.ndarray, ranks: dict[str, np.ndarray], metrics: list[str], protocol: str) -> Evaluation:
+def summarise(
+    users: np.ndarray, ranks: dict[str, np.ndarray], metrics: list[str], protocol: str
+) -> Evaluation:
     """Per-user metric values (rows ordered by user id) and their means; ``ranks`` per protocol,
     plain metric names use ``protocol``."""
     order = np.argsort(users, kind="stable")

@@ -16,8 +16,9 @@ similarity); ``temperature`` then sets the logits' scale (HSTU / FuXi-α use 0.0
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Literal, Union
+from typing import Annotated, Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +27,6 @@ from torch import Tensor
 
 from ablate.components import Options
 from ablate.tasks import untagged
-
 
 DEFAULT_KIND = "bce"
 
@@ -61,7 +61,7 @@ class Softmax(Options):
     temperature: float = Field(1.0, gt=0)
 
 
-LossKind = Annotated[Union[BCE, SampledSoftmax, Softmax], Field(discriminator="kind")]
+LossKind = Annotated[BCE | SampledSoftmax | Softmax, Field(discriminator="kind")]
 
 
 class LossOptions(RootModel[LossKind]):
@@ -77,7 +77,7 @@ class LossOptions(RootModel[LossKind]):
         return data
 
     @classmethod
-    def model_validate(cls, obj: Any, **kwargs: Any) -> "LossOptions":
+    def model_validate(cls, obj: Any, **kwargs: Any) -> LossOptions:
         """As pydantic's, but error locations leave out the union tag (``negatives``, not
         ``bce.negatives``), so they match the keys in the study file."""
         try:
@@ -112,8 +112,9 @@ class SeenItems:
 MAX_REDRAWS = 64
 
 
-def sample_negatives(positives: Tensor, num_items: int, count: int, generator: torch.Generator,
-                     seen: SeenItems | None = None) -> Tensor:
+def sample_negatives(
+    positives: Tensor, num_items: int, count: int, generator: torch.Generator, seen: SeenItems | None = None
+) -> Tensor:
     """``[t, count]`` items uniform over ``1..num_items`` minus each row's positive: draw from
     ``num_items - 1`` values and shift those at or above the positive up by one. With ``seen``,
     uniform over the items that user has not rated (draws that hit one are redrawn)."""
@@ -140,10 +141,17 @@ def lookup(table: Tensor, index: Tensor) -> Tensor:
     return F.embedding(index, table)
 
 
-def bce(options: BCE, h: Tensor, positives: Tensor, table: Tensor, generator: torch.Generator,
-        seen: SeenItems | None = None) -> Tensor:
-    negatives = sample_negatives(positives, table.shape[0] - 1, options.negatives, generator,
-                                 seen if options.exclude_seen else None)  # [t, k]
+def bce(
+    options: BCE,
+    h: Tensor,
+    positives: Tensor,
+    table: Tensor,
+    generator: torch.Generator,
+    seen: SeenItems | None = None,
+) -> Tensor:
+    negatives = sample_negatives(
+        positives, table.shape[0] - 1, options.negatives, generator, seen if options.exclude_seen else None
+    )  # [t, k]
     pos = (h * lookup(table, positives)).sum(-1)  # [t]
     neg = torch.einsum("td,tkd->tk", h, lookup(table, negatives))  # [t, k]
     # -log σ(x) = softplus(-x); -log(1 - σ(x)) = softplus(x)
@@ -177,8 +185,14 @@ def per_position_logits(h: Tensor, table: Tensor, negatives: Tensor) -> Tensor:
     return gathered_logits(h, table, negatives)
 
 
-def sampled_softmax(options: SampledSoftmax, h: Tensor, positives: Tensor, table: Tensor,
-                    generator: torch.Generator, seen: SeenItems | None = None) -> Tensor:
+def sampled_softmax(
+    options: SampledSoftmax,
+    h: Tensor,
+    positives: Tensor,
+    table: Tensor,
+    generator: torch.Generator,
+    seen: SeenItems | None = None,
+) -> Tensor:
     num_items = table.shape[0] - 1
     shape = (1, options.negatives) if options.shared else (len(positives), options.negatives)
     negatives = torch.randint(1, num_items + 1, shape, generator=generator, device=generator.device)
@@ -191,8 +205,14 @@ def sampled_softmax(options: SampledSoftmax, h: Tensor, positives: Tensor, table
     return -torch.log_softmax(logits.float(), dim=1)[:, 0].mean()
 
 
-def softmax(options: Softmax, h: Tensor, positives: Tensor, table: Tensor, generator: torch.Generator,
-            seen: SeenItems | None = None) -> Tensor:
+def softmax(
+    options: Softmax,
+    h: Tensor,
+    positives: Tensor,
+    table: Tensor,
+    generator: torch.Generator,
+    seen: SeenItems | None = None,
+) -> Tensor:
     logits = (h @ table[1:].T) / options.temperature  # [t, m - 1]: item i is column i - 1
     return F.cross_entropy(logits.float(), positives - 1)
 
@@ -200,8 +220,14 @@ def softmax(options: Softmax, h: Tensor, positives: Tensor, table: Tensor, gener
 LOSSES: dict[type, Callable[..., Tensor]] = {BCE: bce, SampledSoftmax: sampled_softmax, Softmax: softmax}
 
 
-def compute(options: Any, h: Tensor, positives: Tensor, table: Tensor, generator: torch.Generator,
-            seen: SeenItems | None = None) -> Tensor:
+def compute(
+    options: Any,
+    h: Tensor,
+    positives: Tensor,
+    table: Tensor,
+    generator: torch.Generator,
+    seen: SeenItems | None = None,
+) -> Tensor:
     """Mean loss over target positions; ``options`` is a :class:`LossOptions` or a kind's options;
     ``seen`` the users' rated items, for kinds that sample negatives among the unseen."""
     kind = options.root if isinstance(options, LossOptions) else options

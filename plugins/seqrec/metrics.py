@@ -34,7 +34,7 @@ def parse(name: str) -> tuple[str, int | None]:
 def protocol(name: str, default: str) -> str:
     """The protocol ``name`` is ranked under: its prefix, else ``default``."""
     match = _PATTERN.fullmatch(name.lower())
-    return (match.group(1) if match and match.group(1) else default)
+    return match.group(1) if match and match.group(1) else default
 
 
 def check(name: str) -> str | None:

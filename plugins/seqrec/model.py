@@ -8,7 +8,7 @@ products with the input table (weight tying, SASRec / FuXi-α), or cosine simila
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -28,8 +28,14 @@ class SeqRecModel(nn.Module):
     """``layout`` makes the backbone's token layout from each batch's ``valid`` mask:
     ``Jagged.from_valid`` (position-wise layers on real tokens only) or ``padded_layout``."""
 
-    def __init__(self, backbone: nn.Module, num_items: int, dim: int, layout: Layout = padded_layout,
-                 normalize: bool = False):
+    def __init__(
+        self,
+        backbone: nn.Module,
+        num_items: int,
+        dim: int,
+        layout: Layout = padded_layout,
+        normalize: bool = False,
+    ):
         super().__init__()
         self.layout = layout
         self.normalize = normalize
@@ -39,7 +45,7 @@ class SeqRecModel(nn.Module):
         nn.init.xavier_normal_(self.items.weight)
         self.items.weight.data[0].zero_()
         self.backbone = backbone
-        self.scale = dim ** 0.5
+        self.scale = dim**0.5
 
     @property
     def num_items(self) -> int:

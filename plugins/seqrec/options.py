@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -23,7 +23,7 @@ class SyntheticData(Options):
     timestamps: bool = True
 
     @model_validator(mode="after")
-    def _lengths(self) -> "SyntheticData":
+    def _lengths(self) -> SyntheticData:
         if self.min_len > self.max_len:
             raise ValueError(f"min_len ({self.min_len}) must not exceed max_len ({self.max_len})")
         return self
@@ -69,14 +69,15 @@ class TableData(FileData):
     min_rating: float | None = None
 
     @model_validator(mode="after")
-    def _rating(self) -> "TableData":
+    def _rating(self) -> TableData:
         if self.min_rating is not None and self.rating is None:
             raise ValueError("min_rating needs a rating column: set 'rating'")
         return self
 
 
-DataOptions = Annotated[Union[SyntheticData, MovieLensData, UserItemData, UserLinesData, TableData],
-                        Field(discriminator="format")]
+DataOptions = Annotated[
+    SyntheticData | MovieLensData | UserItemData | UserLinesData | TableData, Field(discriminator="format")
+]
 
 
 class SeqRecOptions(TaskOptions):
@@ -102,4 +103,3 @@ class SeqRecOptions(TaskOptions):
     micro_batches: int = Field(1, ge=1)
     # Score (and train) with cosine similarity: L2-normalised outputs and item vectors (HSTU / FuXi-α).
     normalize: bool = False
-

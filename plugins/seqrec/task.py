@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -23,8 +23,12 @@ from .model import SeqRecModel, padded_layout
 from .options import FileData, MovieLensData, SeqRecOptions, TableData, UserItemData, UserLinesData
 
 # Each file format's reader, called with the format's options (less ``format`` / ``path``).
-READERS = {MovieLensData: read_movielens, UserItemData: read_user_item, UserLinesData: read_user_lines,
-           TableData: read_table}
+READERS = {
+    MovieLensData: read_movielens,
+    UserItemData: read_user_item,
+    UserLinesData: read_user_lines,
+    TableData: read_table,
+}
 # The sampled protocol draws its negatives once per split with these seeds: every epoch,
 # variant and seed is ranked against the same candidates.
 NEGATIVE_SEEDS = {"valid": 20180821, "test": 20180822}
@@ -63,29 +67,35 @@ class SeqRecTask(Task):
             path = self.data_path()
             options = data.model_dump(exclude={"format", "path"})
             read = READERS[type(data)]
-            loaded = (cached(path, {"format": data.format, **options}, lambda: read(path, **options))
-                      if self.options.cache else read(path, **options))
+            loaded = (
+                cached(path, {"format": data.format, **options}, lambda: read(path, **options))
+                if self.options.cache
+                else read(path, **options)
+            )
         else:
             loaded = synthetic(**data.model_dump(exclude={"format"}))
         if loaded.num_items < 2:
-            raise DataError(f"{loaded.source}: next-item prediction needs at least 2 items; "
-                            f"found {loaded.num_items}")
+            raise DataError(
+                f"{loaded.source}: next-item prediction needs at least 2 items; found {loaded.num_items}"
+            )
         return loaded
 
     def negatives(self, data: Interactions, split: str) -> np.ndarray:
         """``[u, k]`` sampled-protocol candidates for ``split``, drawn once per data set."""
         drawn_for, drawn = self._negatives.get(split, (None, None))
         if drawn_for is not data:
-            drawn = M.draw_negatives(data.sequences, data.num_items, self.options.sampled_negatives,
-                                     NEGATIVE_SEEDS[split])
+            drawn = M.draw_negatives(
+                data.sequences, data.num_items, self.options.sampled_negatives, NEGATIVE_SEEDS[split]
+            )
             self._negatives[split] = (data, drawn)
         return drawn
 
     def max_len(self, data: Interactions) -> int:
         return self.options.max_len
 
-    def train_batches(self, data: Interactions, batch_size: int,
-                      generator: torch.Generator) -> Iterable[Batch]:
+    def train_batches(
+        self, data: Interactions, batch_size: int, generator: torch.Generator
+    ) -> Iterable[Batch]:
         return train_batches(data, self.options.max_len, batch_size, generator, self.options.length_pool)
 
     def batch_tokens(self, batch: Batch) -> int:
@@ -95,16 +105,18 @@ class SeqRecTask(Task):
         layout = Jagged.from_valid if self.options.jagged else padded_layout
         return SeqRecModel(backbone, data.num_items, ctx.dim, layout, self.options.normalize)
 
-    def loss(self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions,
-             generator: torch.Generator) -> Tensor:
+    def loss(
+        self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions, generator: torch.Generator
+    ) -> Tensor:
         """Mean over real target positions. With ``micro_batches > 1`` the same mean from
         length-sorted groups of rows, each weighted by its share of the targets."""
         if self.options.micro_batches == 1:
             return self.group_loss(model, batch, loss, generator)
         return sum(part.value * part.share for part in self.loss_parts(model, batch, loss, generator))
 
-    def loss_parts(self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions,
-                   generator: torch.Generator) -> Iterator[Tensor | LossPart]:
+    def loss_parts(
+        self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions, generator: torch.Generator
+    ) -> Iterator[Tensor | LossPart]:
         """The whole batch's loss, or one part per micro-batch: each group's mean and its share of
         the targets."""
         if self.options.micro_batches == 1:
@@ -114,19 +126,37 @@ class SeqRecTask(Task):
         for group in length_groups(batch, self.options.micro_batches, model.num_items + 1):
             yield LossPart(self.group_loss(model, group, loss, generator), self.batch_tokens(group) / total)
 
-    def group_loss(self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions,
-                   generator: torch.Generator) -> Tensor:
+    def group_loss(
+        self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions, generator: torch.Generator
+    ) -> Tensor:
         where = batch.targets > 0
         seen = None
         if batch.seen is not None:
             seen = losses.SeenItems(batch.seen, model.num_items + 1, where.nonzero(as_tuple=True)[0])
-        return losses.compute(loss, model.head(model(batch)[where]), batch.targets[where], model.table(),
-                              generator, seen)
+        return losses.compute(
+            loss, model.head(model(batch)[where]), batch.targets[where], model.table(), generator, seen
+        )
 
     @torch.no_grad()
-    def evaluate(self, model: SeqRecModel, data: Interactions, split: str, metrics: list[str],
-                 device: torch.device, batch_size: int) -> Evaluation:
+    def evaluate(
+        self,
+        model: SeqRecModel,
+        data: Interactions,
+        split: str,
+        metrics: list[str],
+        device: torch.device,
+        batch_size: int,
+    ) -> Evaluation:
         protocol = self.options.protocol
         sampled = any(M.protocol(name, protocol) == "sampled" for name in metrics)
-        return evaluate(model, data, split, metrics, device, batch_size, self.options.max_len, protocol,
-                        self.negatives(data, split) if sampled else None)
+        return evaluate(
+            model,
+            data,
+            split,
+            metrics,
+            device,
+            batch_size,
+            self.options.max_len,
+            protocol,
+            self.negatives(data, split) if sampled else None,
+        )

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -19,7 +19,7 @@ class Batch:
     y: Tensor  # [b] float32 (regression) or long (class index)
     rows: Tensor  # [b] long, the evaluation unit
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         return replace(self, **{f.name: getattr(self, f.name).to(device) for f in fields(self)})
 
     def __len__(self) -> int:

@@ -310,7 +310,9 @@ def apply_missing(raw: RawTable, policy: str) -> tuple[RawTable, list[str]]:
             i = int(np.flatnonzero(feature_na)[0])
             names = [
                 n
-                for n, bad in zip(raw.numeric_names + raw.categorical_names, np.r_[num_na[i], cat_na[i]])
+                for n, bad in zip(
+                    raw.numeric_names + raw.categorical_names, np.r_[num_na[i], cat_na[i]], strict=True
+                )
                 if bad
             ]
             raise DataError(

@@ -8,8 +8,8 @@ absolute error. Classification: ``accuracy``, per row 1 if correct.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -20,6 +20,7 @@ from ablate.tasks import Evaluation
 from .batches import eval_batches
 from .data import Table
 from .model import TabularModel
+
 
 def _errors(prediction: np.ndarray, target: np.ndarray) -> dict[str, np.ndarray]:
     error = prediction - target
@@ -41,8 +42,12 @@ class Target:
 
 
 TARGETS = {
-    "regression": Target(("rmse", "mae"), lambda out, mean, std: out[:, 0].astype(np.float64) * std + mean, _errors),
-    "binclass": Target(("accuracy",), lambda out, mean, std: (out[:, 0] > 0).astype(np.int64), _hits),  # sigmoid > .5
+    "regression": Target(
+        ("rmse", "mae"), lambda out, mean, std: out[:, 0].astype(np.float64) * std + mean, _errors
+    ),
+    "binclass": Target(
+        ("accuracy",), lambda out, mean, std: (out[:, 0] > 0).astype(np.int64), _hits
+    ),  # sigmoid > .5
     "multiclass": Target(("accuracy",), lambda out, mean, std: out.argmax(axis=1), _hits),
 }
 HIGHER_IS_BETTER = {"rmse": False, "mae": False, "accuracy": True}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -40,7 +40,7 @@ class CsvData(Options):
     split_seed: int = 0
 
     @model_validator(mode="after")
-    def _columns(self) -> "CsvData":
+    def _columns(self) -> CsvData:
         if not self.numeric and not self.categorical:
             raise ValueError("declare at least one feature column in numeric or categorical")
         both = set(self.numeric) & set(self.categorical)
@@ -67,13 +67,13 @@ class SyntheticData(Options):
     seed: int = 0
 
     @model_validator(mode="after")
-    def _features(self) -> "SyntheticData":
+    def _features(self) -> SyntheticData:
         if self.numeric + self.categorical == 0:
             raise ValueError("synthetic data needs at least one numeric or categorical feature")
         return self
 
 
-DataOptions = Annotated[Union[SyntheticData, NpyData, CsvData], Field(discriminator="format")]
+DataOptions = Annotated[SyntheticData | NpyData | CsvData, Field(discriminator="format")]
 
 
 class TabularOptions(TaskOptions):

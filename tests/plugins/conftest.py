@@ -6,7 +6,7 @@ dropout 0 and modules in eval mode; batches are right-padded as the core promise
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -37,8 +37,9 @@ def build() -> Callable[..., Component]:
     """``build(Kind, dim, model_dropout=0.0, max_len=16, **options)``: a float64 module in eval
     mode; ``model_dropout`` is the context's dropout, ``options`` the kind's own."""
 
-    def make(kind: type[Component], dim: int, model_dropout: float = 0.0, max_len: int = 16,
-             **options) -> Component:
+    def make(
+        kind: type[Component], dim: int, model_dropout: float = 0.0, max_len: int = 16, **options
+    ) -> Component:
         ctx = BuildContext(dim=dim, dropout=model_dropout, max_len=max_len)
         return kind(kind.Options(**options), ctx).double().eval()
 
@@ -76,8 +77,9 @@ def with_padding(x: Tensor, tokens: TokenContext, extra: int) -> tuple[Tensor, T
 def padding_invariant() -> Callable[..., None]:
     """Check that ``f(x, tokens)`` at real positions ignores appended padded positions."""
 
-    def check(f: Callable[[Tensor, TokenContext], Tensor], x: Tensor, tokens: TokenContext,
-              extra: int = 3) -> None:
+    def check(
+        f: Callable[[Tensor, TokenContext], Tensor], x: Tensor, tokens: TokenContext, extra: int = 3
+    ) -> None:
         y = f(x, tokens)
         x_pad, tokens_pad = with_padding(x, tokens, extra)
         y_pad = f(x_pad, tokens_pad)
@@ -112,7 +114,7 @@ def gradcheck_all() -> Callable[..., None]:
         k = len(inputs)
 
         def f(*args: Tensor) -> Tensor:
-            return torch.func.functional_call(wrapper, dict(zip(names, args[k:])), args[:k])
+            return torch.func.functional_call(wrapper, dict(zip(names, args[k:], strict=False)), args[:k])
 
         assert torch.autograd.gradcheck(f, (*inputs, *params), eps=1e-6, atol=1e-5)
 

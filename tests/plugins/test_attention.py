@@ -43,7 +43,9 @@ def allowed(tokens: TokenContext) -> Tensor:
     return see | (i == j)
 
 
-def reference(attn: SoftmaxAttention, x: Tensor, tokens: TokenContext, source: Tensor | None = None) -> Tensor:
+def reference(
+    attn: SoftmaxAttention, x: Tensor, tokens: TokenContext, source: Tensor | None = None
+) -> Tensor:
     """``W_o · concat_h softmax(q kᵀ / √e + B, masked) v`` from the module's own weights; q from
     ``x``, k and v from ``source`` (default ``x``)."""
     b, n, d = x.shape
@@ -55,8 +57,8 @@ def reference(attn: SoftmaxAttention, x: Tensor, tokens: TokenContext, source: T
     heads = lambda t: t.reshape(b, n, h, e).permute(0, 2, 1, 3)  # noqa: E731  [b, h, n, e]
     q = heads(torch.einsum("bnd,kd->bnk", x, w_qkv[:d]) + b_qkv[:d])
     source = x if source is None else source
-    k = heads(torch.einsum("bnd,kd->bnk", source, w_qkv[d:2 * d]) + b_qkv[d:2 * d])
-    v = heads(torch.einsum("bnd,kd->bnk", source, w_qkv[2 * d:]) + b_qkv[2 * d:])
+    k = heads(torch.einsum("bnd,kd->bnk", source, w_qkv[d : 2 * d]) + b_qkv[d : 2 * d])
+    v = heads(torch.einsum("bnd,kd->bnk", source, w_qkv[2 * d :]) + b_qkv[2 * d :])
     for rotation in tokens.rotations:
         q, k = rotation(q, k, tokens)
     logits = torch.einsum("bhie,bhje->bhij", q, k) / math.sqrt(e)
@@ -151,9 +153,9 @@ def test_no_future_leak(build, make_tokens, with_logit_bias):
     y = attn(x, tokens)
     for t in range(N - 1):
         x2 = x.clone()
-        x2[:, t + 1:] = torch.randn_like(x2[:, t + 1:])
+        x2[:, t + 1 :] = torch.randn_like(x2[:, t + 1 :])
         past = tokens.valid.clone()
-        past[:, t + 1:] = False
+        past[:, t + 1 :] = False
         torch.testing.assert_close(attn(x2, tokens)[past], y[past])
 
 
@@ -232,14 +234,15 @@ def assert_no_future_leak(attn, tokens: TokenContext, x: Tensor) -> None:
     b, n = tokens.shape
     for t in range(n - 1):
         x2 = x.clone()
-        x2[:, t + 1:] = torch.randn_like(x2[:, t + 1:])
-        changed = TokenContext(valid=tokens.valid, causal=True, positions=tokens.positions,
-                               logit_bias=tokens.logit_bias)
+        x2[:, t + 1 :] = torch.randn_like(x2[:, t + 1 :])
+        changed = TokenContext(
+            valid=tokens.valid, causal=True, positions=tokens.positions, logit_bias=tokens.logit_bias
+        )
         if tokens.timestamps is not None:
-            later = tokens.timestamps[:, t:t + 1] + torch.rand(b, n - t - 1, dtype=x.dtype).cumsum(-1) * 50
-            changed.timestamps = torch.cat([tokens.timestamps[:, :t + 1], later], dim=1)
+            later = tokens.timestamps[:, t : t + 1] + torch.rand(b, n - t - 1, dtype=x.dtype).cumsum(-1) * 50
+            changed.timestamps = torch.cat([tokens.timestamps[:, : t + 1], later], dim=1)
         past = tokens.valid.clone()
-        past[:, t + 1:] = False
+        past[:, t + 1 :] = False
         y2 = attn(x2, changed)
         torch.testing.assert_close(y2[past], y[past])
         assert not torch.allclose(y2[tokens.valid], y[tokens.valid]), "the change did not reach any output"
@@ -387,9 +390,19 @@ def ams_reference(attn: AMSAttention, x: Tensor, tokens: TokenContext, max_len: 
     if opts.temporal:
         w = attn.channels["temporal"].table.weight
         t = tokens.timestamps
-        table = torch.stack([torch.stack([torch.stack([
-            w[time_bucket(float(t[r, i] - t[r, j]), opts.buckets)] for j in range(n)])
-            for i in range(n)]) for r in range(b)])
+        table = torch.stack(
+            [
+                torch.stack(
+                    [
+                        torch.stack(
+                            [w[time_bucket(float(t[r, i] - t[r, j]), opts.buckets)] for j in range(n)]
+                        )
+                        for i in range(n)
+                    ]
+                )
+                for r in range(b)
+            ]
+        )
         weights["temporal"] = table[:, None].expand(b, h, n, n)
     see = allowed(tokens)
     z = torch.zeros(b, n, h, len(on), ev, dtype=x.dtype)
@@ -400,12 +413,14 @@ def ams_reference(attn: AMSAttention, x: Tensor, tokens: TokenContext, max_len: 
                 for j in range(n):
                     z[r, i, :, c] += a[r, :, i, j, None] * v[r, j]
     z = z.reshape(b, n, width)
-    z = z / torch.sqrt((z ** 2).mean(-1, keepdim=True) + 1e-6)
+    z = z / torch.sqrt((z**2).mean(-1, keepdim=True) + 1e-6)
     return linear(u * z, attn.out)
 
 
-SUBSETS = [dict(zip(CHANNELS, bits)) for bits in [(1, 1, 1), (1, 0, 0), (0, 1, 0), (0, 0, 1),
-                                                  (1, 1, 0), (1, 0, 1), (0, 1, 1)]]
+SUBSETS = [
+    dict(zip(CHANNELS, bits, strict=False))
+    for bits in [(1, 1, 1), (1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 1, 0), (1, 0, 1), (0, 1, 1)]
+]
 
 
 @pytest.mark.parametrize("switches", SUBSETS, ids=lambda s: "+".join(c for c in CHANNELS if s[c]))
@@ -440,8 +455,11 @@ def test_ams_time_buckets():
     assert time_buckets(dt, buckets=40).tolist() == expected
 
 
-OWNED = {"semantic": "channels.semantic.qk.weight", "positional": "channels.positional.table.weight",
-         "temporal": "channels.temporal.table.weight"}
+OWNED = {
+    "semantic": "channels.semantic.qk.weight",
+    "positional": "channels.positional.table.weight",
+    "temporal": "channels.temporal.table.weight",
+}
 
 
 @pytest.mark.parametrize("channel", CHANNELS)
@@ -494,8 +512,11 @@ def test_ams_no_future_leak(build, make_tokens):
 
 def test_ams_padding_invariance(build, make_tokens, padding_invariant):
     attn = build(AMSAttention, D, heads=2)
-    padding_invariant(with_garbage_times(attn, TIMES), torch.randn(2, N, D, dtype=torch.float64),
-                      make_tokens(LENGTHS, N, causal=True))
+    padding_invariant(
+        with_garbage_times(attn, TIMES),
+        torch.randn(2, N, D, dtype=torch.float64),
+        make_tokens(LENGTHS, N, causal=True),
+    )
 
 
 def test_ams_gradcheck(build, make_tokens, gradcheck_all):
@@ -516,7 +537,7 @@ def intervals_by_hand(times: Tensor, valid: Tensor, causal: bool, k: int) -> lis
     """r_ij = min(⌊|t_i − t_j| / u_i⌋, k), u_i the smallest non-zero gap among the real tokens
     query i may see (all real tokens; only 0..i when causal), 1 if there is none."""
     out = []
-    for t, real in zip(times.tolist(), valid.tolist()):
+    for t, real in zip(times.tolist(), valid.tolist(), strict=False):
         n, rows = len(t), []
         for i in range(n):
             seen = [j for j in range(n) if real[j] and (j <= i or not causal)]
@@ -555,17 +576,13 @@ def test_time_interval_matrix_by_hand(build, make_tokens):
     times = torch.tensor([[0.0, 30.0, 40.0, 45.0, 100.0, 101.0]])
     tokens = timed(make_tokens([5], 6, causal=False), times)
     # Smallest non-zero gap among the real tokens: 45 − 40 = 5 (the padded 101 − 100 = 1 is ignored).
-    expected = [[0, 6, 8, 9, 16],
-                [6, 0, 2, 3, 14],
-                [8, 2, 0, 1, 12],
-                [9, 3, 1, 0, 11],
-                [16, 14, 12, 11, 0]]
+    expected = [[0, 6, 8, 9, 16], [6, 0, 2, 3, 14], [8, 2, 0, 1, 12], [9, 3, 1, 0, 11], [16, 14, 12, 11, 0]]
     assert attn.intervals(tokens)[0, :5, :5].tolist() == expected
     # Causal: query i's unit comes from tokens 0..i: 1 (none), 30, 10, 5, 5.
     tokens = timed(make_tokens([5], 6, causal=True), times)
     r = attn.intervals(tokens)[0]
     expected_causal = [[0], [1, 0], [4, 1, 0], [9, 3, 1, 0], [16, 14, 12, 11, 0]]
-    assert [r[i, :i + 1].tolist() for i in range(5)] == expected_causal
+    assert [r[i, : i + 1].tolist() for i in range(5)] == expected_causal
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -606,8 +623,11 @@ def test_time_interval_no_future_leak(build, make_tokens):
 @pytest.mark.parametrize("causal", [True, False])
 def test_time_interval_padding_invariance(build, make_tokens, padding_invariant, causal):
     attn = build(TimeIntervalAttention, D, heads=2, max_interval=64)
-    padding_invariant(with_garbage_times(attn, TIMES), torch.randn(2, N, D, dtype=torch.float64),
-                      make_tokens(LENGTHS, N, causal))
+    padding_invariant(
+        with_garbage_times(attn, TIMES),
+        torch.randn(2, N, D, dtype=torch.float64),
+        make_tokens(LENGTHS, N, causal),
+    )
 
 
 def test_time_interval_gradcheck(build, make_tokens, gradcheck_all):

@@ -50,7 +50,7 @@ def test_end_alignment_counts_back_from_the_last_real_token(build, make_tokens):
     table = channel.table.weight
     y = channel.embed(x, tokens)
     for row, length in enumerate([5, 3, 1]):
-        torch.testing.assert_close(y[row, :length], x[row, :length] + table[L - length:])
+        torch.testing.assert_close(y[row, :length], x[row, :length] + table[L - length :])
 
 
 def test_is_an_embedding_only_channel_for_ordered_tokens(build, make_tokens):
@@ -205,7 +205,7 @@ def rope_reference(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tenso
             for i in range(e // 2):
                 a = p * base ** (-2 * i / e)
                 rot = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], dtype=x.dtype)
-                out[bi, :, t, 2 * i:2 * i + 2] = x[bi, :, t, 2 * i:2 * i + 2] @ rot.T
+                out[bi, :, t, 2 * i : 2 * i + 2] = x[bi, :, t, 2 * i : 2 * i + 2] @ rot.T
     return out
 
 
@@ -263,11 +263,11 @@ def test_rope_no_future_leak(build, make_tokens):
     rq, rk = channel.rotate(q, k, tokens)
     for t in range(5):
         q2, k2 = q.clone(), k.clone()
-        q2[:, :, t + 1:] = torch.randn_like(q2[:, :, t + 1:])
-        k2[:, :, t + 1:] = torch.randn_like(k2[:, :, t + 1:])
+        q2[:, :, t + 1 :] = torch.randn_like(q2[:, :, t + 1 :])
+        k2[:, :, t + 1 :] = torch.randn_like(k2[:, :, t + 1 :])
         rq2, rk2 = channel.rotate(q2, k2, tokens)
-        torch.testing.assert_close(rq2[:, :, :t + 1], rq[:, :, :t + 1])
-        torch.testing.assert_close(rk2[:, :, :t + 1], rk[:, :, :t + 1])
+        torch.testing.assert_close(rq2[:, :, : t + 1], rq[:, :, : t + 1])
+        torch.testing.assert_close(rk2[:, :, : t + 1], rk[:, :, : t + 1])
 
 
 def test_rope_padding_invariance(build, make_tokens):
@@ -320,18 +320,21 @@ def test_rel_pos_is_a_logit_only_channel(build, make_tokens):
 # relative time
 
 
-@pytest.mark.parametrize("dt, bucket", [
-    (0.0, 0),            # |Δt| ≤ 1 s: ln 1 = 0
-    (0.5, 0),
-    (1.0, 0),
-    (2.0, 2),            # ln 2 / 0.301 = 2.30
-    (-2.0, 2),           # symmetric in the sign
-    (10.0, 7),           # 2.303 / 0.301 = 7.65
-    (3600.0, 27),        # 8.189 / 0.301 = 27.20
-    (DAY, 37),           # 11.367 / 0.301 = 37.76
-    (365 * DAY, 57),     # 17.267 / 0.301 = 57.37
-    (1e30, 128),         # 69.08 / 0.301 = 229.5, clamped to the last bucket
-])
+@pytest.mark.parametrize(
+    "dt, bucket",
+    [
+        (0.0, 0),  # |Δt| ≤ 1 s: ln 1 = 0
+        (0.5, 0),
+        (1.0, 0),
+        (2.0, 2),  # ln 2 / 0.301 = 2.30
+        (-2.0, 2),  # symmetric in the sign
+        (10.0, 7),  # 2.303 / 0.301 = 7.65
+        (3600.0, 27),  # 8.189 / 0.301 = 27.20
+        (DAY, 37),  # 11.367 / 0.301 = 37.76
+        (365 * DAY, 57),  # 17.267 / 0.301 = 57.37
+        (1e30, 128),  # 69.08 / 0.301 = 229.5, clamped to the last bucket
+    ],
+)
 def test_rel_time_buckets_by_hand(build, make_tokens, dt, bucket):
     channel = randomised(build(RelativeTime, D))
     assert channel.table.weight.shape == (129,)
@@ -411,12 +414,12 @@ def test_logit_channels_no_future_leak(build, make_tokens, kind):
     for t in range(6):
         gaps = torch.exp(torch.empty(1, 7).uniform_(0, 16))
         later = timed(make_tokens([7], 7, causal=True), gaps)  # other times after t ...
-        later.timestamps[:, t + 1:] += tokens.timestamps[:, t] - later.timestamps[:, t]
-        later.timestamps[:, :t + 1] = tokens.timestamps[:, :t + 1]  # ... the same up to t
-        torch.testing.assert_close(channel.logits(later)[..., :t + 1, :t + 1], bias[..., :t + 1, :t + 1])
+        later.timestamps[:, t + 1 :] += tokens.timestamps[:, t] - later.timestamps[:, t]
+        later.timestamps[:, : t + 1] = tokens.timestamps[:, : t + 1]  # ... the same up to t
+        torch.testing.assert_close(channel.logits(later)[..., : t + 1, : t + 1], bias[..., : t + 1, : t + 1])
         prefix = make_tokens([t + 1], t + 1, causal=True)
-        prefix.timestamps = tokens.timestamps[:, :t + 1]
-        torch.testing.assert_close(channel.logits(prefix), bias[..., :t + 1, :t + 1])
+        prefix.timestamps = tokens.timestamps[:, : t + 1]
+        torch.testing.assert_close(channel.logits(prefix), bias[..., : t + 1, : t + 1])
 
 
 @pytest.mark.parametrize("kind", LOGIT_KINDS)
@@ -469,10 +472,10 @@ def test_backbone_no_future_leak_and_padding(make_tokens, kind):
         assert torch.isfinite(y).all()
         t = 2
         x2 = x.clone()
-        x2[:, t + 1:] = torch.randn_like(x2[:, t + 1:])
+        x2[:, t + 1 :] = torch.randn_like(x2[:, t + 1 :])
         later = replace(tokens, timestamps=tokens.timestamps.clone())
-        later.timestamps[:, t + 1:] += 1000.0 * torch.arange(1, 4)
-        torch.testing.assert_close(model(x2, later)[:, :t + 1], y[:, :t + 1])
+        later.timestamps[:, t + 1 :] += 1000.0 * torch.arange(1, 4)
+        torch.testing.assert_close(model(x2, later)[:, : t + 1], y[:, : t + 1])
         big = padded(tokens, 3)
         y_pad = model(torch.cat([x, 100 * torch.randn(2, 3, 8, dtype=torch.float64)], dim=1), big)
         torch.testing.assert_close(y_pad[:, :6][tokens.valid], y[tokens.valid])

@@ -146,7 +146,14 @@ def test_hyper_initial_coefficients(build):
     torch.testing.assert_close(post, torch.ones(2, 3, S, dtype=torch.float64))
     torch.testing.assert_close(res, torch.eye(S, dtype=torch.float64).expand(2, 3, S, S))
     assert {name for name, _ in hc.named_parameters()} == {
-        "pre", "res", "post", "w_alpha", "w_beta", "scale_alpha", "scale_beta"}
+        "pre",
+        "res",
+        "post",
+        "w_alpha",
+        "w_beta",
+        "scale_alpha",
+        "scale_beta",
+    }
     static = build(HyperConnection, D, streams=S, dynamic=False)
     assert {name for name, _ in static.named_parameters()} == {"pre", "res", "post"}
 
@@ -174,16 +181,23 @@ class FFN(nn.Module):
         return self.net(h)
 
 
-def backbone(connection: type, placement: type, blocks: int, modules: list[nn.Module], final_norm: nn.Module,
-             **options) -> Backbone:
+def backbone(
+    connection: type, placement: type, blocks: int, modules: list[nn.Module], final_norm: nn.Module, **options
+) -> Backbone:
     """``blocks`` blocks sharing copies of the same attention / ffn / norm weights."""
     ctx = BuildContext(dim=D)
     opts = connection.Options(**options)
     made = []
     for i in range(blocks):
-        attention, ffn, norm = (copy.deepcopy(m) for m in modules[3 * i:3 * i + 3])
-        made.append(Block(attention, ffn, placement(copy.deepcopy(norm), connection(opts, ctx)),
-                          placement(copy.deepcopy(norm), connection(opts, ctx))))
+        attention, ffn, norm = (copy.deepcopy(m) for m in modules[3 * i : 3 * i + 3])
+        made.append(
+            Block(
+                attention,
+                ffn,
+                placement(copy.deepcopy(norm), connection(opts, ctx)),
+                placement(copy.deepcopy(norm), connection(opts, ctx)),
+            )
+        )
     stem = connection.stem(opts, ctx)
     return Backbone([], stem, made, copy.deepcopy(final_norm), dropout=0.0).double().eval()
 
@@ -216,7 +230,11 @@ def test_placements_by_their_formulas():
         norm.weight.uniform_(0.5, 1.5)
         norm.bias.uniform_(-0.5, 0.5)
     x = torch.randn(2, 5, D, dtype=torch.float64)
-    ln = lambda t: (t - t.mean(-1, keepdim=True)) / (t.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt() * norm.weight + norm.bias  # noqa: E731
+
+    def ln(t):
+        centred = t - t.mean(-1, keepdim=True)
+        return centred / (t.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt() * norm.weight + norm.bias
+
     expected = {PreNorm: x + f(ln(x)), PostNorm: ln(x + f(x)), PreNormSkip: ln(x) + f(ln(x))}
     with torch.no_grad():
         for placement, value in expected.items():
@@ -307,7 +325,7 @@ def mhc_reference(m: ManifoldHyperConnection, x: Tensor, f) -> Tensor:
     ``H_post = 2σ(α_post x̃φ_post + b_post)``; ``H_res = SK(exp(α_res mat(x̃φ_res) + b_res))``
     with 20 × (columns, rows); ``x ← H_res x + H_postᵀ f(H_pre x)``."""
     b, n, s, d = x.shape
-    phi_pre, phi_post, phi_res = m.phi[:, :s], m.phi[:, s:2 * s], m.phi[:, 2 * s:]
+    phi_pre, phi_post, phi_res = m.phi[:, :s], m.phi[:, s : 2 * s], m.phi[:, 2 * s :]
     out = torch.empty_like(x)
     for bi in range(b):
         for ti in range(n):
@@ -357,7 +375,7 @@ def test_mhc_initialisation(build):
     torch.testing.assert_close(pre, torch.full((1, 2, 4), 0.25, dtype=torch.float64))
     torch.testing.assert_close(post, torch.ones(1, 2, 4, dtype=torch.float64))
     # b_res = 2·I: H_res = (e² I + (J − I)) / (e² + 3), leaning to the identity.
-    expected = (math.e ** 2 * torch.eye(4) + (1 - torch.eye(4))) / (math.e ** 2 + 3)
+    expected = (math.e**2 * torch.eye(4) + (1 - torch.eye(4))) / (math.e**2 + 3)
     torch.testing.assert_close(res, expected.double().expand(1, 2, 4, 4))
 
 
@@ -392,8 +410,11 @@ def test_padding_invariance(build, make_tokens, padding_invariant, kind):
     randomise(conn)
     shape = (2, 5, D) if kind is Residual else (2, 5, S, D)
     with torch.no_grad():
-        padding_invariant(lambda x, tokens: conn(x, branch), torch.randn(*shape, dtype=torch.float64),
-                          make_tokens([5, 3], 5, causal=True))
+        padding_invariant(
+            lambda x, tokens: conn(x, branch),
+            torch.randn(*shape, dtype=torch.float64),
+            make_tokens([5, 3], 5, causal=True),
+        )
 
 
 @pytest.mark.parametrize("kind", [HyperConnection, ManifoldHyperConnection])
@@ -401,8 +422,9 @@ def test_gradcheck(build, gradcheck_all, kind):
     conn = build(kind, 3, streams=2)
     randomise(conn)
     w = torch.randn(3, 3, dtype=torch.float64)
-    gradcheck_all(conn, lambda x: conn(x, lambda h: torch.tanh(h @ w)),
-                  torch.randn(2, 2, 2, 3, dtype=torch.float64))
+    gradcheck_all(
+        conn, lambda x: conn(x, lambda h: torch.tanh(h @ w)), torch.randn(2, 2, 2, 3, dtype=torch.float64)
+    )
 
 
 @pytest.mark.parametrize("kind", [HyperConnection, ManifoldHyperConnection])
@@ -455,9 +477,12 @@ def test_the_placement_check_reads_the_declaration():
 
 @pytest.mark.parametrize("kind", ["hyper", "mhc"])
 def test_pre_skip_kv_with_several_streams_is_a_one_line_error(write_study, cli, kind):
-    path = write_study({"model": {"norm": {"kind": "layernorm", "placement": "pre_skip_kv"},
-                                  "connection": {"kind": kind}}})
+    path = write_study(
+        {"model": {"norm": {"kind": "layernorm", "placement": "pre_skip_kv"}, "connection": {"kind": kind}}}
+    )
     code, _, err = cli("validate", path)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert (f"'pre_skip_kv' needs a single-stream connection (residual), but connection kind '{kind}' "
-            f"keeps several streams; use placement 'pre_skip'") in err
+    assert (
+        f"'pre_skip_kv' needs a single-stream connection (residual), but connection kind '{kind}' "
+        f"keeps several streams; use placement 'pre_skip'"
+    ) in err

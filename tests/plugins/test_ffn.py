@@ -17,8 +17,7 @@ from ablate import registry
 from ablate.blocks import Backbone, Block, PreNorm
 from ablate.components import BuildContext, Stem, TokenContext, dropout
 from ablate_plugins.connection import Residual
-from ablate_plugins.ffn import (GEGLU, MFFN, MLPFFN, MoEFFN, NoFFN, PointwiseFFN, ReGLU, SwiGLU,
-                                glu_hidden)
+from ablate_plugins.ffn import GEGLU, MFFN, MLPFFN, MoEFFN, NoFFN, PointwiseFFN, ReGLU, SwiGLU, glu_hidden
 from ablate_plugins.norm import NoNorm, RMSNorm
 
 D = 6
@@ -122,17 +121,20 @@ def gated(glu, x: Tensor, activation: str) -> Tensor:
     return linear(HAND_ACTIVATIONS[activation](linear(x, glu.gate)) * linear(x, glu.up), glu.down)
 
 
-@pytest.mark.parametrize("dim, multiple_of, hidden", [
-    (512, 64, 1408),  # ⌊2/3 · 2048⌋ = 1365 → 22 · 64
-    (768, 64, 2048),  # 2048 is already a multiple
-    (64, 64, 192),  # 170 → 3 · 64
-    (50, 64, 192),  # 133 → 3 · 64
-    (6, 64, 64),  # 16 → 64
-    (64, 1, 170),  # no rounding: ⌊170.67⌋
-    (64, 16, 176),  # 170 → 11 · 16
-    (12, 8, 32),  # 32 exactly
-    (10, 8, 32),  # ⌊26.67⌋ = 26 → 4 · 8
-])
+@pytest.mark.parametrize(
+    "dim, multiple_of, hidden",
+    [
+        (512, 64, 1408),  # ⌊2/3 · 2048⌋ = 1365 → 22 · 64
+        (768, 64, 2048),  # 2048 is already a multiple
+        (64, 64, 192),  # 170 → 3 · 64
+        (50, 64, 192),  # 133 → 3 · 64
+        (6, 64, 64),  # 16 → 64
+        (64, 1, 170),  # no rounding: ⌊170.67⌋
+        (64, 16, 176),  # 170 → 11 · 16
+        (12, 8, 32),  # 32 exactly
+        (10, 8, 32),  # ⌊26.67⌋ = 26 → 4 · 8
+    ],
+)
 def test_glu_hidden_rounding(dim, multiple_of, hidden):
     assert glu_hidden(dim, multiple_of) == hidden
 
@@ -155,8 +157,9 @@ def test_glu_matches_reference(build, kind, activation, options):
 
 
 @pytest.mark.parametrize("kind, activation", GLUS)
-def test_glu_position_wise_and_padding(build, position_wise, make_tokens, padding_invariant, kind,
-                                       activation):
+def test_glu_position_wise_and_padding(
+    build, position_wise, make_tokens, padding_invariant, kind, activation
+):
     glu = build(kind, D, hidden=8)
     x = torch.randn(2, 5, D, dtype=torch.float64)
     position_wise(glu, x)
@@ -171,7 +174,8 @@ def test_glu_gradcheck(build, gradcheck_all, kind):
 
 
 def dropout_mask(seed: int, shape: tuple[int, ...], p: float) -> Tensor:
-    """The mask :func:`ablate.components.dropout` (the kinds' Dropout) draws first after ``torch.manual_seed(seed)``, scaled by 1 / (1 − p)."""
+    """The mask :func:`ablate.components.dropout` (the kinds' Dropout) draws first after
+    ``torch.manual_seed(seed)``, scaled by 1 / (1 − p)."""
     torch.manual_seed(seed)
     return dropout(torch.ones(shape, dtype=torch.float64), p)
 
@@ -204,7 +208,7 @@ def test_mffn_xavier_uniform_init(build):
     for layer in (mffn.gate, mffn.up, mffn.down):
         w = layer.weight
         assert w.abs().max() <= bound and w.abs().max() > 0.95 * bound
-        assert abs(w.var().item() - bound ** 2 / 3) < 0.1 * bound ** 2 / 3
+        assert abs(w.var().item() - bound**2 / 3) < 0.1 * bound**2 / 3
 
 
 def test_mffn_drops_its_input(build):
@@ -259,8 +263,8 @@ def routing(moe, x: Tensor) -> tuple[list[list[float]], list[list[int]], list[li
     probs, chosen, weights = [], [], []
     for t in range(x.shape[0]):
         logits = [sum(W[e, c] * x[t, c] for c in range(x.shape[1])) for e in range(E)]
-        z = sum(torch.exp(l) for l in logits)
-        p = [torch.exp(l) / z for l in logits]
+        z = sum(torch.exp(logit) for logit in logits)
+        p = [torch.exp(logit) / z for logit in logits]
         top = sorted(range(E), key=lambda e: -p[e].item())[:k]
         w = [p[e] for e in top]
         if moe.options.normalize_topk and k > 1:
@@ -275,7 +279,9 @@ def moe_reference(moe, x: Tensor) -> Tensor:
     _, chosen, weights = routing(moe, flat)
     out = []
     for t in range(flat.shape[0]):
-        y = sum(w * gated(moe.experts[e], flat[t], "silu") for e, w in zip(chosen[t], weights[t]))
+        y = sum(
+            w * gated(moe.experts[e], flat[t], "silu") for e, w in zip(chosen[t], weights[t], strict=True)
+        )
         y = y + sum((gated(s, flat[t], "silu") for s in moe.shared), torch.zeros_like(flat[t]))
         out.append(y)
     return torch.stack(out).reshape(x.shape)
@@ -299,8 +305,9 @@ def balance_reference(moe, x: Tensor, valid: Tensor) -> Tensor:
 MOES = [
     pytest.param({"experts": 4, "top_k": 2}, id="E4-k2"),
     pytest.param({"experts": 3, "top_k": 1}, id="E3-k1"),
-    pytest.param({"experts": 4, "top_k": 3, "shared_experts": 1, "normalize_topk": False},
-                 id="E4-k3-shared-raw"),
+    pytest.param(
+        {"experts": 4, "top_k": 3, "shared_experts": 1, "normalize_topk": False}, id="E4-k3-shared-raw"
+    ),
     pytest.param({"experts": 2, "top_k": 2, "shared_experts": 2, "bias": True}, id="E2-k2-2shared-bias"),
 ]
 
@@ -446,8 +453,11 @@ def test_backbone_sums_the_moe_losses():
 
     moes = [MoEFFN(MoEFFN.Options(hidden=5, alpha=0.2 * (i + 1)), ctx) for i in range(2)]
     blocks = [Block(Silent(), moe, sublayer(), sublayer()) for moe in moes]
-    backbone = Backbone(bias=[], stem=Stem(), blocks=blocks, final_norm=NoNorm(NoNorm.Options(), ctx),
-                        dropout=0.0).double().train()
+    backbone = (
+        Backbone(bias=[], stem=Stem(), blocks=blocks, final_norm=NoNorm(NoNorm.Options(), ctx), dropout=0.0)
+        .double()
+        .train()
+    )
     assert backbone.auxiliary_loss() is None
     x = torch.randn(2, 5, D, dtype=torch.float64)
     valid = torch.ones(2, 5, dtype=torch.bool)
@@ -459,7 +469,16 @@ def test_backbone_sums_the_moe_losses():
     assert all(moe.router.weight.grad.abs().sum() > 0 for moe in moes)
 
 
-@pytest.mark.parametrize("name, kind", [("swiglu", SwiGLU), ("geglu", GEGLU), ("reglu", ReGLU), ("moe", MoEFFN),
-                                        ("mffn", MFFN), ("none", NoFFN)])
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("swiglu", SwiGLU),
+        ("geglu", GEGLU),
+        ("reglu", ReGLU),
+        ("moe", MoEFFN),
+        ("mffn", MFFN),
+        ("none", NoFFN),
+    ],
+)
 def test_registered_under_their_names(name, kind):
     assert registry.get("ffn", name) is kind

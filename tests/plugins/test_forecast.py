@@ -158,7 +158,7 @@ def test_window_errors_match_numpy():
     errors = window_errors(prediction, target)
     for i in range(5):
         assert errors["mse"][i] == pytest.approx(
-            np.mean([(p - t) ** 2 for p, t in zip(prediction[i].ravel(), target[i].ravel())])
+            np.mean([(p - t) ** 2 for p, t in zip(prediction[i].ravel(), target[i].ravel(), strict=False)])
         )
         assert errors["mae"][i] == pytest.approx(np.mean(np.abs(prediction[i] - target[i])))
 

@@ -42,8 +42,13 @@ def build_set():
     """``build_set(Kind, dim, max_len=16, **options)``: float64, eval mode, unordered context."""
 
     def make(kind, dim, max_len=16, model_dropout=0.0, **options):
-        ctx = BuildContext(dim=dim, dropout=model_dropout, max_len=max_len, ordered=False,
-                           features=frozenset({"values", "readout"}))
+        ctx = BuildContext(
+            dim=dim,
+            dropout=model_dropout,
+            max_len=max_len,
+            ordered=False,
+            features=frozenset({"values", "readout"}),
+        )
         return kind(kind.Options(**options), ctx).double().eval()
 
     return make
@@ -83,8 +88,13 @@ def permute(tokens: TokenContext, perm: Tensor, slots_travel: bool = True) -> To
     """Reorder the tokens of every row by ``perm``; a token keeps its slot when ``slots_travel``."""
     pick = lambda t: None if t is None else t[:, perm]  # noqa: E731
     positions = tokens.positions[:, perm] if slots_travel else tokens.positions
-    return TokenContext(valid=tokens.valid[:, perm], causal=False, positions=positions,
-                        values=pick(tokens.values), readout=pick(tokens.readout))
+    return TokenContext(
+        valid=tokens.valid[:, perm],
+        causal=False,
+        positions=positions,
+        values=pick(tokens.values),
+        readout=pick(tokens.readout),
+    )
 
 
 def linear(m: nn.Linear, t: Tensor) -> Tensor:
@@ -239,7 +249,7 @@ def test_fr_straight_through_gradient_is_the_sigmoids():
     soft_grads = torch.autograd.grad((probs * upstream).sum(), [*params, bias])
 
     assert torch.equal(A.detach(), (probs > 0.5).to(F64))
-    for g_hard, g_soft in zip(hard_grads, soft_grads):
+    for g_hard, g_soft in zip(hard_grads, soft_grads, strict=False):
         torch.testing.assert_close(g_hard, g_soft)
         assert g_hard.abs().sum() > 0
 
@@ -313,7 +323,7 @@ def rfft_magnitudes(values: Tensor) -> Tensor:
     t, k = torch.arange(w, dtype=F64), torch.arange(w // 2 + 1, dtype=F64)
     angle = 2 * math.pi * k[:, None] * t[None, :] / w  # [f, w]
     re, im = values @ torch.cos(angle).T, -values @ torch.sin(angle).T
-    return torch.sqrt(re ** 2 + im ** 2)
+    return torch.sqrt(re**2 + im**2)
 
 
 def probabilities_loops(values: Tensor, A: Tensor, valid: Tensor, eps: float = 1e-10) -> Tensor:
@@ -337,8 +347,7 @@ def probabilities_loops(values: Tensor, A: Tensor, valid: Tensor, eps: float = 1
     return p
 
 
-def channel_reference(attn: ChannelMaskedAttention, x: Tensor, tokens: TokenContext,
-                      M: Tensor) -> Tensor:
+def channel_reference(attn: ChannelMaskedAttention, x: Tensor, tokens: TokenContext, M: Tensor) -> Tensor:
     """``W_o · softmax((q kᵀ ⊙ M + (1 − M)·(−ln 1e10)) / √e, padded keys −∞) v`` for a given
     0/1 mask ``M [b, n, n]``."""
     b, n, d = x.shape
@@ -365,8 +374,10 @@ def test_mahalanobis_probabilities_match_formula():
     torch.testing.assert_close(p, probabilities_loops(tokens.values, A, tokens.valid))
     # The closest real channel of every real row gets 0.99, like the row's own diagonal.
     real = tokens.valid
-    torch.testing.assert_close(p.masked_fill(torch.eye(N, dtype=torch.bool), 0).amax(-1)[real],
-                               torch.full((int(real.sum()),), 0.99, dtype=F64))
+    torch.testing.assert_close(
+        p.masked_fill(torch.eye(N, dtype=torch.bool), 0).amax(-1)[real],
+        torch.full((int(real.sum()),), 0.99, dtype=F64),
+    )
 
 
 def test_gumbel_mask_matches_formula_and_straight_through():
@@ -394,7 +405,7 @@ def test_gumbel_mask_keeps_an_edge_with_duets_probability():
     ``σ(2ℓ) = p² / (p² + (1 − p)²)`` (not ``p``); its mode is the threshold-0.5 mask."""
     p = torch.tensor([0.1, 0.3, 0.5, 0.7, 0.9], dtype=F64)
     draws = gumbel_mask(p.expand(100_000, 5))
-    expected = p ** 2 / (p ** 2 + (1 - p) ** 2)
+    expected = p**2 / (p**2 + (1 - p) ** 2)
     torch.testing.assert_close(draws.mean(0), expected, atol=0.01, rtol=0)
 
 
@@ -415,8 +426,9 @@ def test_channel_masked_matches_reference_threshold(build_set, heads):
 @pytest.mark.parametrize("training", [False, True], ids=["eval-sample", "train"])
 def test_channel_masked_matches_reference_sampled(build_set, training):
     """Sampled masks, with the Gumbel noise replayed from the same seed: ``g [b, n, n, 2]``."""
-    attn = build_set(ChannelMaskedAttention, D, heads=2, lookback=W,
-                     eval_mask="threshold" if training else "sample")  # training always samples
+    attn = build_set(
+        ChannelMaskedAttention, D, heads=2, lookback=W, eval_mask="threshold" if training else "sample"
+    )  # training always samples
     attn.train(training)
     tokens = channel_tokens()
     x = torch.randn(2, N, D, dtype=F64)

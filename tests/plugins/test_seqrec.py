@@ -50,19 +50,23 @@ def task_for(tmp_path: Path, **options) -> SeqRecTask:
 def test_options_default_to_synthetic_data_and_a_50_item_window():
     options = SeqRecOptions.model_validate({})
     assert options.data == SyntheticData() and options.max_len == 50
-    assert isinstance(SeqRecOptions.model_validate({"data": {"format": "movielens", "path": "x"}}).data,
-                      MovieLensData)
+    assert isinstance(
+        SeqRecOptions.model_validate({"data": {"format": "movielens", "path": "x"}}).data, MovieLensData
+    )
 
 
-@pytest.mark.parametrize("raw", [
-    {"data": {"format": "parquet", "path": "x"}},
-    {"data": {"format": "csv", "path": "x", "min_rating": 3}},
-    {"protocol": "sampled100"},
-    {"data": {"format": "movielens"}},
-    {"data": {"format": "synthetic", "min_len": 30, "max_len": 20}},
-    {"data": {"format": "synthetic", "usrs": 3}},
-    {"max_len": 0},
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"data": {"format": "parquet", "path": "x"}},
+        {"data": {"format": "csv", "path": "x", "min_rating": 3}},
+        {"protocol": "sampled100"},
+        {"data": {"format": "movielens"}},
+        {"data": {"format": "synthetic", "min_len": 30, "max_len": 20}},
+        {"data": {"format": "synthetic", "usrs": 3}},
+        {"max_len": 0},
+    ],
+)
 def test_bad_options_are_rejected(raw):
     with pytest.raises(ValidationError):
         SeqRecOptions.model_validate(raw)
@@ -91,8 +95,9 @@ def test_loss_options_default_to_bce_with_one_negative():
         LossOptions.model_validate({"kind": "softmx"})
 
 
-@pytest.mark.parametrize("raw,loc", [({"negatives": 0}, ("negatives",)),
-                                     ({"kind": "bce", "neg": 2}, ("neg",))])
+@pytest.mark.parametrize(
+    "raw,loc", [({"negatives": 0}, ("negatives",)), ({"kind": "bce", "neg": 2}, ("neg",))]
+)
 def test_loss_option_errors_point_at_the_key_in_the_study_file(raw, loc):
     with pytest.raises(ValidationError) as info:
         LossOptions.model_validate(raw)
@@ -101,8 +106,10 @@ def test_loss_option_errors_point_at_the_key_in_the_study_file(raw, loc):
 
 def test_data_option_errors_name_the_key_and_line_in_the_study_file(tmp_path):
     path = tmp_path / "study.yaml"
-    path.write_text("name: s\ntask:\n  kind: seqrec\n  data:\n    format: synthetic\n    users: 0\n"
-                    "metrics: {primary: hr@10}\n")
+    path.write_text(
+        "name: s\ntask:\n  kind: seqrec\n  data:\n    format: synthetic\n    users: 0\n"
+        "metrics: {primary: hr@10}\n"
+    )
     with pytest.raises(StudyError, match=r"study\.yaml:6: task\.data\.users: Input should be greater than 0"):
         load_study(path)
     with pytest.raises(ValidationError) as info:
@@ -120,7 +127,7 @@ def test_movielens_100k_loads_whole_in_stable_time_order():
     assert (data.rows_filtered, data.users_dropped) == (0, 0)
 
     frame = pd.read_csv(ML100K, sep="\t", names=["user", "item", "rating", "timestamp"])
-    by_user = dict(zip(data.users.tolist(), range(data.num_users)))
+    by_user = dict(zip(data.users.tolist(), range(data.num_users), strict=False))
     # Users whose history has tied timestamps are where a non-stable sort would differ.
     tied = frame[frame.duplicated(["user", "timestamp"], keep=False)]["user"].unique()
     assert len(tied) > 100
@@ -137,8 +144,18 @@ def write(path: Path, lines: list[str]) -> Path:
 
 
 def test_ties_keep_file_order_and_items_map_to_1_to_n(tmp_path):
-    path = write(tmp_path / "u.data", ["1\t50\t4\t100", "1\t30\t4\t50", "2\t90\t1\t7", "1\t90\t4\t100",
-                                      "1\t70\t4\t100", "2\t30\t2\t7", "2\t50\t5\t3"])
+    path = write(
+        tmp_path / "u.data",
+        [
+            "1\t50\t4\t100",
+            "1\t30\t4\t50",
+            "2\t90\t1\t7",
+            "1\t90\t4\t100",
+            "1\t70\t4\t100",
+            "2\t30\t2\t7",
+            "2\t50\t5\t3",
+        ],
+    )
     data = read_movielens(path)
     assert data.users.tolist() == [1, 2]
     assert data.item_ids.tolist() == [-1, 30, 50, 70, 90]
@@ -157,8 +174,10 @@ def test_ratings_dat_separator_and_gzip(tmp_path):
 
 
 def test_min_rating_filter_and_short_users_are_counted(tmp_path):
-    path = write(tmp_path / "u.data", ["1\t1\t5\t1", "1\t2\t2\t2", "1\t3\t4\t3", "1\t4\t3\t4",
-                                      "2\t1\t5\t1", "2\t2\t5\t2", "3\t3\t1\t1"])
+    path = write(
+        tmp_path / "u.data",
+        ["1\t1\t5\t1", "1\t2\t2\t2", "1\t3\t4\t3", "1\t4\t3\t4", "2\t1\t5\t1", "2\t2\t5\t2", "3\t3\t1\t1"],
+    )
     data = read_movielens(path, min_rating=3)
     # User 2 keeps 2 interactions, user 3 none: both are dropped and counted.
     assert (data.rows_filtered, data.users_dropped, data.interactions_dropped) == (2, 2, 2)
@@ -167,12 +186,15 @@ def test_min_rating_filter_and_short_users_are_counted(tmp_path):
     assert "2 rows below min_rating" in data.describe() and "2 users left with < 3" in data.describe()
 
 
-@pytest.mark.parametrize("bad,expected", [
-    ("4\t5\t3", "got 3: '4\\t5\\t3'"),
-    ("4\t5\t3\t9\t1", "got 5"),
-    ("4\tabc\t3\t9", "got item 'abc', which is not an integer"),
-    ("4\t5\t3\tnoon", "got timestamp 'noon', which is not a number"),
-])
+@pytest.mark.parametrize(
+    "bad,expected",
+    [
+        ("4\t5\t3", "got 3: '4\\t5\\t3'"),
+        ("4\t5\t3\t9\t1", "got 5"),
+        ("4\tabc\t3\t9", "got item 'abc', which is not an integer"),
+        ("4\t5\t3\tnoon", "got timestamp 'noon', which is not a number"),
+    ],
+)
 def test_malformed_line_names_file_and_line(tmp_path, bad, expected):
     path = write(tmp_path / "u.data", ["1\t2\t3\t4", "", "2\t3\t4\t5", bad, "5\t6\t7\t8"])
     with pytest.raises(DataError) as info:
@@ -199,8 +221,8 @@ def test_empty_file_is_a_data_error(tmp_path):
 
 def test_synthetic_is_deterministic_and_within_bounds():
     a, b, c = (synthetic(50, 30, 5, 9, 0.8, seed=seed, timestamps=True) for seed in (3, 3, 4))
-    assert all(np.array_equal(x, y) for x, y in zip(a.sequences, b.sequences))
-    assert not all(np.array_equal(x, y) for x, y in zip(a.sequences, c.sequences))
+    assert all(np.array_equal(x, y) for x, y in zip(a.sequences, b.sequences, strict=False))
+    assert not all(np.array_equal(x, y) for x, y in zip(a.sequences, c.sequences, strict=False))
     assert all(5 <= len(s) <= 9 and s.min() >= 1 and s.max() <= 30 for s in a.sequences)
     assert all((np.diff(t) >= 1).all() for t in a.timestamps)
 
@@ -209,7 +231,7 @@ def test_synthetic_follow_one_is_a_single_successor_cycle():
     data = synthetic(40, 12, 20, 20, follow=1.0, seed=0, timestamps=False)
     successor = {}
     for seq in data.sequences:
-        for prev, nxt in zip(seq[:-1], seq[1:]):
+        for prev, nxt in zip(seq[:-1], seq[1:], strict=False):
             assert successor.setdefault(int(prev), int(nxt)) == nxt
     # A cyclic permutation: 12 steps from any item return to it, and every item is visited.
     item, seen = 1, []
@@ -226,7 +248,9 @@ TWO_USERS = Interactions(
     users=np.array([10, 20]),
     sequences=[np.array([1, 2, 3, 4, 5]), np.array([3, 1, 2])],
     timestamps=[np.array([100.0, 110, 130, 160, 200]), np.array([5.0, 7, 9])],
-    num_items=5, item_ids=np.r_[-1, 1:6], source="two users",
+    num_items=5,
+    item_ids=np.r_[-1, 1:6],
+    source="two users",
 )
 
 
@@ -249,11 +273,14 @@ def test_train_window_keeps_the_last_max_len_items(tmp_path):
     assert batch.items.tolist() == [[2]] and batch.targets.tolist() == [[3]]
 
 
-@pytest.mark.parametrize("split,items,targets,times", [
-    # Ordered by history length: user 20 first.
-    ("valid", [[3, 0, 0], [1, 2, 3]], [[1, 0, 0], [0, 0, 4]], [[0, 0, 0], [0, 10, 30]]),
-    ("test", [[3, 1, 0, 0], [1, 2, 3, 4]], [[0, 2, 0, 0], [0, 0, 0, 5]], [[0, 2, 2, 2], [0, 10, 30, 60]]),
-])
+@pytest.mark.parametrize(
+    "split,items,targets,times",
+    [
+        # Ordered by history length: user 20 first.
+        ("valid", [[3, 0, 0], [1, 2, 3]], [[1, 0, 0], [0, 0, 4]], [[0, 0, 0], [0, 10, 30]]),
+        ("test", [[3, 1, 0, 0], [1, 2, 3, 4]], [[0, 2, 0, 0], [0, 0, 0, 5]], [[0, 2, 2, 2], [0, 10, 30, 60]]),
+    ],
+)
 def test_eval_batches_hold_the_history_and_target(split, items, targets, times):
     from ablate_plugins.seqrec.batches import eval_batches
 
@@ -337,8 +364,9 @@ def test_negatives_exclude_the_users_rated_items_and_stay_uniform_over_the_rest(
     rows = torch.tensor([0] * 15_000 + [1] * 15_000)
     positives = torch.tensor([2] * 15_000 + [5] * 15_000)
     seen = SeenItems(keys, width=7, rows=rows)
-    draws = sample_negatives(positives, num_items=6, count=2, generator=torch.Generator().manual_seed(0),
-                             seen=seen)
+    draws = sample_negatives(
+        positives, num_items=6, count=2, generator=torch.Generator().manual_seed(0), seen=seen
+    )
     row0 = torch.bincount(draws[:15_000].flatten(), minlength=7) / 30_000
     row1 = torch.bincount(draws[15_000:].flatten(), minlength=7) / 30_000
     assert row0[[0, 1, 2, 3]].sum() == 0 and row1[[0, 5]].sum() == 0
@@ -350,8 +378,14 @@ def test_negatives_exclude_the_users_rated_items_and_stay_uniform_over_the_rest(
 
 def test_seen_keys_hold_each_rows_training_items(tmp_path):
     sequences = [np.array([3, 1, 3, 2, 4, 5]), np.array([2, 4, 1, 6])]
-    data = Interactions(users=np.array([7, 8]), sequences=sequences,
-                        timestamps=None, num_items=6, item_ids=np.r_[-1, 1:7], source="two users")
+    data = Interactions(
+        users=np.array([7, 8]),
+        sequences=sequences,
+        timestamps=None,
+        num_items=6,
+        item_ids=np.r_[-1, 1:7],
+        source="two users",
+    )
     (batch,) = task_for(tmp_path).train_batches(data, 4, torch.Generator().manual_seed(0))
     rated = {int(u): set() for u in batch.users}
     for key in batch.seen.tolist():
@@ -368,8 +402,14 @@ def test_bce_matches_the_formula_at_a_hand_set_embedding(tmp_path, negatives):
     model = SeqRecModel(IdentityBackbone(), num_items=2, dim=2)
     with torch.no_grad():
         model.items.weight.copy_(torch.tensor(e))
-    data = Interactions(users=np.array([1]), sequences=[np.array([1, 1, 2, 1, 2])], timestamps=None,
-                        num_items=2, item_ids=np.r_[-1, 1:3], source="two items")
+    data = Interactions(
+        users=np.array([1]),
+        sequences=[np.array([1, 1, 2, 1, 2])],
+        timestamps=None,
+        num_items=2,
+        item_ids=np.r_[-1, 1:3],
+        source="two items",
+    )
     task = task_for(tmp_path)
     (batch,) = task.train_batches(data, 4, torch.Generator().manual_seed(0))
     assert batch.items.tolist() == [[1, 1]] and batch.targets.tolist() == [[1, 2]]
@@ -381,8 +421,9 @@ def test_bce_matches_the_formula_at_a_hand_set_embedding(tmp_path, negatives):
         return 1 / (1 + math.exp(-x))
 
     # (input, target) pairs (1, 1) and (1, 2); the negative of target y is 3 - y.
-    terms = [-math.log(sig(dot(x, y))) - negatives * math.log(1 - sig(dot(x, 3 - y)))
-             for x, y in [(1, 1), (1, 2)]]
+    terms = [
+        -math.log(sig(dot(x, y))) - negatives * math.log(1 - sig(dot(x, 3 - y))) for x, y in [(1, 1), (1, 2)]
+    ]
     options = LossOptions.model_validate({"negatives": negatives})
     value = task.loss(model, batch, options, torch.Generator().manual_seed(0))
     assert value.item() == pytest.approx(sum(terms) / 2, rel=1e-6)
@@ -392,7 +433,8 @@ def test_bce_matches_the_formula_at_a_hand_set_embedding(tmp_path, negatives):
     trained = backward_parts(task, model, batch, options, torch.Generator().manual_seed(0), NO_AUTOCAST)
     assert trained.item() == pytest.approx(sum(terms) / 2 + 1.5, rel=1e-6)
     assert task.loss(model, batch, options, torch.Generator().manual_seed(0)).item() == pytest.approx(
-        sum(terms) / 2, rel=1e-6)
+        sum(terms) / 2, rel=1e-6
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -577,6 +619,6 @@ def test_micro_batches_keep_negatives_among_each_users_unseen_items(study):
         generator = torch.Generator().manual_seed(0)
         drawn = sample_negatives(group.targets[where], data.num_items, 8, generator, seen)
         users = group.users[where.nonzero(as_tuple=True)[0]]
-        for user, row in zip(users.tolist(), drawn.tolist()):
+        for user, row in zip(users.tolist(), drawn.tolist(), strict=False):
             rated = set(data.sequences[int(np.flatnonzero(data.users == user)[0])][:-2].tolist())
             assert not rated & set(row)

@@ -114,12 +114,15 @@ def test_k_core_iterates_to_a_fixed_point(tmp_path):
     assert [data.item_ids[s].tolist() for s in data.sequences] == [[1, 3, 5], [1, 3, 5]]
 
 
-@pytest.mark.parametrize("reader,lines,line_no,expected", [
-    (read_user_item, ["1 2", "1 3", "1 x"], 3, "got item 'x', which is not an integer"),
-    (read_user_item, ["1 2", "", "1 3 4"], 3, "expected 2 fields user, item; got 3"),
-    (read_user_lines, ["1 2 3", "2 4 y 5"], 2, "got 'y', which is not an integer"),
-    (read_user_lines, ["1 2 3", "2"], 2, "a user with no items"),
-])
+@pytest.mark.parametrize(
+    "reader,lines,line_no,expected",
+    [
+        (read_user_item, ["1 2", "1 3", "1 x"], 3, "got item 'x', which is not an integer"),
+        (read_user_item, ["1 2", "", "1 3 4"], 3, "expected 2 fields user, item; got 3"),
+        (read_user_lines, ["1 2 3", "2 4 y 5"], 2, "got 'y', which is not an integer"),
+        (read_user_lines, ["1 2 3", "2"], 2, "a user with no items"),
+    ],
+)
 def test_malformed_lines_name_file_and_line(tmp_path, reader, lines, line_no, expected):
     path = write(tmp_path / "d.txt", lines)
     with pytest.raises(DataError) as info:
@@ -128,9 +131,19 @@ def test_malformed_lines_name_file_and_line(tmp_path, reader, lines, line_no, ex
 
 
 def test_csv_named_columns_timestamps_sort_stably_and_ratings_filter(tmp_path):
-    path = write(tmp_path / "r.csv", ["uid,when,iid,stars,extra", "7,5,100,4,a", "7,1,200,5,b",
-                                     "7,5,300,1,c", "7,5,400,5,d", "8,1,100,5,e", "8,2,300,5,f",
-                                     "8,3,200,5,g"])
+    path = write(
+        tmp_path / "r.csv",
+        [
+            "uid,when,iid,stars,extra",
+            "7,5,100,4,a",
+            "7,1,200,5,b",
+            "7,5,300,1,c",
+            "7,5,400,5,d",
+            "8,1,100,5,e",
+            "8,2,300,5,f",
+            "8,3,200,5,g",
+        ],
+    )
     data = read_table(path, user="uid", item="iid", timestamp="when", rating="stars", min_rating=2)
     assert data.rows_filtered == 1
     # Ties at time 5 keep file order (100 before 400); item 300 fell below min_rating.
@@ -145,12 +158,15 @@ def test_tsv_without_header_uses_column_indices(tmp_path):
     assert data.item_ids[data.sequences[0]].tolist() == [2, 3, 1]
 
 
-@pytest.mark.parametrize("lines,kwargs,expected", [
-    (["user,item", "1,2", "1,x", "1,3"], {}, ":3: item column 'item' holds 'x', which is not an integer"),
-    (["user,item,t", "1,2,5", "1,3,soon"], {"timestamp": "t"}, ":3: timestamp column 't' holds 'soon'"),
-    (["user,item", "1,2", "1,3,4"], {}, ":3: expected 2 fields, got 3"),
-    (["user,item", "1,2"], {"item": "movie"}, ": no column 'movie' for item (columns: user, item)"),
-])
+@pytest.mark.parametrize(
+    "lines,kwargs,expected",
+    [
+        (["user,item", "1,2", "1,x", "1,3"], {}, ":3: item column 'item' holds 'x', which is not an integer"),
+        (["user,item,t", "1,2,5", "1,3,soon"], {"timestamp": "t"}, ":3: timestamp column 't' holds 'soon'"),
+        (["user,item", "1,2", "1,3,4"], {}, ":3: expected 2 fields, got 3"),
+        (["user,item", "1,2"], {"item": "movie"}, ": no column 'movie' for item (columns: user, item)"),
+    ],
+)
 def test_csv_errors_name_file_and_line(tmp_path, lines, kwargs, expected):
     path = write(tmp_path / "r.csv", lines)
     with pytest.raises(DataError) as info:
@@ -179,6 +195,7 @@ def test_cache_is_keyed_by_file_content_and_options(tmp_path):
         def run():
             calls.append(options)
             return read_user_item(path, **options)
+
         return cached(path, {"format": "user_item", **options}, run, tmp_path / "cache")
 
     first = load()
@@ -196,18 +213,24 @@ def test_cache_is_keyed_by_file_content_and_options(tmp_path):
 def test_task_load_goes_through_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
     write(tmp_path / "d.txt", ["1 5", "1 6", "1 7"])
-    task = SeqRecTask(SeqRecOptions.model_validate({"data": {"format": "user_item", "path": "d.txt"}}), tmp_path)
+    task = SeqRecTask(
+        SeqRecOptions.model_validate({"data": {"format": "user_item", "path": "d.txt"}}), tmp_path
+    )
     assert not task.load().from_cache and task.load().from_cache
     assert len(list((tmp_path / "cache").glob("seqrec-*.npz"))) == 1
-    uncached = SeqRecTask(SeqRecOptions.model_validate({"data": {"format": "user_item", "path": "d.txt"},
-                                                        "cache": False}), tmp_path)
+    uncached = SeqRecTask(
+        SeqRecOptions.model_validate({"data": {"format": "user_item", "path": "d.txt"}, "cache": False}),
+        tmp_path,
+    )
     assert not uncached.load().from_cache
 
 
 def test_bad_data_file_exits_2_with_one_line(write_study, cli, tmp_path):
     write(tmp_path / "d.txt", ["1 5", "1 6", "1 seven"])
     path = write_study(replace={"task.data": {"format": "user_item", "path": "d.txt"}})
-    code, out, err = cli("run", str(path), "-q", "-o", str(tmp_path / "out"), "--reports", str(tmp_path / "r"))
+    code, out, err = cli(
+        "run", str(path), "-q", "-o", str(tmp_path / "out"), "--reports", str(tmp_path / "r")
+    )
     assert code == 2
     assert "d.txt:3: expected 2 fields user, item; got item 'seven', which is not an integer" in err
     assert "Traceback" not in out + err

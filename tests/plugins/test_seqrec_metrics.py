@@ -18,20 +18,20 @@ from ablate_plugins.seqrec import metrics as M
 
 def test_ranks_count_ties_against_the_target_and_skip_history_and_padding():
     #                       pad   1    2    3    4    5
-    scores = torch.tensor([[5.0, 0.5, 0.9, 0.5, 0.1, 0.7],
-                           [5.0, 0.2, 0.3, 0.3, 0.3, 0.1]])
+    scores = torch.tensor([[5.0, 0.5, 0.9, 0.5, 0.1, 0.7], [5.0, 0.2, 0.3, 0.3, 0.3, 0.1]])
     targets = torch.tensor([1, 3])
     # User 0 saw item 2 (0.9, excluded); item 3 ties the target, item 5 beats it: rank 2.
     # User 1 saw items 2 and 3 (3 is the target, so it stays); item 4 ties: rank 1.
     exclude = M.exclusion_mask([np.array([2]), np.array([2, 3])], targets, num_items=5)
-    assert exclude.tolist() == [[True, False, True, False, False, False],
-                                [True, False, True, False, False, False]]
+    assert exclude.tolist() == [
+        [True, False, True, False, False, False],
+        [True, False, True, False, False, False],
+    ]
     assert M.ranks(scores, targets, exclude).tolist() == [2, 1]
 
 
 def test_nan_scores_count_against_the_target():
-    scores = torch.tensor([[0.0, 1.0, float("nan"), 0.5, 0.2],
-                           [0.0, float("nan"), 0.3, 0.5, 0.2]])
+    scores = torch.tensor([[0.0, 1.0, float("nan"), 0.5, 0.2], [0.0, float("nan"), 0.3, 0.5, 0.2]])
     targets = torch.tensor([1, 1])
     exclude = M.exclusion_mask([np.array([], dtype=np.int64)] * 2, targets, num_items=4)
     assert M.ranks(scores, targets, exclude).tolist() == [1, 3]
@@ -69,18 +69,28 @@ class IdentityBackbone(nn.Module):
         return last_of_rows(x, tokens.lengths) if last_only else x
 
 
-TABLE = torch.tensor([[0.0, 0.0],  # padding
-                      [1.0, 0.0],  # 1
-                      [0.0, 1.0],  # 2
-                      [1.0, 1.0],  # 3
-                      [2.0, 0.0],  # 4
-                      [1.0, 0.0]])  # 5, ties item 1
+TABLE = torch.tensor(
+    [
+        [0.0, 0.0],  # padding
+        [1.0, 0.0],  # 1
+        [0.0, 1.0],  # 2
+        [1.0, 1.0],  # 3
+        [2.0, 0.0],  # 4
+        [1.0, 0.0],
+    ]
+)  # 5, ties item 1
 
 
 def tiny_data() -> Interactions:
     seqs = [np.array(s) for s in ([5, 1, 4], [2, 4, 1, 3], [3, 1, 3])]
-    return Interactions(users=np.array([3, 7, 9]), sequences=seqs, timestamps=None, num_items=5,
-                        item_ids=np.r_[-1, 1:6], source="tiny")
+    return Interactions(
+        users=np.array([3, 7, 9]),
+        sequences=seqs,
+        timestamps=None,
+        num_items=5,
+        item_ids=np.r_[-1, 1:6],
+        source="tiny",
+    )
 
 
 def tiny_model() -> SeqRecModel:
@@ -107,8 +117,9 @@ def test_evaluate_ranks_all_items_from_the_last_position(split, expected):
     task = SeqRecTask(SeqRecOptions(max_len=2), Path("."))
     model = tiny_model()
     model.train()
-    result = task.evaluate(model, tiny_data(), split, ["mrr", "hr@2", "ndcg@3"], torch.device("cpu"),
-                           batch_size=2)
+    result = task.evaluate(
+        model, tiny_data(), split, ["mrr", "hr@2", "ndcg@3"], torch.device("cpu"), batch_size=2
+    )
     assert model.training  # restored
     assert result.per_unit["unit"].tolist() == [3, 7, 9]
     ranks = np.array([expected[u] for u in (3, 7, 9)])

@@ -22,10 +22,15 @@ from ablate_plugins.seqrec.batches import collate, history, target
 # Metric names and sampled ranks
 
 
-@pytest.mark.parametrize("name,default,expected", [
-    ("ndcg@10", "full", "full"), ("ndcg@10", "sampled", "sampled"), ("sampled.hr@10", "full", "sampled"),
-    ("full.mrr", "sampled", "full"),
-])
+@pytest.mark.parametrize(
+    "name,default,expected",
+    [
+        ("ndcg@10", "full", "full"),
+        ("ndcg@10", "sampled", "sampled"),
+        ("sampled.hr@10", "full", "sampled"),
+        ("full.mrr", "sampled", "full"),
+    ],
+)
 def test_a_prefix_pins_the_protocol(name, default, expected):
     assert M.protocol(name, default) == expected and M.check(name) is None
 
@@ -37,8 +42,7 @@ def test_bad_prefixed_names_are_rejected(name):
 
 def test_sampled_ranks_count_ties_and_duplicates_against_the_target():
     #                       pad   1    2    3    4    5
-    scores = torch.tensor([[0.0, 0.5, 0.9, 0.5, 0.1, 0.7],
-                           [0.0, 0.2, 0.3, float("nan"), 0.3, 0.1]])
+    scores = torch.tensor([[0.0, 0.5, 0.9, 0.5, 0.1, 0.7], [0.0, 0.2, 0.3, float("nan"), 0.3, 0.1]])
     targets = torch.tensor([1, 2])
     negatives = torch.tensor([[3, 4, 4, 5], [5, 3, 1, 4]])
     # Row 0: item 3 ties (0.5), item 5 beats it, item 4 twice below: rank 2.
@@ -50,7 +54,7 @@ def test_negatives_avoid_every_item_the_user_touched_and_are_uniform():
     sequences = [np.array([1, 2, 3]), np.array([4, 5, 6, 7, 8, 9])]
     drawn = M.draw_negatives(sequences, num_items=10, count=30_000, seed=0)
     assert drawn.shape == (2, 30_000)
-    for seq, row in zip(sequences, drawn):
+    for seq, row in zip(sequences, drawn, strict=False):
         allowed = sorted(set(range(1, 11)) - set(seq.tolist()))
         counts = np.bincount(row, minlength=11)
         assert set(np.flatnonzero(counts).tolist()) == set(allowed)
@@ -66,7 +70,9 @@ def test_a_user_who_saw_everything_has_no_negatives():
 
 def test_protocol_option():
     assert SeqRecOptions.model_validate({}).protocol == "full"
-    assert SeqRecOptions.model_validate({"protocol": "sampled", "sampled_negatives": 50}).sampled_negatives == 50
+    assert (
+        SeqRecOptions.model_validate({"protocol": "sampled", "sampled_negatives": 50}).sampled_negatives == 50
+    )
     with pytest.raises(ValidationError):
         SeqRecOptions.model_validate({"sampled_negatives": 0})
 
@@ -121,22 +127,29 @@ def check_evaluation_against_a_per_user_reference(tmp_path):
     expected = {name: [] for name in study.metrics}
     for u, seq in enumerate(data.sequences):
         window = history(seq, "test")[-12:]
-        batch = collate([window], [np.zeros(len(window), dtype=np.int64)], None, data.users[u:u + 1])
+        batch = collate([window], [np.zeros(len(window), dtype=np.int64)], None, data.users[u : u + 1])
         with torch.no_grad():
             scores = model.scores(model(batch)[0, -1]).tolist()
         y = target(seq, "test")
         seen = set(history(seq, "test").tolist()) - {y}
-        full_rank = sum(1 for i in range(1, data.num_items + 1) if i != y and i not in seen and scores[i] >= scores[y])
+        full_rank = sum(
+            1 for i in range(1, data.num_items + 1) if i != y and i not in seen and scores[i] >= scores[y]
+        )
         sampled_rank = sum(1 for i in negatives[u] if scores[i] >= scores[y])
         for name in study.metrics:
             rank = full_rank if name.startswith("full.") else sampled_rank
             kind, k = M.parse(name)
-            value = {"hr": float(rank < (k or 0)), "ndcg": 1 / math.log2(rank + 2) if rank < (k or 0) else 0.0,
-                     "mrr": 1 / (rank + 1)}[kind]
+            value = {
+                "hr": float(rank < (k or 0)),
+                "ndcg": 1 / math.log2(rank + 2) if rank < (k or 0) else 0.0,
+                "mrr": 1 / (rank + 1),
+            }[kind]
             expected[name].append(value)
     order = np.argsort(data.users)
     for name in study.metrics:
-        np.testing.assert_allclose(result.per_unit[name].to_numpy(), np.array(expected[name])[order], atol=1e-12)
+        np.testing.assert_allclose(
+            result.per_unit[name].to_numpy(), np.array(expected[name])[order], atol=1e-12
+        )
         assert result.summary[name] == pytest.approx(np.mean(expected[name]))
     # The sampled protocol ranks among 20 candidates, so it is far easier than full ranking.
     assert result.summary["ndcg@10"] > result.summary["full.ndcg@10"]
@@ -147,7 +160,9 @@ def check_evaluation_against_a_per_user_reference(tmp_path):
 
 
 def test_loss_options_parse_the_new_kinds():
-    assert LossOptions.model_validate({"kind": "sampled_softmax"}).root == SampledSoftmax(kind="sampled_softmax")
+    assert LossOptions.model_validate({"kind": "sampled_softmax"}).root == SampledSoftmax(
+        kind="sampled_softmax"
+    )
     assert LossOptions.model_validate({"kind": "softmax", "temperature": 0.05}).root.temperature == 0.05
     with pytest.raises(ValidationError):
         LossOptions.model_validate({"kind": "sampled_softmax", "negatives": 0})
@@ -182,13 +197,15 @@ def test_per_position_logits_dense_and_gathered_agree_with_gradients(monkeypatch
     weights = torch.randn(t, k)
     grads = []
     for route in (L.dense_logits, L.gathered_logits):
-        h, table = torch.randn(t, d, generator=torch.Generator().manual_seed(1)).requires_grad_(), \
-            torch.randn(m, d, generator=torch.Generator().manual_seed(2)).requires_grad_()
+        h, table = (
+            torch.randn(t, d, generator=torch.Generator().manual_seed(1)).requires_grad_(),
+            torch.randn(m, d, generator=torch.Generator().manual_seed(2)).requires_grad_(),
+        )
         out = route(h, table, negatives)
         torch.testing.assert_close(out, torch.stack([table[negatives[r]] @ h[r] for r in range(t)]))
         (out * weights).sum().backward()
         grads.append((h.grad, table.grad))
-    for a, b in zip(*grads):
+    for a, b in zip(*grads, strict=False):
         torch.testing.assert_close(a, b)
     called = []
     monkeypatch.setattr(L, "dense_logits", lambda *a: called.append("dense") or torch.zeros(t, k))
