@@ -14,13 +14,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import registry, stopping
-from .drive import Reporter
+from .console import BarReporter, duration, err, out, progress_bars, say_error
 from .errors import AblateError
 
 app = typer.Typer(
@@ -29,60 +27,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Comparative ablation studies of transformer-style sequence models.",
 )
-# Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
-
 StudyArg = Annotated[Path, typer.Argument(help="Study file (YAML or TOML).", show_default=False)]
 OutputOpt = Annotated[
     Path | None,
     typer.Option("--output", "-o", help="Folder for the Optuna and MLflow stores [default: runs/<study>]."),
 ]
 ReportsOpt = Annotated[Path, typer.Option("--reports", help="Folder that receives reports/<study>/.")]
-
-
-class BarReporter(Reporter):
-    """Progress bars: trials overall, epochs of the current trial."""
-
-    def __init__(self, progress: Progress):
-        self.progress = progress
-        self.trials = progress.add_task("trials", total=None)
-        self.epochs = None
-        self.label = ""
-
-    def study(self, total: int, done: int) -> None:
-        self.progress.update(self.trials, total=total, completed=done)
-
-    def trial(self, variant: str, seed: int, epochs: int) -> None:
-        self.label = f"{variant} · seed {seed}"
-        if self.epochs is not None:
-            self.progress.remove_task(self.epochs)
-        self.epochs = self.progress.add_task(self.label, total=epochs)
-
-    def epoch(self, epoch: int, logged: dict[str, float]) -> None:
-        shown = " ".join(f"{k.split('.', 1)[1]} {v:.4f}" for k, v in logged.items() if k.startswith("valid."))
-        self.progress.update(self.epochs, completed=epoch, description=f"{self.label} {shown}")
-
-    def finished(self, variant: str, seed: int, result) -> None:
-        if self.epochs is not None:
-            self.progress.update(self.epochs, completed=self.progress.tasks[-1].total)
-        self.progress.advance(self.trials)
-
-    def failed(self, variant: str, seed: int, reason: str) -> None:
-        self.progress.console.print(f"[red]trial {variant} seed {seed} failed:[/red] {reason}")
-        self.progress.advance(self.trials)
-
-
-def _progress(quiet: bool) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        disable=quiet,
-        transient=False,
-    )
 
 
 StorageOpt = Annotated[
@@ -126,7 +76,7 @@ def run(
     stores = Stores.for_study(study, output, tracking_uri, storage)
     with stopping.stop_signals(), _resumable(study_file, quiet=False):  # `kill` or Ctrl-C: a clean stop
         if workers == 1:
-            with _progress(quiet) as progress:
+            with progress_bars(quiet) as progress:
                 summary = run_study(study, stores, BarReporter(progress), retry_failed=retry_failed)
             skipped = summary.skipped
             # Every failure standing in the study, not only this invocation's (a rerun leaves them).
@@ -187,7 +137,7 @@ def _run_workers(study_file: Path, study, stores, workers: int, quiet: bool, ret
     total = len(study.variants) * len(study.spec.seeds)
     storage = stores.storage()  # one handle: a journal is then read incrementally, not replayed per poll
     try:
-        with _progress(quiet) as bars:
+        with progress_bars(quiet) as bars:
             task = bars.add_task(f"trials ({workers} workers)", total=total, completed=before)
             while any(p.poll() is None for p in procs):
                 stopping.sleep(2.0)
@@ -245,7 +195,7 @@ def worker(
     study = load_study(study_file)
     stores = Stores.for_study(study, output, tracking_uri, storage)
     stores.heartbeat_s, stores.grace_s = heartbeat, grace
-    with stopping.stop_signals(), _resumable(study_file, quiet), _progress(quiet) as progress:
+    with stopping.stop_signals(), _resumable(study_file, quiet), progress_bars(quiet) as progress:
         _stop_with_parent()
         summary = run_study(study, stores, BarReporter(progress), retry_failed=retry_failed)
     err.print(f"worker done: {summary.finished} trial(s) and {summary.searched} search trial(s) trained here")
@@ -348,7 +298,7 @@ def status(study_file: StudyArg, output: OutputOpt = None, storage: StorageOpt =
         out.print("ETA: unknown until a trial finishes")
     else:
         out.print(
-            f"ETA: {_duration(eta)} (mean wall time of finished trials × trials left, less checkpointed "
+            f"ETA: {duration(eta)} (mean wall time of finished trials × trials left, less checkpointed "
             f"progress, ÷ running workers)"
         )
     for name, r in rows.items():
@@ -361,12 +311,6 @@ def status(study_file: StudyArg, output: OutputOpt = None, storage: StorageOpt =
             markup=False,
             highlight=False,
         )
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
 
 
 @app.command()
@@ -440,10 +384,6 @@ def usage_line(exc: Exception) -> str:
     ctx = getattr(exc, "ctx", None)
     command = ctx.command_path if ctx is not None else "ablate"
     return f"{command}: {exc.format_message()} (see '{command} --help')"
-
-
-def say_error(message: str) -> None:
-    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
 
 
 # Set by `ablate run --workers N` for its workers: the pid they stop with.
