@@ -1,4 +1,9 @@
-"""ablate: comparative ablation studies of transformer-style sequence models."""
+"""ablate: comparative ablation studies of transformer-style sequence models.
+
+The core's rooms in data-flow order, and what each may import, are mapped in ``ablate/README.md``
+(checked by ``tests/test_layout.py``): study file → study → model and training → driver → results
+and report → command line.
+"""
 
 from __future__ import annotations
 
