@@ -28,20 +28,52 @@ def _benjamini_hochberg(ps: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(np.minimum(1.0, m * ps / j)[::-1])[::-1]
 
 
+def _holm_levels(ps: np.ndarray, alpha: float) -> np.ndarray:
+    """Ascending p_(i) → α/(m−i+1) up to the first that fails its level; from there on, that level."""
+    m = len(ps)
+    levels = alpha / (m - np.arange(m))
+    failed = np.nonzero(ps > levels)[0]
+    if len(failed):
+        levels[failed[0] :] = levels[failed[0]]
+    return levels
+
+
+def _benjamini_hochberg_levels(ps: np.ndarray, alpha: float) -> np.ndarray:
+    """R rejections → every comparison at R·α/m (α/m when R = 0)."""
+    m = len(ps)
+    passed = np.nonzero(ps <= alpha * np.arange(1, m + 1) / m)[0]
+    rejected = passed[-1] + 1 if len(passed) else 1
+    return np.full(m, alpha * rejected / m)
+
+
 @dataclass(frozen=True)
 class Correction:
-    """``adjust``: ascending p-values → their adjusted values, same order; ``label``: its name
+    """``adjust``: ascending p-values → their adjusted values, same order; ``decision_levels``:
+    ascending p-values and α → the level at which each comparison's own test decides as the
+    corrected family does (:func:`ablate.stats.verdicts.decision_levels`); ``label``: its name
     in the report's text."""
 
     adjust: Callable[[np.ndarray], np.ndarray]
+    decision_levels: Callable[[np.ndarray, float], np.ndarray]
     label: str
+
+    def levels(self, p: np.ndarray, alpha: float) -> np.ndarray:
+        """:attr:`decision_levels` for p-values in any order; NaN entries (not tested) get NaN."""
+        out = np.full(len(p), np.nan)
+        ok = np.isfinite(p)
+        if ok.any():
+            order = np.argsort(p[ok], kind="stable")
+            back = np.empty(int(ok.sum()))
+            back[order] = self.decision_levels(p[ok][order], alpha)
+            out[ok] = back
+        return out
 
 
 CORRECTIONS: Vocabulary[Correction] = Vocabulary(
     "correction",
     {
-        "holm": Correction(_holm, "Holm"),
-        "fdr_bh": Correction(_benjamini_hochberg, "Benjamini–Hochberg (FDR)"),
+        "holm": Correction(_holm, _holm_levels, "Holm"),
+        "fdr_bh": Correction(_benjamini_hochberg, _benjamini_hochberg_levels, "Benjamini–Hochberg (FDR)"),
     },
 )
 
