@@ -8,16 +8,28 @@ rebuilt from the tracking store alone.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator, model_validator
+from pydantic import (
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
 
 from ..schema import Strict
 from ..studyfile import Bare
 from .corrections import CORRECTIONS, Correction
 from .intervals import CI_METHODS, IntervalMethod
+from .sequential import SequentialSeeds
 
-STUDY_FILE_KEYS = ("baseline", "alpha", "correction", "bootstrap", "ci", "calibration")
+# The practical margin when a study file sets none: 2 % of the baseline's mean.
+DEFAULT_MARGIN = "2%"
+
+STUDY_FILE_KEYS = ("baseline", "alpha", "correction", "bootstrap", "ci", "calibration", "margin")
 
 
 class ReportSettings(Strict):
@@ -41,6 +53,9 @@ class ReportSettings(Strict):
     ci: CI_METHODS.field = "smoothed-bootstrap-t"
     # Null comparisons simulated at report time for the calibration section (0: skip).
     calibration: int = Field(200, ge=0)
+    # Practical margin of equivalence: a number is absolute (in the metric's units), "2%" is
+    # relative to the baseline's mean. Differences inside it are too small to matter.
+    margin: float | str = DEFAULT_MARGIN
     # -- the study's
     study: str = ""
     primary: str = ""
@@ -48,6 +63,10 @@ class ReportSettings(Strict):
     higher_is_better: dict[str, bool] | None = None
     variants: list[str] = []
     notes: list[str] = []
+    # ``seeds: {initial, max, step}``: the sequential design the primary verdicts follow; None: fixed seeds.
+    sequential: SequentialSeeds | None = None
+    # variant → the variant it is configured exactly like (it trains the same models).
+    duplicates: dict[str, str] = {}
     # -- fixed here: the bootstrap's RNG seed and the CIs' level
     seed: int = 0
     confidence: float = Field(0.95, gt=0, lt=1)
@@ -57,6 +76,31 @@ class ReportSettings(Strict):
         if self.primary:
             self.metrics = [self.primary] + [m for m in self.metrics if m != self.primary]
         return self
+
+    @field_validator("margin")
+    @classmethod
+    def _margin(cls, value: float | str) -> float | str:
+        if isinstance(value, str):
+            text = value.strip()
+            try:
+                number = float(text.removesuffix("%"))
+            except ValueError:
+                number = float("nan")
+            if not text.endswith("%") or not math.isfinite(number) or number <= 0:
+                raise ValueError(
+                    f"expected an absolute margin > 0 (e.g. 0.005) or a relative one (e.g. '2%'), "
+                    f"got {value!r}"
+                )
+            return text
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"a margin must be > 0, got {value!r}")
+        return value
+
+    def margin_for(self, baseline_mean: float) -> float:
+        """The margin in the metric's units, given the baseline's mean (for a relative margin)."""
+        if isinstance(self.margin, str):
+            return abs(baseline_mean) * float(self.margin.removesuffix("%")) / 100.0
+        return float(self.margin)
 
     @classmethod
     def from_json(cls, text: str) -> ReportSettings:
