@@ -73,6 +73,7 @@ def run(
     from .study import load_study
 
     study = load_study(study_file)
+    _warn_duplicates(study)
     stores = Stores.for_study(study, output, tracking_uri, storage)
     with stopping.stop_signals(), _resumable(study_file, quiet=False):  # `kill` or Ctrl-C: a clean stop
         if workers == 1:
@@ -134,18 +135,20 @@ def _run_workers(study_file: Path, study, stores, workers: int, quiet: bool, ret
     if retry_failed:
         cmd.append("--retry-failed")
     procs = [subprocess.Popen(cmd, env={**os.environ, PARENT_ENV: str(os.getpid())}) for _ in range(workers)]
-    total = len(study.variants) * len(study.spec.seeds)
     storage = stores.storage()  # one handle: a journal is then read incrementally, not replayed per poll
+
+    def counts() -> dict[str, int]:  # a sequential design's total grows with its looks
+        rows = progress(study, stores, storage).values()
+        return {"completed": sum(r.done for r in rows), "total": sum(r.planned for r in rows)}
+
     try:
         with progress_bars(quiet) as bars:
-            task = bars.add_task(f"trials ({workers} workers)", total=total, completed=before)
+            task = bars.add_task(f"trials ({workers} workers)", **{**counts(), "completed": before})
             while any(p.poll() is None for p in procs):
                 stopping.sleep(2.0)
                 if not quiet:
-                    bars.update(
-                        task, completed=sum(r.done for r in progress(study, stores, storage).values())
-                    )
-            bars.update(task, completed=sum(r.done for r in progress(study, stores, storage).values()))
+                    bars.update(task, **counts())
+            bars.update(task, **counts())
     except BaseException:
         for p in procs:
             p.terminate()
@@ -211,10 +214,10 @@ def validate(study_file: StudyArg) -> None:
     from .study import load_study
 
     study = load_study(study_file)
-    table = Table(
-        title=f"{study.name}: {len(study.variants)} variants × {len(study.spec.seeds)} seeds "
-        f"= {len(study.variants) * len(study.spec.seeds)} trials"
-    )
+    n, design = len(study.variants), study.spec.sequential
+    seeds = [len(study.spec.seed_list)] if design is None else [design.initial, design.max]
+    span = lambda times: " to ".join(str(times * k) for k in seeds)  # noqa: E731
+    table = Table(title=f"{study.name}: {n} variants × {span(1)} seeds = {span(n)} trials")
     for column in ("variant", *next(iter(study.variants.values())).components()):
         table.add_column(column)
     for name, variant in study.variants.items():
@@ -233,7 +236,17 @@ def validate(study_file: StudyArg) -> None:
             "match_params: each variant's width knob is scaled to the baseline's backbone parameter count "
             "(±2%) when the run starts"
         )
+    if design is not None:
+        out.print(f"seeds: {design.describe()}")
+    _warn_duplicates(study)
     out.print(f"{study_file}: valid")
+
+
+def _warn_duplicates(study) -> None:
+    from .study import duplicate_warnings
+
+    for line in duplicate_warnings(study):
+        err.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -270,24 +283,25 @@ def status(study_file: StudyArg, output: OutputOpt = None, storage: StorageOpt =
     """Trials done / running / failed / left per variant (and search progress), with an ETA."""
     import time
 
-    from .drive import Stores, checkpointed_fractions, eta_seconds, progress
+    from .drive import Stores, checkpointed_fractions, eta_seconds, plan, progress, status_table
     from .study import load_study
     from .train import checkpoint_summaries
 
     study = load_study(study_file, check_files=False)
     stores = Stores.for_study(study, output, storage=storage)
-    planned = len(study.variants) * len(study.spec.seeds)
     if not stores.started():
-        out.print(f"{study.name}: not started ({planned} trials planned)")
+        design = study.spec.sequential
+        first = f" at the first look, up to {len(study.variants) * design.max}" if design else ""
+        out.print(f"{study.name}: not started ({len(plan(study))} trials planned{first})")
         return
     rows = progress(study, stores)
-    searching = study.spec.search.enabled
+    planned = sum(r.planned for r in rows.values())
     table = Table(title=f"{study.name}: {sum(r.done for r in rows.values())}/{planned} trials done")
-    for column in ["variant", *(["search"] if searching else []), "done", "running", "failed", "left"]:
-        table.add_column(column, justify="left" if column == "variant" else "right")
-    for name, r in rows.items():
-        search = [f"{r.searched}/{r.search_budget}"] if searching else []
-        table.add_row(escape(name), *search, str(r.done), str(r.running), str(r.failed), str(r.left))
+    headers, cells = status_table(study, rows)
+    for column in headers:
+        table.add_column(column, justify="left" if column in ("variant", "standing") else "right")
+    for cell in cells:
+        table.add_row(*map(escape, cell))
     out.print(table)
     saved = checkpoint_summaries(stores.output_dir / "checkpoints")
     eta = eta_seconds(rows, checkpointed_fractions(saved))
@@ -345,6 +359,7 @@ def _report(tracking_uri: str, experiment: str, out_dir: Path, study) -> dict[st
     from .report import format_table, write_report
     from .results import load_results
     from .stats import compare
+    from .stats.resample import resampled_for_report
 
     loaded = load_results(tracking_uri, experiment)
     if loaded.results.empty:
@@ -353,8 +368,9 @@ def _report(tracking_uri: str, experiment: str, out_dir: Path, study) -> dict[st
     paths = write_report(
         loaded.results, loaded.units, loaded.curves, settings, out_dir, failures=loaded.failures
     )
+    shown, settings = resampled_for_report(loaded.results, loaded.units, settings)  # as the report
     out.print(
-        format_table(compare(loaded.results, loaded.units, settings, settings.primary), settings),
+        format_table(compare(shown, loaded.units, settings, settings.primary), settings),
         markup=False,
         highlight=False,
         soft_wrap=True,

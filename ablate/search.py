@@ -161,7 +161,7 @@ class SearchSpec(Strict):
 def search_seed(study: Study) -> int:
     """The seed search trials train with (and their sampler draws with)."""
     search = study.spec.search
-    return search.seed if search.seed is not None else study.spec.seeds[0]
+    return search.seed if search.seed is not None else study.spec.seed_list[0]
 
 
 def make_sampler(study: Study) -> optuna.samplers.BaseSampler:

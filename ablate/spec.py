@@ -7,16 +7,25 @@ is :mod:`ablate.search`.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+)
 
 from .blocks import INITIALISERS, PLACEMENTS
 from .optimizers import OPTIMIZERS
 from .registry import COMPONENT_SLOTS
 from .schema import Strict
 from .search import SearchSpec
+from .stats.sequential import SequentialSeeds
 from .stats.settings import ReportSection, ReportSettings
 
 BASE = "base"
@@ -62,6 +71,21 @@ class TaskSpec(BaseModel):
     kind: str
 
 
+class VarySpec(Strict):
+    """``train.vary``: which sources of training randomness change from seed to seed
+    (Bouthillier et al. 2021). A source that does not vary draws from seed 0 in every trial, so
+    the spread across seeds is the varying sources' alone. All vary by default, drawn from one
+    stream per seed: training exactly as before the option existed."""
+
+    init: bool = True  # the weights' initialisation
+    order: bool = True  # the task's generator: batch order, sampled negatives
+    dropout: bool = True  # the global RNG during training: dropout masks, other draws in forward
+
+    @property
+    def everything(self) -> bool:
+        return self.init and self.order and self.dropout
+
+
 class TrainSpec(Strict):
     epochs: int = Field(20, gt=0)
     batch_size: int = Field(128, gt=0)
@@ -83,6 +107,8 @@ class TrainSpec(Strict):
     # Training steps under bf16 autocast (weights and optimizer stay fp32; evaluation is fp32):
     # ``auto`` = bf16 on CUDA, fp32 elsewhere; ``bf16`` on CPU uses AMX / AVX-512-BF16 if present.
     precision: Literal["auto", "fp32", "bf16"] = "auto"
+    # Sources of randomness that vary with the seed (the rest use seed 0 in every trial).
+    vary: VarySpec = VarySpec()
 
     def eval_rows(self, device: torch.device) -> int:
         """Rows per evaluation forward on ``device``."""
@@ -103,6 +129,25 @@ class MetricsSpec(Strict):
     also: list[str] = []
 
 
+_SEED_LIST = TypeAdapter(Annotated[list[int], Field(min_length=1)])
+
+
+def _seeds(data: Any, handler: ValidatorFunctionWrapHandler) -> list[int] | SequentialSeeds:
+    """``seeds:`` as a list or a design, each validated as itself: a problem names
+    ``seeds.initial`` or ``seeds.1``, not both readings of the union."""
+    if isinstance(data, dict):
+        return SequentialSeeds.model_validate(data)
+    if isinstance(data, SequentialSeeds):
+        return data
+    seeds = _SEED_LIST.validate_python(data)
+    if len(set(seeds)) != len(seeds):
+        raise ValueError("seeds must be distinct")
+    return seeds
+
+
+SeedsField = Annotated[list[int] | SequentialSeeds, WrapValidator(_seeds)]
+
+
 class StudySpec(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
@@ -115,19 +160,23 @@ class StudySpec(Strict):
     # Scale each variant's declared width knob (the slot's ``width_option``) so its backbone
     # has the base's parameter count within 2%; ``true`` means the ffn slot.
     match_params: bool | MatchableSlot = False
-    seeds: list[int] = Field([0], min_length=1)
+    # A list of seeds, or a sequential design ``{initial, max, step}`` (seeds added where needed).
+    seeds: SeedsField = [0]
     metrics: MetricsSpec
     # What the report compares and how; the study fills in the rest (Study.report_settings).
     report: ReportSection = ReportSettings()
     # Where the Optuna and MLflow stores live; default runs/<name> under the working dir.
     output: str | None = None
 
-    @field_validator("seeds")
-    @classmethod
-    def _unique_seeds(cls, v: list[int]) -> list[int]:
-        if len(set(v)) != len(v):
-            raise ValueError("seeds must be distinct")
-        return v
+    @property
+    def seed_list(self) -> list[int]:
+        """Every seed a variant may get: the list given, or a sequential design's 0 … max−1."""
+        return self.seeds.seeds() if isinstance(self.seeds, SequentialSeeds) else list(self.seeds)
+
+    @property
+    def sequential(self) -> SequentialSeeds | None:
+        """The sequential design, or None when every variant gets every seed of the list."""
+        return self.seeds if isinstance(self.seeds, SequentialSeeds) else None
 
     def matched_slot(self) -> str:
         """The slot whose width knob ``match_params`` scales (``true``: the FFN)."""

@@ -124,6 +124,9 @@ class Study:
                 "metrics": self.metrics,
                 "variants": list(self.variants),
                 "higher_is_better": {m: self.task.metric_higher_is_better(m) for m in self.metrics},
+                "sequential": self.spec.sequential,
+                "duplicates": duplicate_variants(self),
+                "grid": self.spec.grid,
             }
         )
 
@@ -175,6 +178,40 @@ class Study:
             features=self.task.features(),
             values_width=self.task.values_width(),
         )
+
+
+def duplicate_variants(study: Study) -> dict[str, str]:
+    """Variant → the first variant (the baseline before all) configured exactly like it: the same
+    resolved components (a default spelt out counts as the default) and model settings, under the
+    study's one training setup, so it trains the same models and its comparison tests nothing."""
+
+    def configuration(variant: Variant) -> tuple:
+        shape = variant.spec.model_dump(exclude=set(COMPONENT_SLOTS))
+        parts = tuple(variant.parts(slot) for slot in COMPONENT_SLOTS)
+        return shape, variant.spec.norm.placement, parts
+
+    # The report's baseline first: a variant like it is the one left untested, never the baseline.
+    baseline = study.spec.report.baseline
+    names = [baseline, *(name for name in study.variants if name != baseline)]
+    seen: list[tuple[str, tuple]] = []
+    duplicates = {}
+    for name in names:
+        mine = configuration(study.variants[name])
+        first = next((other for other, theirs in seen if theirs == mine), None)
+        if first is None:
+            seen.append((name, mine))
+        else:
+            duplicates[name] = first
+    return duplicates
+
+
+def duplicate_warnings(study: Study) -> list[str]:
+    """One line per variant configured exactly like another (:func:`duplicate_variants`)."""
+    return [
+        f"variant '{name}' is configured exactly like '{first}': it trains the same models; "
+        f"its comparison is not tested"
+        for name, first in duplicate_variants(study).items()
+    ]
 
 
 # ---------------------------------------------------------------------------------------

@@ -77,6 +77,29 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+# The seed of every source of randomness that ``train.vary`` holds still.
+FIXED_SEED = 0
+
+
+def seeded_model(
+    study: Study, variant: Variant, seed: int, data: Any, device: torch.device
+) -> tuple[nn.Module, torch.Generator]:
+    """The trial's model at its initial weights and the generator of its data order, with the
+    global RNGs left where its training draws from (``train.vary``).
+
+    By default one seed drives all three, as one stream: the global RNGs initialise the weights and
+    go on to draw the dropout masks. When initialisation or dropout is held still, the global RNGs
+    are seeded again after the build with the dropout's seed, so each source gets its own stream."""
+    vary = study.spec.train.vary
+    seed_everything(seed if vary.init else FIXED_SEED)
+    generator = torch.Generator().manual_seed(seed if vary.order else FIXED_SEED)
+    ctx = study.build_context(variant, study.task.max_len(data))
+    model = study.task.build_model(build_backbone(variant, ctx), ctx, data).to(device)
+    if not (vary.init and vary.dropout):
+        seed_everything(seed if vary.dropout else FIXED_SEED)
+    return model, generator
+
+
 class PeakMemory:
     """Peak memory of one trial in MB: CUDA's allocator peak on GPU; on CPU the growth of
     the process's resident set over its level at the start, sampled every 20 ms (the
@@ -294,13 +317,9 @@ def train_trial(
     task, train = study.task, study.spec.train
     primary = study.metrics[0]
     sign = 1.0 if task.metric_higher_is_better(primary) else -1.0
-    seed_everything(seed)
-    generator = torch.Generator().manual_seed(seed)
-
     start = time.perf_counter()
     try:
-        ctx = study.build_context(variant, task.max_len(data))
-        model = task.build_model(build_backbone(variant, ctx), ctx, data).to(device)
+        model, generator = seeded_model(study, variant, seed, data, device)
     except torch.OutOfMemoryError:
         raise  # the driver retries at half batch size
     except (ValueError, RuntimeError) as exc:

@@ -1,5 +1,5 @@
 """ablate.report: files, self-contained HTML, round-trip of results.csv, n/a rendering, LaTeX,
-and a report rebuilt from an MLflow store written by hand."""
+the verdicts in words, and a report rebuilt from an MLflow store written by hand."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ import pytest
 from ablate.report import format_table, latex_table, tex_escape, write_report
 from ablate.stats import ReportSettings, compare
 
+# every report of ``study`` draws these (the critical-difference diagram only when its seeds
+# support one: see test_ranking)
 FIGURES = {
     "seeds": "seeds.png",
     "seeds:hr@10": "seeds_hr_at_10.png",
     "cost_quality": "cost_quality.png",
-    "cd": "cd.png",
     "pairwise_fig": "pairwise.png",
     "curves": "curves.png",
 }
@@ -114,7 +115,7 @@ def test_write_report_files_and_self_contained_html(report4):
         assert paths[name].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     page = paths["html"].read_text(encoding="utf-8")
-    assert page.count("data:image/png;base64,") == len(FIGURES)
+    assert page.count("data:image/png;base64,") == len(FIGURES) + ("cd" in paths)
     assert 'src="figures/' not in page  # nothing outside the file
     for v in VARIANTS:
         assert v in page
@@ -125,13 +126,13 @@ def test_write_report_files_and_self_contained_html(report4):
 
     md = paths["md"].read_text(encoding="utf-8")
     assert md.startswith("# Ablation report: toy-study")
-    assert "## Primary metric: ndcg@10" in md and "## Secondary metric: hr@10" in md
-    assert "figures/seeds.png" in md and "family of 2 comparisons" in md
+    assert "## Primary metric: ndcg@10" in md and "## Secondary metric (exploratory): hr@10" in md
+    assert "figures/seeds.png" in md and "family of 2 tested comparisons" in md
     for file in FIGURES.values():
         assert f"](figures/{file})" in md
     assert "12,357" in md  # params of 'base' in the cost table
-    assert "▼" in md  # softmax-attn is 10 sd worse on every seed
-    assert "smoothed studentized bootstrap" in md
+    assert "worse ▼" in md and "better ▲" in md  # softmax-attn is 10 sd worse on every seed
+    assert "smoothed studentized bootstrap" in md  # named where the tables leave it out
     # the pairwise family: 3 pairs, every one significant (effects of 5–13 sd)
     assert "Holm over the family of 3 pairs" in md and "swiglu-ffn − softmax-attn = +0.0" in md
     pairs = pd.read_csv(paths["pairwise"])
@@ -145,31 +146,83 @@ def test_write_report_files_and_self_contained_html(report4):
     assert r"\toprule" in tex and "softmax-attn" in tex and r"$\downarrow$" in tex
 
 
-def test_calibration_section_states_tests_alpha_correction_and_rates(report4):
+def test_calibration_section_states_families_and_the_verdicts_rates(report4):
     md = report4[2]["md"].read_text(encoding="utf-8")
     section = md[md.index("## Calibration") : md.index("## Files")]
-    assert "paired t-test across seeds" in section
-    assert "Wilcoxon signed-rank across evaluation units" in section
-    assert "α = 0.05; correction: Holm" in section
-    assert "Families: 2 comparisons with base per metric and per test" in section
-    assert "with a p-value: 4 seed-test and 4 unit-test comparisons over the 2 metrics" in section
-    assert "3 pairs in the pairwise family" in section
-    assert "30 null comparisons in 15 synthetic studies shaped like this one (4 seeds × 2 variants" in section
+    assert "paired t intervals at Holm decision levels, α = 0.05" in section
+    assert "tested comparisons with base (2 on ndcg@10, 2 on hr@10); not corrected across metrics" in section
+    assert "The 3 pairs of the pairwise comparison form a separate family" in section
+    assert "4 seeds × 2 variants + baseline" in section
     for what in (
-        "Raw seed-test p < α:",
-        "family-wise rate",
-        "Power: a planted effect of paired d = ",
-        "CI coverage: the 95% interval contained the true Δ = 0 in",
+        "A/A, every variant identical to the baseline (30 comparisons in 15 studies): called better",
+        "studies with any:",
+        "False equivalence, every true Δ = ± the margin (30 comparisons): said to lie inside the margin",
+        "Power: one variant better by Δ = ",
+        "Coverage: the decision intervals held the true Δ in",
     ):
         assert what in section, what
-    rate = re.search(r"Raw seed-test p < α: ([0-9.]+)% \(± ([0-9.]+)%, n = 30\)", section)
+    rate = re.search(r"called better or worse in ([0-9.]+)% \(± ([0-9.]+)%, n = 30\)", section)
     assert rate and 0 <= float(rate[1]) <= 100
-    # the same numbers as stats.calibrate with these settings
+    # the same numbers as stats.calibrate for this study's shape (its mean and pooled sd)
     from ablate.stats import calibrate
 
-    cal = calibrate(settings(calibration=30), 4, 2, bootstrap=1000)
-    assert f"Raw seed-test p < α: {cal['fpr_raw']:.1%}" in section
-    assert f"in {cal['ci_coverage']:.1%}" in section
+    primary = pd.read_csv(report4[2]["comparisons"]).query("metric == 'ndcg@10'")
+    sd = float(np.sqrt(np.mean(np.square(primary["sd_diff"].dropna()))))
+    cal = calibrate(settings(calibration=30), 4, 2, mean=float(primary["mean"].iloc[0]), sd=sd)
+    assert f"called better or worse in {cal['false_verdict']:.1%}" in section
+    assert f"held the true Δ in {cal['coverage']:.1%}" in section
+    assert f"better by Δ = {cal['planted_delta']:.4f}" in section
+
+
+def test_verdicts_in_words(tmp_path):
+    """The opening lines and the table speak in verdicts: better, equivalent within the margin,
+    inconclusive with the seeds that would decide it, a duplicate flagged and left out."""
+    rng = np.random.default_rng(4)
+    effects = {"base": (0.0, 0.0), "post-norm": (0.05, 0.002), "two-heads": (0.0, 0.0005)}
+    effects |= {"gelu-mlp": (0.004, 0.012), "copy": (0.0, 0.0)}
+    rows = []
+    for s in range(5):
+        base = 0.3 + rng.normal(0, 0.01)
+        for v, (eff, sd) in effects.items():
+            x = base + eff + rng.normal(0, sd)
+            rows.append({"variant": v, "seed": s, "differs": v, "test.ndcg@10": x, "test.hr@10": x + 0.2})
+    results = pd.DataFrame(rows)
+    s = settings(calibration=0, duplicates={"copy": "base"})
+    paths = write_report(results, None, None, s, tmp_path)
+    md = paths["md"].read_text(encoding="utf-8")
+    head = md[: md.index("## Settings")]
+    cmp = compare(results, None, s, "ndcg@10").set_index("variant")
+    assert cmp.loc["post-norm", "verdict"] == "better" and cmp.loc["two-heads", "verdict"] == "equivalent"
+    assert cmp.loc["gelu-mlp", "verdict"] == "inconclusive" and cmp.loc["copy", "verdict"] == ""
+    margin = f"±{cmp.loc['post-norm', 'margin']:.4f}"
+    assert f"practical margin {margin} (2% of base's mean)" in head
+    assert "- post-norm is better (+0.049" in head
+    assert f"- two-heads is equivalent within {margin} (" in head
+    needed = int(cmp.loc["gelu-mlp", "seeds_to_decide"])
+    low, high = (f"{cmp.loc['gelu-mlp', c]:+.4f}".replace("-", "−") for c in ("ci_low", "ci_high"))
+    assert (
+        f"- gelu-mlp: inconclusive — its interval [{low}, {high}] spans both 0 and the {margin} margin; "
+        f"≈ {needed} seeds would likely decide it." in head
+    )
+    duplicate = "- copy is configured exactly like base: it trains the same models; its comparison is not"
+    assert f"{duplicate} tested." in head
+    # the decided comparisons come first
+    order = [head.index(s) for s in ("post-norm is", "two-heads is", "gelu-mlp:", "copy is")]
+    assert order == sorted(order)
+    # settings: one interval, the margin, the MDD, families counting only what was tested
+    assert "Intervals are the paired t intervals at each comparison's Holm-adjusted level" in md
+    assert "the verdict reads them" in md and "family of 3 tested comparisons" in md
+    assert "`margin: 0.005`" in md and "MDD: the minimum detectable difference, in the metric's units" in md
+    assert "not evidence that a difference would replicate" in md
+    # the table: the decision interval, its confidence, the MDD, the verdict
+    table = md[md.index("## Primary metric") :]
+    assert "| conf. |" in table and "| MDD |" in table and "p units" not in table and "P(>base)" not in table
+    assert f"inconclusive (≈ {needed} seeds)" in table and "| not tested |" in table
+    mdd = cmp.loc["gelu-mlp", "mdd"]
+    assert f"{mdd:.4f} ({mdd / cmp.loc['base', 'mean']:.0%})" in table  # ≥ 10 %: whole percent
+    # a secondary metric is exploratory, corrected within its own family
+    assert "## Secondary metric (exploratory): hr@10" in md
+    assert "corrected over its own family of 3 tested comparisons, not across the 2 metrics" in md
 
 
 def test_results_csv_round_trips(report4):
@@ -194,7 +247,8 @@ def test_two_seed_study_says_na(tmp_path):
     assert cmp["ci_low"].isna().all()
     assert pd.read_csv(paths["pairwise"])["p"].isna().all()
     assert "0 pairs with a test (3 n/a" in md
-    assert "False-positive rate: n/a (2 seeds)" in md and "CI coverage: n/a (2 seeds)" in md
+    assert "Error rates: n/a (2 seeds): no verdict to calibrate." in md
+    assert "- softmax-attn: no verdict, n/a (2 seeds) (a verdict needs ≥ 3)." in md
     pairwise_text = next(line for line in md.splitlines() if line.startswith("All pairs on test"))
     assert "p = " not in pairwise_text and pairwise_text.endswith(": none.")  # no made-up p-value
 
@@ -204,8 +258,10 @@ def test_without_units_or_curves(tmp_path):
     paths = write_report(results, units, curves, settings(), tmp_path)
     assert "curves" not in paths and not (tmp_path / "figures" / "curves.png").exists()
     md = paths["md"].read_text(encoding="utf-8")
-    assert "n/a (no units)" in md and "## Learning curves" not in md
-    assert paths["html"].read_text(encoding="utf-8").count("data:image/png;base64,") == len(FIGURES) - 1
+    assert "## Learning curves" not in md
+    assert pd.read_csv(paths["comparisons"])["p_units"].isna().all()  # no units: no unit test
+    images = paths["html"].read_text(encoding="utf-8").count("data:image/png;base64,")
+    assert images == len(FIGURES) - 1 + ("cd" in paths)
 
 
 def test_format_table_is_the_primary_markdown_table():
@@ -213,12 +269,16 @@ def test_format_table_is_the_primary_markdown_table():
     s = settings()
     table = format_table(compare(results, units, s, "ndcg@10"), s)
     lines = table.splitlines()
-    assert lines[0].startswith("| variant | differs | ndcg@10 mean ± sd | Δ [95% CI]")
-    assert "P(>base)" in lines[0]
+    assert lines[0] == (
+        "| variant | differs | ndcg@10 mean ± sd | Δ [interval] | conf. | rel. change | MDD | p (adj) "
+        "| verdict |"
+    )
     assert len(lines) == 2 + len(VARIANTS)
     assert lines[2].startswith("| base | — |")
+    assert "| 97.5% |" in table  # Holm's first step over 2 comparisons: a 1 − α/2 interval
     low = ReportSettings(study="x", primary="ndcg@10", higher_is_better={"ndcg@10": False}, bootstrap=100)
-    assert "P(<base)" in format_table(compare(results, units, low, "ndcg@10"), low)
+    flipped = format_table(compare(results, units, low, "ndcg@10"), low)
+    assert "softmax-attn | attention" in flipped and "better ▲" in flipped and "worse ▼" in flipped
 
 
 def test_single_variant_study_has_no_friedman(tmp_path):
@@ -244,13 +304,13 @@ def test_latex_table_escapes_specials():
     s = settings(study="my_study")
     tex = latex_table(compare(results, units, s, "ndcg@10"), s)
     assert r"ffn\_x2 \& 50\%" in tex and r"ffn\{\#1\}" in tex and "ffn_x2" not in tex
-    assert r"\begin{tabular}{llrrrrrrrc}" in tex and r"\toprule" in tex and r"\bottomrule" in tex
+    assert r"\begin{tabular}{llrrrrrrl}" in tex and r"\toprule" in tex and r"\bottomrule" in tex
     assert r"Ablation study my\_study" in tex and r"\label{tab:ablate:my_study:ndcg-10}" in tex
     body = tex[tex.index(r"\toprule") : tex.index(r"\bottomrule")]
     rows = [line for line in body.splitlines() if line.endswith(r"\\")]
     assert len(rows) == 1 + len(VARIANTS)
-    for line in rows:  # every row has the header's 10 cells: 9 unescaped column separators
-        assert len(re.findall(r"(?<!\\)&", line)) == 9, line
+    for line in rows:  # every row has the header's 9 cells: 8 unescaped column separators
+        assert len(re.findall(r"(?<!\\)&", line)) == 8, line
     assert all(ord(c) < 128 for c in tex.replace("—", "")), "non-ASCII left in table.tex"
 
 
@@ -361,9 +421,10 @@ def test_report_rebuilt_from_a_hand_written_mlflow_store(tmp_path):
     for name in ("md", "html", "csv", "comparisons", "pairwise", "tex", *FIGURES):
         assert paths[name].is_file(), name
     md = paths["md"].read_text(encoding="utf-8")
-    assert md.startswith("# Ablation report: hand") and "▼" in md and "n/a (no units)" not in md
-    assert "20 null comparisons" in md
-    assert paths["html"].read_text(encoding="utf-8").count("data:image/png;base64,") == len(FIGURES)
+    assert md.startswith("# Ablation report: hand") and "worse ▼" in md
+    assert "(20 comparisons in 10 studies)" in md
+    images = paths["html"].read_text(encoding="utf-8").count("data:image/png;base64,")
+    assert images == len(FIGURES) + ("cd" in paths)
     back = pd.read_csv(paths["csv"])
     assert len(back) == 9 and set(back["variant"]) == set(VARIANTS)
     # the numbers are the ones the trials logged, to MLflow's float precision

@@ -34,7 +34,7 @@ def test_study_validates_with_its_data(path):
     study = load_study(path)  # also checks that the data file exists
     assert BASE in study.variants
     if path.stem not in REPRODUCTIONS:
-        assert len(study.variants) >= 2 and len(study.spec.seeds) >= 3
+        assert len(study.variants) >= 2 and len(study.spec.seed_list) >= 3
 
 
 def test_fuxi_alpha_switches_off_each_ams_channel():

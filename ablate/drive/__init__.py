@@ -16,7 +16,8 @@ worker loop), :mod:`.status` (progress and ETA).
 """
 
 from .driver import Driver, Reporter, RunSummary, prepare, run_study
-from .status import VariantStatus, checkpointed_fractions, eta_seconds, progress
+from .ledger import plan
+from .status import VariantStatus, checkpointed_fractions, eta_seconds, progress, status_table
 from .stores import Stores
 
 __all__ = [
@@ -27,7 +28,9 @@ __all__ = [
     "VariantStatus",
     "checkpointed_fractions",
     "eta_seconds",
+    "plan",
     "prepare",
     "progress",
     "run_study",
+    "status_table",
 ]

@@ -21,6 +21,7 @@ from .. import stopping
 from ..errors import AblateError, StudyError
 from ..faults import fault_point
 from ..search import grid_order, search_budget, search_seed
+from ..stats import ReportSettings
 from ..study import Study
 from ..track import Tracker
 from ..train import TrialResult, checkpoint_interval
@@ -60,6 +61,7 @@ class RunSummary:
     skipped: int  # already complete before it started
     failed: list[tuple[str, int, str]]
     searched: int = 0  # search trials run by this invocation
+    planned: int = 0  # (variant, seed) trials planned when it ended (a sequential design's plan grows)
 
 
 class Driver:
@@ -77,7 +79,9 @@ class Driver:
         self.reporter = reporter or Reporter()
         self.retry_failed = retry_failed
         self.worker_id = worker_id
-        self.planned = plan(study)
+        self.planned = plan(study)  # a sequential design's first look until the first sync
+        self.possible = {(v, s) for v in study.variants for s in study.spec.seed_list}
+        self._settings: ReportSettings | None = None  # the sequential rule's α, correction, margin
         self.summary = RunSummary(0, 0, [])
         checkpoint_s = checkpoint_interval()  # a bad $ABLATE_CHECKPOINT_S stops us before any trial
         storage = stores.storage()  # first: an unreachable database stops us before anything is created
@@ -144,6 +148,7 @@ class Driver:
         check_changed(
             trials, {v: fingerprint(c.study, v) for v, c in configs.items() if c}, str(self.stores.output_dir)
         )
+        self._replan(trials)
         done = taken(trials, self.retry_failed)
         for variant, seed in self.planned:
             cfg = configs[variant]
@@ -164,7 +169,7 @@ class Driver:
             trial.set_user_attr("worker", self.worker_id)
             key = key_of(queue.stored(trial.number))
             planned = self.planned if queue.phase is Phase.FINAL else None
-            drop = drop_reason(queue.trials(), trial.number, key, planned)
+            drop = drop_reason(queue.trials(), trial.number, key, planned, self.possible)
             if drop:
                 queue.fail(trial, drop)
                 continue
@@ -190,12 +195,25 @@ class Driver:
             for queue in [*self.searches.values(), self.final]
         )
 
+    def _replan(self, trials: list[optuna.trial.FrozenTrial]) -> None:
+        """The keys wanted now (a sequential design adds seeds as its looks complete); the progress
+        total follows the plan."""
+        if self.study.spec.sequential is None:
+            return
+        self._settings = self._settings or self.study.report_settings()
+        planned = plan(self.study, trials, self._settings)
+        if self.summary.planned and len(planned) != len(self.planned):
+            settled = self.summary.skipped + self.summary.finished + len(self.summary.failed)
+            self.reporter.study(total=len(planned), done=settled)
+        self.planned = planned
+
     # -- main loop ------------------------------------------------------------------------
     def run(self, wait_for_others: bool = True) -> RunSummary:
         with self.stores.queue_lock():
             self.sync()
         complete = {key_of(t) for t in self.final.trials(TrialState.COMPLETE)}
         self.summary.skipped = len(complete & set(self.planned))
+        self.summary.planned = len(self.planned)
         self.reporter.study(total=len(self.planned), done=self.summary.skipped)
         if self.summary.skipped < len(self.planned):
             self.data.get()  # a bad data file stops the run here (one line, exit 2), not every trial
@@ -221,6 +239,7 @@ class Driver:
                         queue.fail(trial, INTERRUPTED, skip_if_finished=True)
                     raise
         self._report_unsearchable()
+        self.summary.planned = len(self.planned)
         return self.summary
 
     def _report_unsearchable(self) -> None:
@@ -318,8 +337,9 @@ def _study_tags(study: Study) -> dict[str, str]:
 
 
 def _study_params(study: Study) -> dict[str, object]:
+    design = study.spec.sequential
     return {
         "study_file": str(study.path),
-        "seeds": study.spec.seeds,
+        "seeds": study.spec.seeds if design is None else design.model_dump_json(),
         "task": study.spec.task.model_dump_json(),
     }

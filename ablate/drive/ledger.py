@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import warnings
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from enum import Enum
 from typing import Any
 
 import optuna
+import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 from ..errors import AblateError
 from ..search import make_pruner, make_sampler, search_budget
+from ..stats import ReportSettings
+from ..stats.sequential import SequentialDecision, seeds_wanted, sequential_standing
 from ..study import Study
 
 Key = tuple[str, int]  # (variant, seed) of a final trial, (variant, slot) of a search trial
@@ -29,7 +33,8 @@ INTERRUPTED = "interrupted"  # its worker stopped or died; enqueued again
 DUPLICATE = "duplicate"  # another trial has the same key
 NOTHING_QUEUED = "nothing queued"  # another worker took the last queued trial first
 UNPLANNED = "no longer in the study file"
-BOOKKEEPING = frozenset({INTERRUPTED, DUPLICATE, NOTHING_QUEUED, UNPLANNED})
+UNWANTED = "not wanted by the sequential design now"  # queued for a look its comparison no longer needs
+BOOKKEEPING = frozenset({INTERRUPTED, DUPLICATE, NOTHING_QUEUED, UNPLANNED, UNWANTED})
 
 
 class Phase(Enum):
@@ -39,8 +44,41 @@ class Phase(Enum):
     FINAL = "final"
 
 
-def plan(study: Study) -> list[Key]:
-    return [(v, s) for v in study.variants for s in study.spec.seeds]
+def plan(
+    study: Study, trials: Iterable[FrozenTrial] = (), settings: ReportSettings | None = None
+) -> list[Key]:
+    """The (variant, seed) keys to train: every seed of every variant for a list of seeds; for a
+    sequential design, those each variant's standing wants now (:func:`standing`) given the final
+    queue's ``trials`` — a function of the store alone, so every worker plans the same."""
+    design = study.spec.sequential
+    if design is None:
+        return [(v, s) for v in study.variants for s in study.spec.seed_list]
+    wanted = seeds_wanted(standing(study, trials, settings), study.spec.report.baseline, design)
+    seeds = design.seeds()
+    return [(v, s) for v in study.variants for s in seeds[: wanted.get(v, design.initial)]]
+
+
+def standing(
+    study: Study, trials: Iterable[FrozenTrial], settings: ReportSettings | None = None
+) -> dict[str, SequentialDecision]:
+    """A sequential study's variants where they stand (decided, inconclusive, waiting for a look),
+    from the primary test metric its finished final trials carry (``test.<metric>``)."""
+    design = study.spec.sequential
+    if design is None:
+        return {}
+    settings = settings or study.report_settings()
+    metric = f"test.{settings.primary}"
+    values: dict[Key, float] = {}
+    for t in sorted(trials, key=lambda t: t.number):  # the first of duplicates, as every worker sees it
+        key = key_of(t)
+        if t.state == TrialState.COMPLETE and key is not None and "seed" in t.user_attrs:
+            values.setdefault(key, float(t.user_attrs.get(metric, math.nan)))
+    per_seed = pd.DataFrame(
+        [[values.get((v, s), math.nan) for v in study.variants] for s in design.seeds()],
+        index=design.seeds(),
+        columns=list(study.variants),
+    )
+    return sequential_standing(per_seed, settings)
 
 
 def direction(study: Study) -> str:
@@ -55,7 +93,9 @@ def fingerprint(study: Study, variant: str) -> str:
     """What a trial's result depends on (model, training, task, metrics) — not the device or
     evaluation batch size. Adding a variant or a seed keeps existing trials valid; changing
     what they were trained with does not."""
-    train = study.spec.train.model_dump(exclude={"device", "eval_batch_size"})
+    # ``vary`` at its default trains as before the option existed: leave it out, so old stores resume.
+    skip = {"device", "eval_batch_size"} | ({"vary"} if study.spec.train.vary.everything else set())
+    train = study.spec.train.model_dump(exclude=skip)
     content = {
         "model": study.variants[variant].spec.model_dump(),
         "train": train,
@@ -145,14 +185,19 @@ def check_changed(trials: list[FrozenTrial], expected: dict[str, str], place: st
 
 
 def drop_reason(
-    trials: list[FrozenTrial], number: int, key: Key | None, planned: Collection[Key] | None
+    trials: list[FrozenTrial],
+    number: int,
+    key: Key | None,
+    planned: Collection[Key] | None,
+    possible: Collection[Key] | None = None,
 ) -> str | None:
     """Why the popped trial ``number`` (of ``key``) must not be trained, or None. ``planned``:
-    the keys the study file plans (None: any key is, as every search slot within the budget)."""
+    the keys planned now (None: any key is, as every search slot within the budget);
+    ``possible``: the keys the study file may plan (a sequential design's beyond ``planned``)."""
     if key is None:  # another worker took the last queued trial; ask() made a fresh one
         return NOTHING_QUEUED
     if planned is not None and key not in planned:
-        return UNPLANNED
+        return UNWANTED if possible is not None and key in possible else UNPLANNED
     for t in trials:
         if t.number == number or key_of(t) != key:
             continue

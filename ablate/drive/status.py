@@ -12,7 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..search import search_budget
 from ..study import Study
-from .ledger import Key, elapsed, failure_of, key_of, plan, search_name, settled
+from .ledger import Key, elapsed, failure_of, key_of, plan, search_name, settled, standing
 from .stores import Stores
 
 
@@ -27,39 +27,66 @@ class VariantStatus:
     final_running: int = 0
     failures: list[tuple[int, str]] = field(default_factory=list)  # (seed, reason)
     walls: list[float] = field(default_factory=list)
+    wanted: int = 0  # seeds planned now (a sequential design's grow as its looks need them)
+    standing: str = ""  # a sequential design's: why the variant stopped, or what it waits for
+
+    @property
+    def planned(self) -> int:
+        """Final trials done, running, failed or left: the variant's share of the progress total."""
+        return self.done + self.final_running + self.failed + self.left
 
 
 def progress(study: Study, stores: Stores, storage: Any = None) -> dict[str, VariantStatus]:
-    """Per variant: final trials done / running / failed / left, search trials finished."""
+    """Per variant: final trials done / running / failed / left, search trials finished; for a
+    sequential design also the seeds wanted now and the variant's standing."""
     storage = storage or stores.storage()
     rows = {v: VariantStatus(search_budget=search_budget(study)) for v in study.variants}
     names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
-    if study.name in names:
-        final = optuna.load_study(study_name=study.name, storage=storage)
-        planned = set(plan(study))
-        # One state per key, however many trials it took: complete > running > queued > failed.
-        by_key: dict[Key, list[FrozenTrial]] = {}
-        for t in final.get_trials(deepcopy=False):
-            key = key_of(t)
-            if key is not None and key[0] in rows and key in planned:
-                by_key.setdefault(key, []).append(t)
-        for key, trials in by_key.items():
-            row = rows[key[0]]
-            states = {t.state for t in trials}
-            if TrialState.COMPLETE in states:
-                row.done += 1
-                t = next(t for t in trials if t.state == TrialState.COMPLETE)
-                wall = t.user_attrs.get("wall_s") or elapsed(t)
-                if wall:
-                    row.walls.append(wall)
-            elif any(t.state == TrialState.RUNNING and stores.is_live(t) for t in trials):
-                row.running += 1
-                row.final_running += 1
-            elif TrialState.WAITING not in states:
-                reasons = [failure_of(t) for t in trials if t.state == TrialState.FAIL and failure_of(t)]
-                if reasons:
-                    row.failed += 1
-                    row.failures.append((key[1], reasons[-1]))
+    trials = (
+        optuna.load_study(study_name=study.name, storage=storage).get_trials(deepcopy=False)
+        if study.name in names
+        else []
+    )
+    settings = study.report_settings() if study.spec.sequential else None
+    planned = plan(study, trials, settings)
+    possible = {(v, s) for v in study.variants for s in study.spec.seed_list}
+    # One state per key, however many trials it took: complete > running > queued > failed.
+    by_key: dict[Key, list[FrozenTrial]] = {}
+    for t in trials:
+        key = key_of(t)
+        if key is not None and key in possible:
+            by_key.setdefault(key, []).append(t)
+    counted: set[Key] = set()  # keys done, running or failed
+    for key, key_trials in by_key.items():
+        row = rows[key[0]]
+        states = {t.state for t in key_trials}
+        if TrialState.COMPLETE in states:
+            row.done += 1
+            t = next(t for t in key_trials if t.state == TrialState.COMPLETE)
+            wall = t.user_attrs.get("wall_s") or elapsed(t)
+            if wall:
+                row.walls.append(wall)
+        elif any(t.state == TrialState.RUNNING and stores.is_live(t) for t in key_trials):
+            row.running += 1
+            row.final_running += 1
+        elif TrialState.WAITING not in states:
+            reasons = [failure_of(t) for t in key_trials if t.state == TrialState.FAIL and failure_of(t)]
+            if not reasons:
+                continue
+            row.failed += 1
+            row.failures.append((key[1], reasons[-1]))
+        else:
+            continue
+        counted.add(key)
+    for variant, seed in planned:
+        rows[variant].wanted += 1
+        rows[variant].left += (variant, seed) not in counted
+    if settings is not None:
+        rows[settings.baseline].standing = "baseline: as many seeds as any variant needs"
+        for variant, first in settings.duplicates.items():
+            rows[variant].standing = f"not tested: configured exactly like '{first}'"
+    for variant, decision in standing(study, trials, settings).items():
+        rows[variant].standing = decision.reason
     for variant, row in rows.items():
         name = search_name(study, variant)
         if name in names:
@@ -70,8 +97,22 @@ def progress(study: Study, stores: Stores, storage: Any = None) -> dict[str, Var
                         row.walls.append(elapsed(t))
                 elif t.state == TrialState.RUNNING and stores.is_live(t):
                     row.running += 1
-        row.left = max(len(study.spec.seeds) - row.done - row.failed - row.final_running, 0)
     return rows
+
+
+def status_table(study: Study, rows: dict[str, VariantStatus]) -> tuple[list[str], list[list[str]]]:
+    """``ablate status``'s columns and rows: the counts per variant, the search's progress, and a
+    sequential design's seeds wanted (of its maximum) and standing."""
+    searching, design = study.spec.search.enabled, study.spec.sequential
+    headers = ["variant", *(["search"] if searching else []), "done", "running", "failed", "left"]
+    headers += ["wanted", "standing"] if design else []
+    cells = []
+    for name, r in rows.items():
+        search = [f"{r.searched}/{r.search_budget}"] if searching else []
+        counts = [str(n) for n in (r.done, r.running, r.failed, r.left)]
+        wanted = [f"{r.wanted}/{design.max}", r.standing] if design else []
+        cells.append([name, *search, *counts, *wanted])
+    return headers, cells
 
 
 def eta_seconds(

@@ -7,8 +7,9 @@ embedded as base64 PNG). ``table.tex`` is the primary metric's table as a bookta
 Numbers come from :mod:`ablate.stats`; nothing here computes a test.
 
 Modules: :mod:`.cells` (numbers as text), :mod:`.document` (elements and their renderers),
-:mod:`.tables` (Markdown, LaTeX, cost), :mod:`.figures`, :mod:`.text` (the running text),
-:mod:`.write` (``write_report``: everything assembled and written).
+:mod:`.tables` (Markdown, LaTeX, cost), :mod:`.figures`, :mod:`.verdicts` (the verdicts in words:
+opening lines, settings, calibration), :mod:`.text` (the ranking paragraphs), :mod:`.write`
+(``write_report``: everything assembled and written).
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from .cells import NA
 from .document import CSS, HTML, MARKDOWN, Element
 from .figures import cd_figure, cost_figure, curves_figure, pairwise_figure, strip_figure
 from .tables import COSTS, TEX_GLYPHS, TEX_SPECIALS, format_table, latex_table, tex_escape
-from .write import CALIBRATION_BOOTSTRAP, write_report
+from .write import write_report
 
 __all__ = [
-    "CALIBRATION_BOOTSTRAP",
     "COSTS",
     "CSS",
     "HTML",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
 from ..stats import MIN_SEEDS_TEST
 
@@ -13,7 +14,8 @@ NA = "n/a"
 
 
 def isnan(x) -> bool:
-    return x is None or (isinstance(x, float) and np.isnan(x))
+    """None, NaN, or pandas' NA (an integer column's missing value)."""
+    return x is None or x is pd.NA or (isinstance(x, float) and np.isnan(x))
 
 
 def too_few_seeds(k: int) -> str:
@@ -47,34 +49,60 @@ def mean_sd(row) -> str:
     return f"{number(row.mean)} ± {number(row.sd)}"
 
 
-def delta_ci(row, min_seeds: int) -> str:
-    """Δ [CI]; the CI 'n/a (k seeds)' below the ``min_seeds`` its method needs."""
-    if row.n_paired < min_seeds or isnan(row.ci_low):
+def interval(row) -> str:
+    """Δ [decision interval]: the paired t interval the verdict reads; 'n/a (k seeds)' or
+    'not tested' where there is none."""
+    if row.verdict:
+        ci = f"{number(row.ci_low, True)}, {number(row.ci_high, True)}"
+    elif row.n_paired < MIN_SEEDS_TEST:
         ci = too_few_seeds(row.n_paired)
     else:
-        ci = f"{number(row.ci_low, True)}, {number(row.ci_high, True)}"
+        ci = "not tested"
     return f"{number(row.delta, True)} [{ci}]"
 
 
-def p_seeds(row) -> str:
-    return too_few_seeds(row.n_paired) if row.n_paired < MIN_SEEDS_TEST else p_value(row.p_seeds_adj)
+def confidence(row) -> str:
+    """The decision interval's confidence, 1 − its level ('98.3%')."""
+    return NA if isnan(row.level) else f"{1.0 - row.level:.1%}"
 
 
-def p_units(row) -> str:
-    return f"{NA} (no units)" if row.n_units == 0 else p_value(row.p_units_adj)
-
-
-def cohen_d(d: float) -> str:
-    if isnan(d):
+def mdd(row, base_mean: float) -> str:
+    """The minimum detectable difference in the metric's units, and as a share of the baseline."""
+    if isnan(row.mdd):
         return NA
-    return ("+∞" if d > 0 else "−∞") if np.isinf(d) else f"{d:+.2f}"
+    if not base_mean or isnan(base_mean):
+        return number(row.mdd)
+    share = row.mdd / abs(base_mean)
+    return f"{number(row.mdd)} ({share:.0%})" if share >= 0.1 else f"{number(row.mdd)} ({share:.1%})"
+
+
+def p_decision(row) -> str:
+    """The p-value the verdict agrees with: corrected over the family (< α ⟺ the interval excludes
+    0), or in a sequential study the raw p against its look's level."""
+    if not row.verdict:
+        return too_few_seeds(row.n_paired) if row.n_paired < MIN_SEEDS_TEST else NA
+    if isnan(row.p_seeds_adj):
+        return f"{p_value(row.p_seeds)} (level {row.level:.2g})"
+    return p_value(row.p_seeds_adj)
 
 
 def mark(row, higher: bool) -> str:
-    """▲ significantly better, ▼ significantly worse than the baseline, else nothing."""
+    """▲ better, ▼ worse than the baseline (the verdict), else nothing."""
     if not row.significant:
         return ""
     return "▲" if (row.delta > 0) == higher else "▼"
+
+
+def verdict(row, higher: bool) -> str:
+    """The verdict cell: 'better ▲', 'equivalent', 'inconclusive (≈ 9 seeds)', 'n/a (2 seeds)'."""
+    if not row.verdict:
+        return too_few_seeds(row.n_paired) if row.n_paired < MIN_SEEDS_TEST else "not tested"
+    if row.significant:
+        return f"{row.verdict} {mark(row, higher)}" + (" (negligible)" if row.negligible else "")
+    if row.verdict == "inconclusive":
+        needed = row.seeds_to_decide
+        return "inconclusive" if isnan(needed) else f"inconclusive (≈ {int(needed)} seeds)"
+    return str(row.verdict)
 
 
 def rate(x: float, n: int) -> str:

@@ -137,19 +137,52 @@ def curves_figure(
     return _save(fig, path)
 
 
-def cd_figure(fr: dict, settings: ReportSettings, path: Path) -> Path:
-    """Mean Friedman ranks with ± CD/2 bars: two variants differ (Nemenyi) iff their bars do not overlap."""
-    ranks = fr["ranks"]
-    names = list(ranks)
-    fig = Figure(figsize=(6.5, 0.45 * len(names) + 1.2))
+def cd_figure(fr: dict, settings: ReportSettings, path: Path) -> Path | None:
+    """Demšar's critical-difference diagram: mean ranks on an axis (1 = best, left), a bar as long
+    as the Nemenyi critical difference, and a thick line under each largest run of variants whose
+    mean ranks lie within it of each other (the test does not separate them). None when the seeds
+    do not support the diagram (``fr['cd_note']`` says why)."""
+    if fr["cd_note"] is not None:
+        return None
+    names, r = list(fr["ranks"]), np.array(list(fr["ranks"].values()))
+    k, cd = fr["n_variants"], fr["cd"]
+    runs = []  # (first, last) indices in rank order; a run inside the previous one adds nothing
+    for i in range(len(r)):
+        last = int(np.searchsorted(r, r[i] + cd, side="right")) - 1
+        if last > i and (not runs or last > runs[-1][1]):
+            runs.append((i, last))
+    left = (len(names) + 1) // 2  # the better half is named on the left, the rest on the right
+    top = -0.35 - 0.18 * len(runs)  # below the axis and the runs' lines
+    fig = Figure(figsize=(7.0, 1.3 + 0.28 * max(left, len(names) - left) + 0.12 * len(runs)))
     ax = fig.add_subplot()
-    y = np.arange(len(names))[::-1]
-    ax.errorbar(list(ranks.values()), y, xerr=fr["cd"] / 2, fmt="o", color="C0", capsize=4)
-    ax.set_yticks(y, names)
-    r, h = np.array(list(ranks.values())), fr["cd"] / 2
-    ax.set_xlim(min(0.5, r.min() - h - 0.1), max(fr["n_variants"] + 0.5, r.max() + h + 0.1))
-    ax.set_xlabel(f"mean rank on test {settings.primary} (1 = best); bars ± CD/2, CD = {fr['cd']:.2f}")
-    ax.grid(axis="x", color="0.9")
+    ax.set_axis_off()
+    ax.plot([1, k], [0, 0], color="0.2", lw=1)
+    for tick in range(1, k + 1):
+        ax.plot([tick, tick], [0, 0.1], color="0.2", lw=1)
+        ax.text(tick, 0.16, str(tick), ha="center", va="bottom", fontsize=9)
+    ax.plot([1, 1 + cd], [0.65, 0.65], color="0.2", lw=1.5)
+    for end in (1, 1 + cd):
+        ax.plot([end, end], [0.6, 0.7], color="0.2", lw=1)
+    ax.text(1 + cd / 2, 0.74, f"CD = {cd:.2f}", ha="center", va="bottom", fontsize=9)
+    ax.text(k, 0.74, f"mean rank, test {settings.primary} (1 = best)", ha="right", va="bottom", fontsize=9)
+    for j, (i, last) in enumerate(runs):
+        y = -0.22 - 0.18 * j
+        ax.plot([r[i] - 0.04, r[last] + 0.04], [y, y], color="0.1", lw=3.5, solid_capstyle="round")
+    for i, (name, rank) in enumerate(zip(names, r, strict=True)):
+        on_left = i < left
+        y = top - 0.28 * (i if on_left else len(names) - 1 - i)
+        edge = 0.6 if on_left else k + 0.4
+        ax.plot([rank, rank, edge], [0, y, y], color="C0", lw=1)
+        ax.text(
+            edge + (-0.05 if on_left else 0.05),
+            y,
+            f"{name} ({rank:.2f})",
+            ha="right" if on_left else "left",
+            va="center",
+            fontsize=9,
+        )
+    ax.set_xlim(0.6, k + 0.4)
+    ax.set_ylim(top - 0.28 * max(left, len(names) - left), 1.0)
     return _save(fig, path)
 
 

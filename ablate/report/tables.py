@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..stats import ReportSettings
-from .cells import NA, cohen_d, delta_ci, isnan, mark, mean_sd, p_seeds, p_units
+from .cells import NA, confidence, interval, isnan, mdd, mean_sd, number, p_decision, verdict
 from .document import md_table
 
 COSTS = [
@@ -22,39 +22,39 @@ COSTS = [
 
 
 def table_rows(cmp: pd.DataFrame, settings: ReportSettings) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows of one ``stats.compare`` frame, baseline first."""
+    """Headers and rows of one ``stats.compare`` frame, baseline first: the verdict and the one
+    interval it reads (the per-unit tests and the bootstrap interval stay in comparisons.csv)."""
     metric = cmp["metric"].iloc[0] if "metric" in cmp.columns and len(cmp) else settings.primary
     higher = settings.higher(metric)
-    better = f"P({'>' if higher else '<'}base)"
     headers = [
         "variant",
         "differs",
         f"{metric} mean ± sd",
-        f"Δ [{settings.confidence:.0%} CI]",
+        "Δ [interval]",
+        "conf.",
         "rel. change",
-        "p seeds (adj)",
-        "p units (adj)",
-        "d",
-        better,
-        "sig.",
+        "MDD",
+        "p (adj)",
+        "verdict",
     ]
+    base_mean = cmp.loc[cmp["variant"] == settings.baseline, "mean"]
+    base_mean = float(base_mean.iloc[0]) if len(base_mean) else float("nan")
     rows = []
     for row in cmp.itertuples(index=False):
         if row.variant == settings.baseline:
-            rows.append([row.variant, row.differs, mean_sd(row)] + ["—"] * 7)
+            rows.append([row.variant, row.differs, mean_sd(row)] + ["—"] * (len(headers) - 3))
             continue
         rows.append(
             [
                 row.variant,
                 row.differs,
                 mean_sd(row),
-                delta_ci(row, settings.ci_method.min_seeds),
+                interval(row),
+                confidence(row),
                 NA if isnan(row.rel_change) else f"{row.rel_change:+.1%}",
-                p_seeds(row),
-                p_units(row),
-                cohen_d(row.d_seeds),
-                NA if isnan(row.p_better_units) else f"{row.p_better_units:.2f}",
-                mark(row, higher),
+                mdd(row, base_mean),
+                p_decision(row),
+                verdict(row, higher),
             ]
         )
     return headers, rows
@@ -92,6 +92,7 @@ TEX_GLYPHS = {
     "≥": r"$\geq$",
     "≤": r"$\leq$",
     "α": r"$\alpha$",
+    "≈": r"$\approx$",
 }
 
 
@@ -105,16 +106,19 @@ def latex_table(cmp: pd.DataFrame, settings: ReportSettings) -> str:
     headers, rows = table_rows(cmp, settings)
     metric = cmp["metric"].iloc[0] if len(cmp) else settings.primary
     n = int(cmp["n_paired"].max()) if len(cmp) else 0
-    ci, corr = settings.ci_method.label, settings.correction_method.label
+    tested = int((cmp["verdict"] != "").sum())
+    margin = cmp["margin"].dropna()
+    within = f"±{number(margin.iloc[0])}" if len(margin) else "the margin"
     caption = (
-        f"Ablation study {settings.study}: test {metric}, mean ± sd over seeds; "
-        f"Δ = variant − {settings.baseline} with a {settings.confidence:.0%} {ci} CI "
-        f"over paired seeds (up to {n}); p-values {corr}-adjusted over the "
-        f"{int((cmp['variant'] != settings.baseline).sum())} comparisons with {settings.baseline}; "
-        f"d = paired Cohen's d; ▲/▼: significantly better/worse at α = {settings.alpha:g}."
+        f"Ablation study {settings.study}: test {metric}, mean ± sd over seeds (up to {n} paired); "
+        f"Δ = variant − {settings.baseline} with its paired t interval at the comparison's "
+        f"{settings.correction_method.label}-adjusted level (conf.), which the verdict reads: better / worse "
+        f"when it excludes 0 (▲/▼), equivalent when it lies within {within}, else inconclusive; "
+        f"MDD = the difference detected with 80% power at that level; p {settings.correction_method.label}-"
+        f"adjusted over the {tested} tested comparisons with {settings.baseline}, α = {settings.alpha:g}."
     )
     label = re.sub(r"[^A-Za-z0-9_:.-]+", "-", f"tab:ablate:{settings.study}:{metric}")
-    spec = "l" * 2 + "r" * (len(headers) - 3) + "c"
+    spec = "l" * 2 + "r" * (len(headers) - 3) + "l"
     lines = [
         f"% ablate report: {tex_escape(settings.study)}, primary metric {tex_escape(metric)}.",
         r"% Needs \usepackage{booktabs}.",

@@ -7,17 +7,20 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .. import stats
 from ..stats import ReportSettings
+from ..stats.resample import resampled_for_report
 from .cells import isnan
 from .document import Element, to_html, to_markdown
+from .factorial import factorial_elements
 from .figures import cd_figure, cost_figure, curves_figure, pairwise_figure, strip_figure
+from .sequential import sequential_elements
 from .tables import cost_table, latex_table, table_rows
-from .text import calibration_text, findings, friedman_text, pairwise_text, settings_text
-
-CALIBRATION_BOOTSTRAP = 2000  # resamples per CI in the report's calibration simulation (at most)
+from .text import friedman_text, pairwise_text
+from .verdicts import calibration_text, exploratory_text, headline, settings_text, verdict_sentences
 
 
 def _slug(text: str) -> str:
@@ -92,6 +95,19 @@ def _tuning_sections(results: pd.DataFrame, names: list[str]) -> list[Element]:
     return elements
 
 
+def _calibration(primary: pd.DataFrame, settings: ReportSettings) -> dict | None:
+    """``stats.calibrate`` for a study of this one's shape on the primary metric: its seeds, the
+    variants in its family, the baseline's mean and the paired differences' pooled sd."""
+    tested = (primary["variant"] != settings.baseline) & ~primary["variant"].isin(list(settings.duplicates))
+    rest = primary[tested]
+    family = len(rest)
+    base_mean = float(primary["mean"].iloc[0])
+    spread = rest["sd_diff"].dropna()
+    sd = float(np.sqrt(np.mean(np.square(spread)))) if len(spread) else float("nan")
+    seeds = int(primary["n_paired"].max())
+    return stats.calibrate(settings, seeds, family, mean=base_mean, sd=sd)
+
+
 def write_report(
     results: pd.DataFrame,
     units: pd.DataFrame | None,
@@ -114,13 +130,13 @@ def write_report(
     fig_dir.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {"csv": out_dir / "results.csv"}
     results.to_csv(paths["csv"], index=False)
+    results, settings = resampled_for_report(results, units, settings)  # report.resample_units
 
     tables = {m: stats.compare(results, units, settings, m) for m in settings.metrics}
     paths["comparisons"] = out_dir / "comparisons.csv"
     pd.concat(tables.values(), ignore_index=True).to_csv(paths["comparisons"], index=False)
     primary = tables[settings.primary]
     names = list(primary["variant"])
-    family = int((primary["variant"] != settings.baseline).sum())
     fr = stats.friedman(results, settings.primary, settings.higher(settings.primary), settings.alpha)
     pairs = stats.pairwise(results, settings)
     paths["pairwise"] = out_dir / "pairwise.csv"
@@ -128,14 +144,14 @@ def write_report(
     paths["tex"] = out_dir / "table.tex"
     paths["tex"].write_text(latex_table(primary, settings), encoding="utf-8")
 
-    seeds = int(primary["n_paired"].max())
-    cal = stats.calibrate(settings, seeds, family, bootstrap=min(settings.bootstrap, CALIBRATION_BOOTSTRAP))
+    cal = _calibration(primary, settings)
 
     elements = [
         Element("h1", f"Ablation report: {settings.study}"),
-        Element("p", findings(primary, settings)),
+        Element("p", headline(primary, settings)),
+        Element("list", items=verdict_sentences(primary, settings)),
         Element("h2", "Settings"),
-        *[Element("p", t) for t in settings_text(settings, family, seeds)],
+        *[Element("p", t) for t in settings_text(settings, tables)],
     ]
     if settings.notes:
         elements.append(Element("list", items=list(settings.notes)))
@@ -147,10 +163,15 @@ def write_report(
 
     for i, (metric, cmp) in enumerate(tables.items()):
         headers, rows = table_rows(cmp, settings)
-        elements += [
-            Element("h2", f"{'Primary' if i == 0 else 'Secondary'} metric: {metric}"),
-            Element("table", headers=headers, items=rows),
-        ]
+        if i == 0:
+            elements.append(Element("h2", f"Primary metric: {metric}"))
+        else:
+            elements += [
+                Element("h2", f"Secondary metric (exploratory): {metric}"),
+                Element("p", exploratory_text(cmp, settings)),
+                Element("list", items=verdict_sentences(cmp, settings)),
+            ]
+        elements.append(Element("table", headers=headers, items=rows))
         name, file = ("seeds", "seeds.png") if i == 0 else (f"seeds:{metric}", f"seeds_{_slug(metric)}.png")
         figure(
             name,
@@ -158,6 +179,8 @@ def write_report(
             f"Test {metric} per seed by variant (box: spread over seeds; dashed: baseline mean).",
         )
 
+    elements += factorial_elements(results, settings)
+    elements += sequential_elements(results, settings)  # [] for a fixed list of seeds
     cost = cost_table(results, names)
     if cost:
         elements += [
@@ -177,10 +200,12 @@ def write_report(
         figure(
             "cd",
             cd_figure(fr, settings, fig_dir / "cd.png"),
-            "Mean Friedman ranks with ± CD/2 bars (Nemenyi): non-overlapping bars differ.",
+            f"Critical-difference diagram (Demšar 2006) over the seeds: mean rank on test {settings.primary} "
+            f"(1 = best); variants joined by a thick line are not separated by the Nemenyi test at "
+            f"α = {settings.alpha:g}.",
         )
     if len(pairs):
-        elements.append(Element("p", pairwise_text(pairs, settings)))
+        elements.append(Element("p", pairwise_text(pairs, settings, fr)))
         figure(
             "pairwise_fig",
             pairwise_figure(pairs, settings, names, fig_dir / "pairwise.png"),
@@ -210,8 +235,9 @@ def write_report(
             "list",
             items=[
                 "results.csv: one row per trial (what the report is built from)",
-                "comparisons.csv: every comparison with the baseline, every metric, "
-                "raw and adjusted p-values",
+                "comparisons.csv: every comparison with the baseline, every metric: the verdict "
+                "and its numbers, raw and adjusted p-values, and what the tables leave out (the "
+                "per-unit tests, the bootstrap interval)",
                 "pairwise.csv: every pair of variants on the primary metric",
                 "table.tex: the primary metric's table (LaTeX, booktabs)",
                 "figures/: the figures above as PNG",

@@ -1,5 +1,7 @@
-"""The report's error rates for a study of a given shape, measured by simulation through
-``compare`` itself: false-positive rate, family-wise rate, power and CI coverage."""
+"""The report's error rates for a study of a given shape, measured by simulation through the
+verdict code itself (:func:`.comparison.family_verdicts`, what ``compare`` reads; for the primary metric
+of a sequential study, the sequential rule): false *better* / *worse* and false *equivalent*
+rates, power on a planted effect, and the coverage of the decision interval."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from .comparison import MIN_SEEDS_TEST, compare
+from .comparison import MIN_SEEDS_TEST, family_verdicts
+from .verdicts import Decision, Verdict, minimum_detectable
 
 if TYPE_CHECKING:
     from .settings import ReportSettings
@@ -39,90 +42,132 @@ def min_detectable_d(n_seeds: int, alpha: float, power: float = 0.8) -> float:
         return float(optimize.brentq(gap, 1e-6, high, xtol=1e-6))
 
 
-def _synthetic(rng: np.random.Generator, metric: str, n_seeds: int, effects: list[float]) -> pd.DataFrame:
-    """A study frame: baseline + one variant per effect; value = seed effect (shared by all
-    variants) + variant effect + N(0, 1) noise, so paired differences are N(effect, 2)."""
-    seed_effect = rng.normal(0, 1, n_seeds)
-    rows = [
-        {"variant": v, "seed": s, f"test.{metric}": seed_effect[s] + eff + rng.normal()}
-        for v, eff in [("base", 0.0)] + [(f"v{i}", e) for i, e in enumerate(effects)]
-        for s in range(n_seeds)
+def _study(
+    rng: np.random.Generator, n_seeds: int, effects: list[float], mean: float, sd: float
+) -> pd.DataFrame:
+    """seed × variant table: ``base`` and ``v0`` … one per effect; value = mean + seed effect
+    (shared by the variants) + variant effect + N(0, sd² / 2), so paired differences are
+    N(effect, sd²)."""
+    noise = sd / math.sqrt(2.0)
+    shared = mean + rng.normal(0.0, noise, n_seeds)
+    effects = [0.0, *effects]
+    values = shared[:, None] + np.asarray(effects)[None, :] + rng.normal(0.0, noise, (n_seeds, len(effects)))
+    columns = ["base"] + [f"v{i}" for i in range(len(effects) - 1)]
+    return pd.DataFrame(values, index=pd.RangeIndex(n_seeds, name="seed"), columns=columns)
+
+
+def _run(
+    rng: np.random.Generator, s: ReportSettings, k: int, effects: list[float], mean: float, sd: float
+) -> list[tuple[float, Decision]]:
+    """One simulated study: (true Δ, decision) per variant with a verdict."""
+    table = _study(rng, k, effects, mean, sd)
+    names = list(table.columns[1:])
+    standings = family_verdicts(table, s, s.primary, names).values()
+    return [
+        (effect, st.decision)
+        for effect, st in zip(effects, standings, strict=True)
+        if st.decision is not None and st.decision.n >= MIN_SEEDS_TEST
     ]
-    return pd.DataFrame(rows)
+
+
+def _share(hits: list[bool]) -> float:
+    return float(np.mean(hits)) if hits else float("nan")
 
 
 def calibrate(
     settings: ReportSettings,
     n_seeds: int,
     n_variants: int,
+    mean: float = 1.0,
+    sd: float = 0.01,
     comparisons: int | None = None,
     planted_studies: int | None = None,
-    bootstrap: int = 500,
     power: float = 0.8,
 ) -> dict | None:
-    """Measure the report's error rates for a study of this shape by simulation through ``compare``.
+    """Measure the verdicts' error rates for a study of this shape by simulation.
 
-    Null: ⌈comparisons / n_variants⌉ synthetic studies of ``n_seeds`` seeds × (baseline +
-    ``n_variants`` variants), all identical in distribution (normal paired differences; the tests
-    and intervals are location-scale invariant, so the scale does not matter). Measured:
-    ``fpr_raw`` (share of comparisons with raw seed-test p < α, expect α), ``fpr_adj`` (share
-    flagged significant after the correction), ``fwer`` (share of studies with any significant
-    variant; Holm and, under the full null, BH keep it ≤ α) and ``ci_coverage`` (share of CIs that
-    contain the true Δ = 0).
-    Planted: ``planted_studies`` studies (default: half as many as null comparisons) in which one
-    variant is better by ``planted_d`` (paired Cohen's d), the smallest effect the t-test at
-    α / n_variants (Holm's first step) detects with probability ``power``, the others null;
-    ``power_measured`` is the share in which it is flagged significant and better, expected
-    ≈ ``power`` (a little more, as Holm's later steps are laxer).
-    Settings are the report's, with ``bootstrap`` resamples. None when there is no comparison.
+    Synthetic studies of ``n_seeds`` seeds (a sequential study: its ``max``, of which the rule
+    uses what it needs) × (baseline + ``n_variants`` variants), the baseline's mean ``mean`` and
+    the paired differences' sd ``sd`` (pass the study's own: a relative margin and the margin's
+    size against the noise depend on them), decided with these settings:
+
+    - A/A, ⌈comparisons / n_variants⌉ studies, every variant identical in distribution to the
+      baseline: ``false_verdict`` (share of comparisons called better or worse; ≤ α),
+      ``familywise`` (share of studies with any; ≤ α under Holm, and BH under the full null),
+      ``equivalent_null`` (share correctly called equivalent);
+    - boundary, as many studies, every true Δ = ± the margin: ``false_equivalence`` (share said to
+      lie inside the margin, as equivalent or as a negligible difference; ≤ α, each side of the
+      interval being a one-sided test at level / 2);
+    - planted, ``planted_studies`` (default: half as many as null comparisons), one variant better
+      by ``planted_delta``, the minimum detectable difference at ``power`` of a fixed-n t-test at
+      α / n_variants (Holm's first step), the others null: ``power_measured`` (share called
+      better; ≈ ``power`` with fixed seeds, a little more as Holm's later steps are laxer);
+    - ``coverage``: share of all decision intervals that contain their true Δ (≥ 1 − α: each is
+      a 1 − level interval, level ≤ α).
+
+    None when there is nothing to simulate (no variant, or ``comparisons`` = 0).
     """
     comparisons = settings.calibration if comparisons is None else comparisons
     planted_studies = math.ceil(comparisons / 2) if planted_studies is None else planted_studies
-    m, k = n_variants, n_seeds
+    m = n_variants
     if m < 1 or comparisons < 1:
         return None
+    design = settings.sequential
+    k = design.max if design is not None else n_seeds
     s = settings.model_copy(
         update={
-            "bootstrap": bootstrap,
             "baseline": "base",
             "metrics": [settings.primary],
             "higher_is_better": {settings.primary: True},
             "calibration": 0,
+            "duplicates": {},
         }
     )
-    rng = np.random.default_rng(settings.seed)
+    margin = s.margin_for(mean)
     studies = math.ceil(comparisons / m)
-    null = [
-        compare(_synthetic(rng, s.primary, k, [0.0] * m), None, s, s.primary).iloc[1:] for _ in range(studies)
-    ]
-    flat = pd.concat(null, ignore_index=True)
-    has_ci = flat["ci_low"].notna()
     out = {
         "n_seeds": k,
         "n_variants": m,
-        "comparisons": len(flat),
+        "sequential": design is not None,
+        "mean": mean,
+        "sd": sd,
+        "margin": margin,
         "studies": studies,
-        "bootstrap": bootstrap,
-        "ci": s.ci,
-        "confidence": s.confidence,
-        "fpr_raw": float((flat["p_seeds"] < s.alpha).mean()) if k >= MIN_SEEDS_TEST else np.nan,
-        "fpr_adj": float(flat["significant"].mean()) if k >= MIN_SEEDS_TEST else np.nan,
-        "fwer": float(np.mean([t["significant"].any() for t in null])) if k >= MIN_SEEDS_TEST else np.nan,
-        "ci_coverage": float(((flat["ci_low"] <= 0) & (flat["ci_high"] >= 0))[has_ci].mean())
-        if has_ci.any()
-        else np.nan,
-        "planted_d": np.nan,
+        "comparisons": studies * m,
+        "false_verdict": np.nan,
+        "familywise": np.nan,
+        "equivalent_null": np.nan,
+        "false_equivalence": np.nan,
+        "planted_delta": np.nan,
         "planted_studies": 0,
         "power": power,
         "power_measured": np.nan,
+        "coverage": np.nan,
+        "coverage_n": 0,
     }
-    if k >= MIN_SEEDS_TEST and planted_studies > 0:
-        d = min_detectable_d(k, s.alpha / m, power)
-        hits = []
-        for _ in range(planted_studies):
-            t = compare(
-                _synthetic(rng, s.primary, k, [d * math.sqrt(2)] + [0.0] * (m - 1)), None, s, s.primary
-            ).iloc[1]
-            hits.append(bool(t["significant"]) and t["delta"] > 0)
-        out.update(planted_d=d, planted_studies=planted_studies, power_measured=float(np.mean(hits)))
+    if k < MIN_SEEDS_TEST or not (math.isfinite(sd) and sd > 0):
+        return out
+    rng = np.random.default_rng(settings.seed)
+    null = [_run(rng, s, k, [0.0] * m, mean, sd) for _ in range(studies)]
+    signs = [margin if i % 2 == 0 else -margin for i in range(m)]
+    boundary = [_run(rng, s, k, signs, mean, sd) for _ in range(studies)]
+    planted_delta = minimum_detectable(k, sd, s.alpha / m, power)
+    planted = [_run(rng, s, k, [planted_delta] + [0.0] * (m - 1), mean, sd) for _ in range(planted_studies)]
+    differs = (Verdict.BETTER, Verdict.WORSE)
+    flat_null = [d for study in null for _, d in study]
+    every = [(e, d) for group in (null, boundary, planted) for study in group for e, d in study]
+    out.update(
+        false_verdict=_share([d.verdict in differs for d in flat_null]),
+        familywise=_share([any(d.verdict in differs for _, d in study) for study in null]),
+        equivalent_null=_share([d.verdict is Verdict.EQUIVALENT for d in flat_null]),
+        # inside the margin, said either way: equivalent, or a real but negligible difference
+        false_equivalence=_share(
+            [d.verdict is Verdict.EQUIVALENT or d.negligible for study in boundary for _, d in study]
+        ),
+        planted_delta=planted_delta,
+        planted_studies=planted_studies,
+        power_measured=_share([bool(study) and study[0][1].verdict is Verdict.BETTER for study in planted]),
+        coverage=_share([d.ci_low <= e <= d.ci_high for e, d in every]),
+        coverage_n=len(every),
+    )
     return out

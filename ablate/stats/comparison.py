@@ -1,9 +1,12 @@
-"""Each variant against the baseline on one metric: paired seed tests, unit tests, CIs, and the
-multiple-comparison correction over the variants (see the package docstring for the formulas)."""
+"""Each variant against the baseline on one metric: its verdict (better / worse / equivalent /
+inconclusive, from the paired t interval at its decision level, :mod:`.verdicts`), the paired
+seed tests, the bootstrap interval, the per-unit tests, and the multiple-comparison correction over
+the variants (see the package docstring for the formulas)."""
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -13,11 +16,13 @@ from scipy import stats
 from ..errors import AblateError
 from .corrections import adjust_pvalues
 from .intervals import bootstrap_ci
+from .sequential import decide_sequential
+from .verdicts import MIN_SEEDS_VERDICT, Decision, Verdict, decide_family
 
 if TYPE_CHECKING:
     from .settings import ReportSettings
 
-MIN_SEEDS_TEST = 3  # paired seeds needed for the seed tests and d
+MIN_SEEDS_TEST = MIN_SEEDS_VERDICT  # paired seeds needed for a verdict, the seed tests and d
 
 COLUMNS = [
     "metric",
@@ -29,18 +34,32 @@ COLUMNS = [
     "n_paired",
     "delta",
     "rel_change",
+    "sd_diff",
+    # the verdict and the numbers it reads (stats.verdicts.Decision)
+    "verdict",
+    "significant",
+    "negligible",
+    "n_verdict",
+    "level",
     "ci_low",
     "ci_high",
+    "margin",
+    "mdd",
+    "seeds_to_decide",
     "p_seeds",
-    "p_seeds_wilcoxon",
     "p_seeds_adj",
+    "exploratory",
+    "note",
+    # beside the verdict, not deciding it
+    "boot_low",
+    "boot_high",
+    "p_seeds_wilcoxon",
     "d_seeds",
     "n_units",
     "p_units",
     "p_units_adj",
     "p_better_units",
     "rank_biserial",
-    "significant",
 ]
 
 
@@ -168,18 +187,78 @@ def _differs(results: pd.DataFrame, variant: str) -> str:
     return str(vals.iloc[0]) if len(vals) else ""
 
 
+@dataclass(frozen=True)
+class Standing:
+    """One comparison's verdict, or why it has none (``decision`` None: not tested, or in a
+    sequential study waiting for its look's seeds). ``note`` says which, or how a sequential
+    comparison stopped; ``sequential``: decided by the sequential rule (no fixed-n adjusted p)."""
+
+    decision: Decision | None
+    note: str = ""
+    sequential: bool = False
+
+
+def family_verdicts(
+    x: pd.DataFrame, settings: ReportSettings, metric: str, variants: list[str]
+) -> dict[str, Standing]:
+    """Each of ``variants`` against the baseline on ``metric``, from the seed × variant table ``x``.
+
+    The family, corrected together (:func:`.verdicts.decide_family`), is every variant with ≥ 3
+    paired seeds that is not configured exactly like another (``settings.duplicates``: it trains
+    the same models, so its comparison says nothing). The margin is ``settings.margin_for`` the
+    baseline's mean over the paired seeds. The primary metric of a sequential study is decided
+    look by look (:func:`.sequential.decide_sequential`), which keeps its error rates; every other
+    metric, and every metric of a fixed-seed study, at all paired seeds."""
+    base, higher = settings.baseline, settings.higher(metric)
+    out: dict[str, Standing] = {}
+    candidates = []
+    for v in variants:
+        if v in settings.duplicates:
+            out[v] = Standing(None, f"configured exactly like {settings.duplicates[v]}: not tested")
+        else:
+            candidates.append(v)
+    if settings.sequential is not None and metric == settings.primary:
+        design, margin_of = settings.sequential, settings.margin_for
+        standing = decide_sequential(
+            x, base, candidates, design, settings.alpha, settings.correction, margin_of, higher
+        )
+        for v in candidates:
+            s = standing.get(v)
+            out[v] = Standing(None if s is None else s.decision, "" if s is None else s.reason, True)
+        return {v: out[v] for v in variants}
+    diffs, margins = {}, {}
+    for v in candidates:
+        value, base_value = paired(x, v, base)
+        if len(value) < MIN_SEEDS_VERDICT:
+            k = len(value)
+            needs = f"a verdict needs ≥ {MIN_SEEDS_VERDICT}"
+            out[v] = Standing(None, f"{k} paired seed{'' if k == 1 else 's'}: {needs}")
+        else:
+            diffs[v], margins[v] = value - base_value, settings.margin_for(float(np.mean(base_value)))
+    decided = decide_family(diffs, settings.alpha, settings.correction, margins, higher)
+    out |= {v: Standing(d) for v, d in decided.items()}
+    return {v: out[v] for v in variants}
+
+
 def compare(
     results: pd.DataFrame, units: pd.DataFrame | None, settings: ReportSettings, metric: str
 ) -> pd.DataFrame:
     """One row per variant (baseline first) comparing it with the baseline on ``metric``.
 
-    Columns: see ``COLUMNS``. The baseline's comparison columns are NaN (``significant`` False).
-    Too few paired seeds give NaN, never a made-up number: < 3 for the seed tests and d,
-    < ``min_seeds_ci(settings.ci)`` for the CI. ``significant`` is ``p_seeds_adj < alpha``.
+    Columns: see ``COLUMNS``. The baseline's comparison columns are NaN (``verdict`` empty,
+    ``significant`` False). ``verdict`` is better / worse / equivalent / inconclusive, empty when
+    not tested (``note`` says why); ``ci_low``, ``ci_high`` the paired t interval at the decision
+    ``level`` that the verdict reads; ``significant`` = better or worse; ``p_seeds_adj`` the
+    corrected t-test p over the family (< α exactly when the interval excludes 0; NaN for a
+    sequential primary metric, whose verdict is ``p_seeds`` < ``level`` at its look).
+    ``exploratory``: a secondary metric (its own family, not corrected across metrics).
+    ``boot_low``, ``boot_high``: the bootstrap interval (``settings.ci``), for comparison only.
+    Too few paired seeds give NaN, never a made-up number.
     """
     names = variants_in_order(results, settings.baseline)
     x, per_unit = per_seed(results, metric), _per_unit(units, metric)
     higher = settings.higher(metric)
+    standings = family_verdicts(x, settings, metric, names[1:])
     rows = []
     for v in names:
         col = x[v].to_numpy(float) if v in x.columns else np.empty(0)
@@ -193,22 +272,58 @@ def compare(
             "sd": float(col.std(ddof=1)) if len(col) > 1 else np.nan,
             "n_paired": 0,
             "n_units": 0,
+            "verdict": "",
+            "significant": False,
+            "negligible": False,
+            "exploratory": metric != settings.primary,
+            "note": "",
         }
         if v != settings.baseline:
             row.update(_against_base(x, per_unit, settings, v, higher))
+            row.update(_verdict_columns(standings[v], row))
         rows.append(row)
     rest = rows[1:]  # the baseline is first
-    for test in ("seeds", "units"):
-        adj = adjust_pvalues([r.get(f"p_{test}", np.nan) for r in rest], settings.correction)
-        for r, a in zip(rest, adj, strict=True):
-            r[f"p_{test}_adj"] = a
-    for r in rows:
-        r["significant"] = bool(r.get("p_seeds_adj", np.nan) < settings.alpha)
+    # the families: the comparisons with a fixed-n verdict; the unit tests of the same variants
+    tested = [bool(r["verdict"]) and not standings[r["variant"]].sequential for r in rest]
+    seeds_p = [r["p_seeds"] if t else np.nan for r, t in zip(rest, tested, strict=True)]
+    units_p = [np.nan if r["variant"] in settings.duplicates else r["p_units"] for r in rest]
+    seeds_adj = adjust_pvalues(seeds_p, settings.correction)
+    units_adj = adjust_pvalues(units_p, settings.correction)
+    for r, a, u in zip(rest, seeds_adj, units_adj, strict=True):
+        r["p_seeds_adj"], r["p_units_adj"] = a, u
     out = pd.DataFrame(rows, columns=COLUMNS)
     for c in ("n_seeds", "n_paired", "n_units"):
         out[c] = out[c].astype(int)
-    out["significant"] = out["significant"].astype(bool)
+    for c in ("n_verdict", "seeds_to_decide"):
+        out[c] = out[c].astype("Int64")
+    for c in ("significant", "negligible", "exploratory"):
+        out[c] = out[c].astype(bool)
     return out
+
+
+def _verdict_columns(standing: Standing, row: dict) -> dict:
+    """The verdict's columns of one comparison; ``p_seeds`` becomes the p the verdict reads."""
+    d = standing.decision
+    if d is None:
+        return {"note": standing.note, "significant": False}
+    with np.errstate(all="ignore"):
+        rel = d.delta / row["base_mean"] if row["base_mean"] else np.nan
+    return {
+        "verdict": str(d.verdict),
+        "significant": d.verdict in (Verdict.BETTER, Verdict.WORSE),
+        "negligible": d.negligible,
+        "n_verdict": d.n,
+        "delta": d.delta,  # in a sequential study: over the seeds of the deciding look
+        "rel_change": rel,
+        "level": d.level,
+        "ci_low": d.ci_low,
+        "ci_high": d.ci_high,
+        "margin": d.margin,
+        "mdd": d.mdd,
+        "seeds_to_decide": d.seeds_to_decide,
+        "p_seeds": d.p,
+        "note": standing.note,
+    }
 
 
 def _against_base(
@@ -224,10 +339,12 @@ def _against_base(
     uv, ub = paired(per_unit, variant, settings.baseline)
     return {
         "n_paired": len(d),
+        "base_mean": base_mean,  # over the paired seeds; not a column
         "delta": delta,
         "rel_change": rel,
-        "ci_low": low,
-        "ci_high": high,
+        "sd_diff": float(d.std(ddof=1)) if len(d) > 1 else np.nan,
+        "boot_low": low,
+        "boot_high": high,
         **seed_tests(d),
         **unit_tests(uv - ub, higher),
     }

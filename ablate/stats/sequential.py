@@ -21,21 +21,30 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from statistics import NormalDist
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from pydantic import Field, model_validator
-from scipy import stats
+from pydantic import Field, field_validator, model_validator
 
 from ..schema import Strict, Vocabulary
-from .verdicts import Decision, Verdict, decide_family
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from .settings import ReportSettings
+    from .verdicts import Decision
+
+# The study-file schema holds SequentialSeeds: the verdicts (scipy, statsmodels) load on first use.
+MIN_SEEDS_VERDICT = 3  # as verdicts.MIN_SEEDS_VERDICT (tests/test_sequential.py checks)
+_NORMAL = NormalDist()
 
 SPENDING: Vocabulary[Callable[[float, float], float]] = Vocabulary(
     "alpha-spending function",
     {
         "pocock": lambda t, alpha: alpha * math.log(1.0 + (math.e - 1.0) * t),
         "obrien_fleming": lambda t, alpha: (
-            0.0 if t <= 0 else 2.0 - 2.0 * stats.norm.cdf(stats.norm.ppf(1.0 - alpha / 2.0) / math.sqrt(t))
+            0.0 if t <= 0 else 2.0 - 2.0 * _NORMAL.cdf(_NORMAL.inv_cdf(1.0 - alpha / 2.0) / math.sqrt(t))
         ),
     },
 )
@@ -44,10 +53,20 @@ SPENDING: Vocabulary[Callable[[float, float], float]] = Vocabulary(
 class SequentialSeeds(Strict):
     """``seeds: {initial, max, step, spending}``: seeds 0 … max−1, added ``step`` at a time."""
 
-    initial: int = Field(ge=3)
-    max: int = Field(ge=3)
+    initial: int
+    max: int
     step: int = Field(1, ge=1)
     spending: SPENDING.field = "pocock"
+
+    @field_validator("initial")
+    @classmethod
+    def _enough_for_a_verdict(cls, value: int) -> int:
+        if value < MIN_SEEDS_VERDICT:
+            raise ValueError(
+                f"initial must be at least {MIN_SEEDS_VERDICT} (the fewest paired seeds a verdict uses), "
+                f"got {value}"
+            )
+        return value
 
     @model_validator(mode="after")
     def _initial_within_max(self) -> SequentialSeeds:
@@ -71,6 +90,14 @@ class SequentialSeeds(Strict):
         spent[-1] = alpha  # the last look spends what is left (f(1) = α up to rounding)
         return [b - a for a, b in zip([0.0, *spent[:-1]], spent, strict=True)]
 
+    def describe(self) -> str:
+        """One line for ``validate``, ``status`` and the report."""
+        looks = ", ".join(map(str, self.looks()))
+        return (
+            f"{self.initial} to {self.max} seeds per variant, {self.step} at a time where a comparison is "
+            f"still inconclusive (looks at {looks} seeds; {self.spending} alpha spending)"
+        )
+
 
 @dataclass(frozen=True)
 class SequentialDecision:
@@ -84,6 +111,8 @@ class SequentialDecision:
 
     @property
     def closed(self) -> bool:
+        from .verdicts import Verdict
+
         return self.decision is not None and (
             self.decision.verdict is not Verdict.INCONCLUSIVE or self.look == self.looks
         )
@@ -104,24 +133,29 @@ def decide_sequential(
     ``per_seed`` is seed × variant of the primary metric (NaN or absent: not trained yet). A
     variant decided at an earlier look keeps that decision; one still open waits for the first look
     whose seeds it (or the baseline) lacks. ``margin_of(baseline mean at the look)`` is the margin."""
+    from .verdicts import Verdict, decide_family
+
     looks, levels = design.looks(), design.levels(alpha)
-    seeds = design.seeds()
+    columns = [baseline, *(v for v in variants if v != baseline)]
+    # seed × (baseline, variants) as one array: the looks below slice it (pandas lookups per look
+    # and variant would dominate the calibration simulations' run time)
+    table = per_seed.reindex(index=design.seeds(), columns=columns).to_numpy(dtype=float)
+    column = {name: j for j, name in enumerate(columns)}
     standing: dict[str, SequentialDecision] = {}
     open_ = [v for v in variants if v != baseline]
     for k, (n, level) in enumerate(zip(looks, levels, strict=True), start=1):
-        wanted = seeds[:n]
-
-        def trained(v: str, wanted: list[int] = wanted) -> bool:
-            return v in per_seed.columns and bool(per_seed[v].reindex(wanted).notna().all())
-
-        ready = [v for v in open_ if trained(v) and trained(baseline)]
+        trained = np.isfinite(table[:n]).all(axis=0)
+        ready = [v for v in open_ if trained[column[v]] and trained[0]]
         for v in open_:
             if v not in ready:
-                standing[v] = SequentialDecision(n, k, len(looks), None, f"waiting for {n} seeds (look {k})")
+                waiting = f"waiting for {n} seeds (look {k})"
+                if v in standing:  # inconclusive at the look before
+                    waiting = f"inconclusive at {standing[v].seeds} seeds; {waiting}"
+                standing[v] = SequentialDecision(n, k, len(looks), None, waiting)
         if not ready:
             break
-        base = per_seed[baseline].reindex(wanted).to_numpy(dtype=float)
-        diffs = {v: per_seed[v].reindex(wanted).to_numpy(dtype=float) - base for v in ready}
+        base = table[:n, 0]
+        diffs = {v: table[:n, column[v]] - base for v in ready}
         margin = margin_of(float(np.mean(base)))
         decided = decide_family(diffs, level, correction, dict.fromkeys(ready, margin), higher_is_better)
         for v, decision in decided.items():
@@ -136,6 +170,24 @@ def decide_sequential(
         if not open_ or k == len(looks):
             break
     return standing
+
+
+def sequential_standing(per_seed: pd.DataFrame, settings: ReportSettings) -> dict[str, SequentialDecision]:
+    """:func:`decide_sequential` as the study's settings say: its design, α, correction, margin and
+    the primary metric's direction, over the variants it tests (one configured exactly like another
+    trains the same models and is left out, as from the report's family). The driver plans with
+    this and the report shows it, so both read the same decisions."""
+    tested = [v for v in settings.variants if v != settings.baseline and v not in settings.duplicates]
+    return decide_sequential(
+        per_seed,
+        settings.baseline,
+        tested,
+        settings.sequential,
+        settings.alpha,
+        settings.correction,
+        settings.margin_for,
+        settings.higher(settings.primary),
+    )
 
 
 def seeds_wanted(

@@ -29,15 +29,25 @@ from .sequential import SequentialSeeds
 # The practical margin when a study file sets none: 2 % of the baseline's mean.
 DEFAULT_MARGIN = "2%"
 
-STUDY_FILE_KEYS = ("baseline", "alpha", "correction", "bootstrap", "ci", "calibration", "margin")
+STUDY_FILE_KEYS = (
+    "baseline",
+    "alpha",
+    "correction",
+    "bootstrap",
+    "ci",
+    "calibration",
+    "margin",
+    "resample_units",
+)
 
 
 class ReportSettings(Strict):
     """What the report compares and how.
 
-    Set in a study file (:data:`STUDY_FILE_KEYS`): ``ci`` is the bootstrap interval (see
-    ``bootstrap_ci``); ``calibration`` the number of null comparisons the report simulates for
-    its calibration section (0: none).
+    Set in a study file (:data:`STUDY_FILE_KEYS`): ``margin``, the practical margin the verdicts
+    judge equivalence against; ``ci`` the bootstrap interval listed beside the verdict's t interval
+    in comparisons.csv (see ``bootstrap_ci``); ``calibration`` the number of simulated comparisons
+    per scenario (A/A, at the margin) of the report's calibration section (0: none).
     Filled in from the study: ``study`` (its name); ``primary`` and ``metrics``, bare metric names
     (``ndcg@10``), primary first (prepended when missing); ``higher_is_better``, a metric's
     direction (default: higher is better); ``variants``; ``notes``, free-text lines shown in the
@@ -49,13 +59,17 @@ class ReportSettings(Strict):
     alpha: float = Field(0.05, gt=0, lt=1)
     correction: CORRECTIONS.field = "holm"
     bootstrap: int = Field(10_000, ge=100)
-    # Interval for Δ: smoothed studentized bootstrap (calibrated for 3–5 seeds), plain, or percentile.
+    # Bootstrap interval for Δ in comparisons.csv: smoothed studentized bootstrap (calibrated for
+    # 3–5 seeds), plain, or percentile. The verdicts read the paired t interval, not this one.
     ci: CI_METHODS.field = "smoothed-bootstrap-t"
-    # Null comparisons simulated at report time for the calibration section (0: skip).
+    # Comparisons simulated per scenario at report time for the calibration section (0: skip).
     calibration: int = Field(200, ge=0)
     # Practical margin of equivalence: a number is absolute (in the metric's units), "2%" is
     # relative to the baseline's mean. Differences inside it are too small to matter.
     margin: float | str = DEFAULT_MARGIN
+    # Each seed's test metrics over a bootstrap resample of the test units drawn with that seed
+    # (stats.resample): the evaluation sample varies with the seed too.
+    resample_units: bool = False
     # -- the study's
     study: str = ""
     primary: str = ""
@@ -67,6 +81,8 @@ class ReportSettings(Strict):
     sequential: SequentialSeeds | None = None
     # variant → the variant it is configured exactly like (it trains the same models).
     duplicates: dict[str, str] = {}
+    # ``grid:`` axis → levels, for the factorial analysis (stats.factorial); empty: no grid.
+    grid: dict[str, list] = {}
     # -- fixed here: the bootstrap's RNG seed and the CIs' level
     seed: int = 0
     confidence: float = Field(0.95, gt=0, lt=1)

@@ -1,0 +1,193 @@
+"""The verdicts in words: the report's opening lines, each secondary metric's exploratory note,
+the settings that say how a verdict is reached, and the calibration section (the verdicts' error
+rates, simulated at report time)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from ..stats import MIN_SEEDS_TEST, ReportSettings
+from .cells import NA, isnan, number, rate, too_few_seeds
+
+# decided comparisons first in the running text
+_ORDER = {"better": 0, "worse": 1, "equivalent": 2, "inconclusive": 3, "": 4}
+
+
+def _decimals(margin: float) -> int:
+    """Decimals that show the margin to two significant digits (3 for ±0.014, 0 for ±140)."""
+    if isnan(margin) or margin <= 0:
+        return 4
+    return max(0, 1 - math.floor(math.log10(margin)))
+
+
+def _short(x: float, decimals: int, signed: bool = False) -> str:
+    if isnan(x):
+        return NA
+    return (f"{x:+.{decimals}f}" if signed else f"{x:.{decimals}f}").replace("-", "−")
+
+
+def _tested(cmp: pd.DataFrame, settings: ReportSettings) -> pd.DataFrame:
+    return cmp[(cmp["variant"] != settings.baseline) & (cmp["verdict"] != "")]
+
+
+def _margin_text(cmp: pd.DataFrame, settings: ReportSettings) -> str:
+    """'±0.014 (2% of base's mean)' or '±0.005' for this metric's comparisons."""
+    margins = _tested(cmp, settings)["margin"]
+    if margins.empty:
+        return "none (no tested comparison)"
+    value = f"±{_short(float(margins.iloc[0]), _decimals(float(margins.iloc[0])))}"
+    if isinstance(settings.margin, str):
+        return f"{value} ({settings.margin} of {settings.baseline}'s mean)"
+    return value
+
+
+def verdict_sentence(row, settings: ReportSettings) -> str:
+    """One comparison's verdict as a clause: 'post-norm is better (+0.049 [+0.036, +0.062])'."""
+    v = row.variant
+    if v in settings.duplicates:
+        return (
+            f"{v} is configured exactly like {settings.duplicates[v]}: it trains the same models; "
+            "its comparison is not tested"
+        )
+    if not row.verdict:
+        if row.n_paired < MIN_SEEDS_TEST:
+            return f"{v}: no verdict, {too_few_seeds(row.n_paired)} (a verdict needs ≥ {MIN_SEEDS_TEST})"
+        return f"{v}: no verdict yet ({row.note})"
+    places = _decimals(row.margin)
+    margin = f"±{_short(row.margin, places)}"
+    ci = f"[{_short(row.ci_low, places, True)}, {_short(row.ci_high, places, True)}]"
+    estimate = f"{_short(row.delta, places, True)} {ci}"
+    if row.verdict in ("better", "worse"):
+        small = f", by less than the {margin} margin (negligible)" if row.negligible else ""
+        return f"{v} is {row.verdict} ({estimate}){small}"
+    if row.verdict == "equivalent":
+        return f"{v} is equivalent within {margin} ({estimate})"
+    said = f"{v}: inconclusive — its interval {ci} spans both 0 and the {margin} margin"
+    if "maximum" in row.note:  # a sequential comparison that used every seed it may have
+        said += f"; it stopped at the maximum of {row.n_verdict} seeds"
+    if isnan(row.seeds_to_decide):
+        return said + "; no practical number of seeds would decide it (its Δ sits at the margin)"
+    return said + f"; ≈ {int(row.seeds_to_decide)} seeds would likely decide it"
+
+
+def verdict_sentences(cmp: pd.DataFrame, settings: ReportSettings) -> list[str]:
+    """Every comparison's verdict clause, decided ones first."""
+    rows = [r for r in cmp.itertuples(index=False) if r.variant != settings.baseline]
+    rows.sort(key=lambda r: _ORDER.get(r.verdict, 4))
+    return [verdict_sentence(r, settings) + "." for r in rows]
+
+
+def headline(cmp: pd.DataFrame, settings: ReportSettings) -> str:
+    """The line above the primary metric's verdicts."""
+    higher = "higher" if settings.higher(settings.primary) else "lower"
+    return (
+        f"Verdicts on {settings.primary} (the primary metric; {higher} is better), each variant against "
+        f"{settings.baseline}; practical margin {_margin_text(cmp, settings)}:"
+    )
+
+
+def exploratory_text(cmp: pd.DataFrame, settings: ReportSettings) -> str:
+    metric = cmp["metric"].iloc[0]
+    n = len(_tested(cmp, settings))
+    return (
+        f"Exploratory: the verdicts on {metric} are corrected over its own family of {n} tested "
+        f"comparison{'s' if n != 1 else ''}, not across the {len(settings.metrics)} metrics; read them "
+        f"as leads for a study with {metric} as its primary metric, not as findings. "
+        f"Margin {_margin_text(cmp, settings)}."
+    )
+
+
+def settings_text(settings: ReportSettings, tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The settings section: metrics, how a verdict is reached, the margin, the MDD, and what is
+    left out of the tables."""
+    primary = tables[settings.primary]
+    higher = "higher" if settings.higher(settings.primary) else "lower"
+    corr = settings.correction_method.label
+    family = len(_tested(primary, settings))
+    lines = [
+        f"Primary metric: {settings.primary} ({higher} is better); secondary, exploratory: "
+        f"{', '.join(settings.metrics[1:]) or 'none'}. Baseline: {settings.baseline}.",
+        f"Verdicts: each variant against {settings.baseline} on its paired per-seed differences (a seed "
+        f"is one independent training run: the replication unit). Its interval is the paired t interval "
+        f"at its decision level: the level at which its own t-test rejects exactly when {corr} over the "
+        f"family of {family} tested comparison{'s' if family != 1 else ''} at α = {settings.alpha:g} "
+        "does. better / worse (▲ / ▼): the interval excludes 0; equivalent: it lies inside the margin "
+        "(two one-sided tests); inconclusive: neither — it holds 0 and reaches past the margin. A real "
+        "difference inside the margin is better / worse, marked negligible.",
+        f"Intervals are the paired t intervals at each comparison's {corr}-adjusted level (conf. = its "
+        f"confidence); the verdict reads them. p (adj) is the {corr}-adjusted t-test p-value, below "
+        f"α = {settings.alpha:g} exactly when the interval excludes 0.",
+        f"Margin: {_margin_text(primary, settings)} on {settings.primary}: a difference inside it is too "
+        "small to matter. Set it in the study file's report section: `margin: 0.005` (absolute, in the "
+        "metric's units) or `margin: \"1%\"` (of the baseline's mean); the default is 2%.",
+        "MDD: the minimum detectable difference, in the metric's units (and as a share of the "
+        "baseline's mean): the |Δ| the comparison's t-test detects with 80% power at its seeds and "
+        "level, given the observed spread of the paired differences; a true difference below it is "
+        "likely missed. An inconclusive comparison says how many seeds would likely (80%) decide it "
+        "if its observed Δ and spread were the truth.",
+    ]
+    if settings.sequential is not None:
+        lines.append(
+            f"Seeds: sequential, {settings.sequential.describe()}. The primary verdicts come from the "
+            "look at which each comparison stopped, at the α that look may spend, so the error rates "
+            "hold across looks; p shows its raw p-value against that level. Secondary metrics use "
+            "every seed and are exploratory."
+        )
+    lines.append(
+        "Not in the tables (comparisons.csv only): the per-unit (user) Wilcoxon tests pooled over "
+        "seeds (p_units, p_better_units, rank_biserial), the Wilcoxon test across seeds, Cohen's d, "
+        f"and the {settings.confidence:.0%} {settings.ci_method.label} interval (boot_low, "
+        "boot_high). The per-unit tests treat every (seed, unit) pair as an independent observation "
+        "of the same trained models: they never see how much training with another seed moves the "
+        "result, so a small p there is not evidence that a difference would replicate (they "
+        "over-reject on A/A comparisons)."
+    )
+    return lines
+
+
+def calibration_text(
+    cal: dict | None, settings: ReportSettings, tables: dict[str, pd.DataFrame], n_pairs: int
+) -> list[str]:
+    """The calibration section: what decides, the families, and the verdicts' error rates that
+    ``stats.calibrate`` measured (``cal``; None: not simulated)."""
+    a, corr = settings.alpha, settings.correction_method.label
+    sizes = ", ".join(f"{len(_tested(t, settings))} on {m}" for m, t in tables.items())
+    lines = [
+        f"What decides: the verdicts (paired t intervals at {corr} decision levels, α = {a:g}). "
+        f"Families: per metric, the tested comparisons with {settings.baseline} ({sizes}); not "
+        "corrected across metrics (the secondary ones are exploratory). The "
+        f"{n_pairs} pair{'s' if n_pairs != 1 else ''} of the pairwise comparison form a separate family.",
+    ]
+    if cal is None:
+        return lines + ["Simulation: not run (no comparison, or report.calibration = 0)."]
+    k, m, n = cal["n_seeds"], cal["n_variants"], cal["comparisons"]
+    seeds = f"up to {k} seeds (the sequential rule)" if cal["sequential"] else f"{k} seeds"
+    lines.append(
+        f"Simulated at report time through the verdict code (ablate.stats.calibrate with these settings, "
+        f"RNG seed {settings.seed}): studies shaped like this one on {settings.primary}, {seeds} × {m} "
+        f"variant{'s' if m != 1 else ''} + baseline, the baseline's mean {number(cal['mean'])} and normal "
+        f"paired differences with this study's sd {number(cal['sd'])}, so the margin "
+        f"±{number(cal['margin'])} and the noise stand in this study's proportion."
+    )
+    if isnan(cal["false_verdict"]):
+        why = too_few_seeds(k) if k < MIN_SEEDS_TEST else f"{NA} (no spread of the paired differences)"
+        return lines + [f"Error rates: {why}: no verdict to calibrate."]
+    return lines + [
+        f"A/A, every variant identical to the baseline ({n} comparisons in {cal['studies']} studies): "
+        f"called better or worse in {rate(cal['false_verdict'], n)} (≤ {a:.0%} expected); studies with "
+        f"any: {rate(cal['familywise'], cal['studies'])} (≤ {a:.0%}); called equivalent (rightly): "
+        f"{rate(cal['equivalent_null'], n)}.",
+        f"False equivalence, every true Δ = ± the margin ({n} comparisons): said to lie inside the "
+        f"margin (equivalent, or a negligible difference) in {rate(cal['false_equivalence'], n)} "
+        f"(≤ {a:.0%} expected).",
+        f"Power: one variant better by Δ = {number(cal['planted_delta'])} (the MDD of a t-test at "
+        f"α/{m}, {corr}'s first step, with {k} seeds) called better in "
+        f"{rate(cal['power_measured'], cal['planted_studies'])} of studies "
+        f"({cal['power']:.0%} expected with fixed seeds).",
+        f"Coverage: the decision intervals held the true Δ in {rate(cal['coverage'], cal['coverage_n'])} "
+        f"of the simulated comparisons (≥ {1 - a:.0%} expected: each is a 1 − level interval, level ≤ α).",
+        "Not simulated here: the per-unit tests; tests/test_calibration.py shows them over-rejecting "
+        "when trained models vary by seed, which is why they decide nothing.",
+    ]

@@ -1,0 +1,396 @@
+"""Sequential seeds (``seeds: {initial, max, step}``): the rule's error rates and power by
+simulation, its standing and wanted seeds on hand-built tables, the study-file key, and the
+driver adding seeds only where a comparison is still open, end to end."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import optuna
+import pandas as pd
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from scipy import stats
+
+import ablate.drive.execution as execution
+import ablate.stats.verdicts as verdicts
+from ablate.drive.ledger import UNPLANNED, UNWANTED, drop_reason, plan
+from ablate.stats.sequential import MIN_SEEDS_VERDICT, SequentialSeeds, decide_sequential, seeds_wanted
+from ablate.study import load_study
+
+ALPHA = 0.05
+DESIGN = SequentialSeeds(initial=3, max=20, step=2)
+NAMES = ["base", "v0", "v1", "v2"]
+
+
+@pytest.fixture
+def quick_verdicts(monkeypatch):
+    """The simulations read verdicts only: the minimum detectable difference and the seeds that would
+    decide (descriptive numbers no verdict depends on, milliseconds each) are skipped."""
+    monkeypatch.setattr(verdicts, "minimum_detectable", lambda *args, **kwargs: math.nan)
+    monkeypatch.setattr(verdicts, "seeds_to_decide", lambda *args, **kwargs: None)
+
+
+def _simulate(studies, effects, margin, design=DESIGN, seed=0):
+    """Studies of ``design.max`` seeds × (base + one variant per effect): a shared seed effect plus
+    independent noise, so the paired differences have sd 1 and mean ``effect``. Each study's
+    standing is computed on the full table: a look reads only its own seeds, so this is what the
+    driver reaches adding seeds look by look (``test_revealing_seeds_look_by_look_…``)."""
+    rng = np.random.default_rng(seed)
+    names = NAMES[: len(effects) + 1]
+    shift = np.array([0.0, *effects])
+    out = []
+    for _ in range(studies):
+        x = rng.normal(size=(design.max, 1)) + rng.normal(scale=math.sqrt(0.5), size=(design.max, len(names)))
+        table = pd.DataFrame(x + shift, columns=names)
+        standing = decide_sequential(table, "base", names, design, ALPHA, "holm", lambda _: margin, True)
+        out.append({v: (str(s.decision.verdict), s.seeds) for v, s in standing.items()})
+    return out
+
+
+def _bound(rate: float, n: int) -> float:
+    return rate + 3 * math.sqrt(rate * (1 - rate) / n)
+
+
+# -- the rule, by simulation ----------------------------------------------------------------------------
+
+
+def test_aa_false_better_or_worse_within_alpha(quick_verdicts):
+    # Measured: 3.4 % of studies (1.2 % of comparisons) with any false better / worse; α-spending
+    # with the union bound is conservative. Half the comparisons end equivalent (margin 1 sd).
+    runs = _simulate(2000, [0.0, 0.0, 0.0], margin=1.0)
+    studies = np.mean([any(v in ("better", "worse") for v, _ in s.values()) for s in runs])
+    comparisons = np.mean([v in ("better", "worse") for s in runs for v, _ in s.values()])
+    print(f"\nA/A, 2000 studies × 3 variants: false better/worse {studies:.2%} of studies, {comparisons:.2%}")
+    assert studies <= _bound(ALPHA, 2000)
+    assert comparisons <= studies
+
+
+def test_difference_at_the_margin_is_rarely_called_equivalent(quick_verdicts):
+    # Measured: 0.5 % of comparisons, 1.4 % of studies (each look's interval fits inside the
+    # margin with chance ≤ α_k / 2 when the difference is the margin).
+    runs = _simulate(1000, [1.0, 1.0, -1.0], margin=1.0, seed=1)
+    comparisons = np.mean([v == "equivalent" for s in runs for v, _ in s.values()])
+    studies = np.mean([any(v == "equivalent" for v, _ in s.values()) for s in runs])
+    print(f"\nΔ = margin, 1000 studies × 3 variants: false equivalent {comparisons:.2%} ({studies:.2%})")
+    assert comparisons <= _bound(ALPHA, 3000)
+    assert studies <= _bound(ALPHA, 1000)
+
+
+def test_planted_effect_is_found(quick_verdicts):
+    # Measured (500 studies): a 2 sd effect is called better in 100 %, at 7.7 seeds on average;
+    # no null variant beside it is called better or worse.
+    runs = _simulate(300, [2.0, 0.0, 0.0], margin=0.5, seed=2)
+    power = np.mean([s["v0"][0] == "better" for s in runs])
+    seeds = np.mean([s["v0"][1] for s in runs])
+    print(f"\nplanted 2 sd: power {power:.1%} at {seeds:.1f} seeds on average")
+    assert power >= 0.97
+    assert 3 < seeds < 12
+
+
+def test_sequential_beats_three_fixed_seeds_on_a_moderate_effect(quick_verdicts):
+    # Measured (500 studies, Δ = 1 sd): sequential 74 % at 14.6 seeds on average; 3 fixed seeds
+    # at the full α 7.6 % (the t-test at 3 seeds with Holm over 3 variants has little power).
+    effects = [1.0, 0.0, 0.0]
+    sequential = _simulate(300, effects, margin=0.5, seed=3)
+    fixed = _simulate(300, effects, margin=0.5, design=SequentialSeeds(initial=3, max=3), seed=3)
+    power = {
+        name: np.mean([s["v0"][0] == "better" for s in runs])
+        for name, runs in (("sequential", sequential), ("fixed", fixed))
+    }
+    print(f"\nΔ = 1 sd: sequential {power['sequential']:.1%}, 3 fixed seeds {power['fixed']:.1%}")
+    assert power["sequential"] >= 0.6
+    assert power["sequential"] > power["fixed"] + 0.4
+
+
+def test_large_effects_stop_early(quick_verdicts):
+    # Measured: 6 sd → 4.3 seeds on average (10 sd → 3.7) out of 20.
+    runs = _simulate(200, [6.0, 0.0, 0.0], margin=0.5, seed=4)
+    seeds = np.mean([s["v0"][1] for s in runs])
+    print(f"\nΔ = 6 sd: {seeds:.1f} seeds on average")
+    assert all(s["v0"][0] == "better" for s in runs)
+    assert seeds <= 5.0
+
+
+def test_revealing_seeds_look_by_look_reaches_the_full_tables_standing(quick_verdicts):
+    """What the driver does: train what ``seeds_wanted`` asks, recompute, until nothing new is asked."""
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        full = pd.DataFrame(
+            rng.normal(size=(DESIGN.max, 4)) + [0.0, rng.choice([0.0, 1.0, 4.0]), 0.0, -1.5], columns=NAMES
+        )
+        trained = dict.fromkeys(NAMES, 0)
+        while True:
+            shown = pd.DataFrame({v: full[v].where(full.index < trained[v]) for v in NAMES})
+            standing = decide_sequential(shown, "base", NAMES, DESIGN, ALPHA, "holm", lambda _: 0.5)
+            wanted = seeds_wanted(standing, "base", DESIGN)
+            if all(wanted[v] <= trained[v] for v in NAMES):
+                break
+            trained = {v: max(trained[v], wanted[v]) for v in NAMES}
+        final = decide_sequential(full, "base", NAMES, DESIGN, ALPHA, "holm", lambda _: 0.5)
+        summary = lambda standing: {  # noqa: E731
+            v: (s.decision.verdict, s.decision.delta, s.decision.level, s.seeds, s.look)
+            for v, s in standing.items()
+        }
+        assert summary(standing) == summary(final)
+        assert all(trained[v] == s.seeds for v, s in final.items())  # no seed beyond what decided it
+        assert trained["base"] == max(s.seeds for s in final.values())
+
+
+# -- the design and the rule on hand-built tables --------------------------------------------------------
+
+
+def test_design_looks_levels_and_spending():
+    assert DESIGN.looks() == [3, 5, 7, 9, 11, 13, 15, 17, 19, 20]
+    assert SequentialSeeds(initial=3, max=3).looks() == [3]
+    assert SequentialSeeds(initial=4, max=10, step=3).looks() == [4, 7, 10]
+    assert DESIGN.seeds() == list(range(20))
+    for spending in ("pocock", "obrien_fleming"):
+        levels = SequentialSeeds(initial=3, max=20, step=2, spending=spending).levels(ALPHA)
+        assert sum(levels) == pytest.approx(ALPHA) and all(a > 0 for a in levels)
+    pocock = DESIGN.levels(ALPHA)
+    assert pocock[0] == pytest.approx(ALPHA * math.log(1 + (math.e - 1) * 3 / 20))
+    # O'Brien–Fleming-type: 2 − 2Φ(z_{1−α/2} / √t), against scipy's normal distribution
+    obf = SequentialSeeds(initial=5, max=20, step=5, spending="obrien_fleming").levels(ALPHA)
+    z = stats.norm.ppf(1 - ALPHA / 2)
+    assert obf[0] == pytest.approx(2 - 2 * stats.norm.cdf(z / math.sqrt(0.25)), rel=1e-9)
+    assert obf[0] < pocock[0]  # spends little early
+    assert MIN_SEEDS_VERDICT == verdicts.MIN_SEEDS_VERDICT
+
+
+def _table(columns: dict[str, list[float]]) -> pd.DataFrame:
+    return pd.DataFrame({k: pd.Series(v, dtype=float) for k, v in columns.items()})
+
+
+SMALL = SequentialSeeds(initial=3, max=7, step=2)  # looks at 3, 5, 7
+
+
+def _decide(table, margin=0.05, higher=True):
+    return decide_sequential(
+        table, "base", list(table.columns), SMALL, ALPHA, "holm", lambda _: margin, higher
+    )
+
+
+def test_decided_at_the_first_look():
+    base = np.array([1.0, 2.0, 3.0])
+    table = _table({"base": list(base), "big": list(base + 10 + np.array([0.0, 0.01, -0.01]))})
+    standing = _decide(table)
+    big = standing["big"]
+    assert (str(big.decision.verdict), big.seeds, big.look, big.looks, big.closed) == (
+        "better",
+        3,
+        1,
+        3,
+        True,
+    )
+    assert big.reason == "better at 3 seeds (look 1 of 3)"
+    assert seeds_wanted(standing, "base", SMALL) == {"big": 3, "base": 3}
+    assert str(_decide(table, higher=False)["big"].decision.verdict) == "worse"  # lower is better
+
+
+def test_inconclusive_asks_for_the_next_look_and_waits_for_it():
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=7)
+    table = _table({"base": list(base), "same": list(base + rng.normal(size=7))})
+    standing = _decide(table.iloc[:3])
+    assert not standing["same"].closed and standing["same"].decision is None
+    assert standing["same"].reason == "inconclusive at 3 seeds; waiting for 5 seeds (look 2)"
+    assert seeds_wanted(standing, "base", SMALL) == {"same": 5, "base": 5}
+    # Seed 3 trained, seed 4 not (running, or failed): still waiting for look 2.
+    assert _decide(table.iloc[:4]) == standing
+    assert seeds_wanted(standing, "base", SMALL)["same"] == 5
+    # At the last look it closes whatever it says.
+    standing = _decide(table)
+    assert standing["same"].closed and standing["same"].reason == "inconclusive at the maximum of 7 seeds"
+    assert seeds_wanted(standing, "base", SMALL) == {"same": 7, "base": 7}
+
+
+def test_equivalent_closes_and_missing_baseline_seeds_hold_everyone():
+    base = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    tiny = base + np.array([0.001, -0.001, 0.0005, -0.0005, 0.0])
+    big = base + 10 + np.array([0.01, -0.01, 0.02, 0.0, 0.01])
+    table = _table({"base": list(base), "tiny": list(tiny), "big": list(big)})
+    standing = _decide(table.iloc[:3], margin=0.5)
+    assert str(standing["tiny"].decision.verdict) == "equivalent" and standing["tiny"].closed
+    assert str(standing["big"].decision.verdict) == "better"
+    assert seeds_wanted(standing, "base", SMALL) == {"tiny": 3, "big": 3, "base": 3}
+    # A baseline seed missing (failed): no comparison can be made at that look.
+    holes = table.iloc[:3].copy()
+    holes.loc[1, "base"] = math.nan
+    standing = _decide(holes)
+    assert all(s.decision is None and s.reason == "waiting for 3 seeds (look 1)" for s in standing.values())
+    assert seeds_wanted(standing, "base", SMALL) == {"tiny": 3, "big": 3, "base": 3}
+
+
+def test_one_decided_one_open_the_baseline_follows_the_open_one():
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=7)
+    table = _table(
+        {
+            "base": list(base),
+            "big": list(base + 20 + rng.normal(0, 0.1, 7)),
+            "same": list(base + rng.normal(size=7)),
+        }
+    )
+    standing = _decide(table.iloc[:3])
+    assert standing["big"].closed and not standing["same"].closed
+    assert seeds_wanted(standing, "base", SMALL) == {"big": 3, "same": 5, "base": 5}
+    standing = _decide(table)  # the decided one keeps its look-1 decision, whatever it has since
+    assert standing["big"].look == 1 and standing["same"].seeds == 7
+
+
+def test_report_section_shows_looks_and_stops():
+    from ablate.report.sequential import sequential_elements
+    from ablate.stats import ReportSettings
+
+    rng = np.random.default_rng(2)
+    base = rng.normal(size=7)
+    per_seed = {"base": base, "big": base + 20 + rng.normal(0, 0.1, 7), "same": base + rng.normal(size=7)}
+    rows = [
+        {"variant": v, "seed": s, "test.ndcg@10": x[s]}
+        for v, x in per_seed.items()
+        for s in range(3 if v == "big" else 7)
+    ]
+    settings = ReportSettings(
+        primary="ndcg@10",
+        variants=["base", "big", "same", "copy"],
+        sequential=SMALL,
+        duplicates={"copy": "base"},
+    )
+    title, text, looks, variants, left_out = sequential_elements(pd.DataFrame(rows), settings)
+    assert title.text == "Sequential seeds" and "3, 5, 7" in text.text and "α = 0.05" in text.text
+    assert looks.items[0][:3] == ["1", "big (better)", "3"]
+    assert sum(float(r[3]) for r in looks.items) == pytest.approx(ALPHA, abs=1e-3)
+    assert [r[:5] for r in variants.items] == [
+        ["big", "better", "better at 3 seeds (look 1 of 3)", "3", "3"],
+        ["same", "inconclusive", "inconclusive at the maximum of 7 seeds", "7", "7"],
+    ]
+    assert left_out.items == ["copy: configured exactly like base, not tested (0 seeds)"]
+    fixed = settings.model_copy(update={"sequential": None})
+    assert sequential_elements(pd.DataFrame(rows), fixed) == []
+
+
+# -- the study file ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "seeds, expected",
+    [
+        ({"initial": 2, "max": 7}, "seeds.initial: initial must be at least 3"),
+        ({"initial": 5, "max": 4}, "seeds: initial (5) is above max (4)"),
+        ({"initial": 3, "max": 7, "stepp": 2}, "seeds.stepp: unknown key"),
+        ({"initial": 3}, "seeds.max: required key is missing"),
+        ({"initial": 3, "max": 5, "spending": "pocok"}, "did you mean 'pocock'?"),
+        ([0, "x"], "seeds.1"),
+        ([1, 1], "seeds: seeds must be distinct"),
+    ],
+)
+def test_bad_designs_are_one_line(cli, write_study, seeds, expected):
+    code, _, err = cli("validate", write_study(replace={"seeds": seeds}))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "study.yaml:" in err and expected in err, err
+
+
+def test_design_in_the_study_and_its_settings(write_study, cli):
+    path = write_study(replace={"seeds": {"initial": 3, "max": 9, "step": 3}})
+    study = load_study(path)
+    assert study.spec.sequential == SequentialSeeds(initial=3, max=9, step=3)
+    assert study.spec.seed_list == list(range(9))
+    assert study.report_settings().sequential == study.spec.sequential
+    assert plan(study) == [(v, s) for v in ("base", "mlp") for s in range(3)]  # the first look
+    fixed = load_study(write_study(name="fixed.yaml"))
+    assert fixed.spec.sequential is None and fixed.report_settings().sequential is None
+    assert fixed.spec.seed_list == [0, 1]
+    code, out, _ = cli("validate", path)
+    assert code == 0 and "2 variants × 3 to 9 seeds = 6 to 18 trials" in out
+    assert "looks at 3, 6, 9 seeds" in out
+    code, out, _ = cli("status", path)
+    assert code == 0 and "not started (6 trials planned at the first look, up to 18)" in out
+
+
+def test_a_queued_trial_no_longer_wanted_is_dropped_as_bookkeeping():
+    planned, possible = [("base", 0)], {("base", 0), ("base", 1)}
+    assert drop_reason([], 7, ("base", 1), planned, possible) == UNWANTED
+    assert drop_reason([], 7, ("gone", 0), planned, possible) == UNPLANNED
+    assert drop_reason([], 7, ("base", 0), planned, possible) is None
+
+
+# -- the driver, end to end -----------------------------------------------------------------------------
+
+SEQUENTIAL_STUDY = {
+    "task": {
+        "data": {"format": "synthetic", "users": 200, "items": 100, "min_len": 10, "max_len": 20, "seed": 0},
+        "max_len": 20,
+    },
+    "model": {"dim": 32, "blocks": 2, "dropout": 0.2},
+    "train": {"epochs": 4, "batch_size": 64, "lr": 0.003, "loss": {"kind": "bce", "negatives": 1}},
+    "report": {"calibration": 0, "bootstrap": 200},
+}
+
+
+def _complete(tmp_path) -> dict[str, list[int]]:
+    """Variant → seeds with a COMPLETE final trial; no key may have a queued or running one left."""
+    storage = JournalStorage(JournalFileBackend(str(tmp_path / "runs" / "tiny" / "optuna.journal")))
+    seeds: dict[str, list[int]] = {}
+    for t in optuna.load_study(study_name="tiny", storage=storage).trials:
+        assert t.state.name in ("COMPLETE", "FAIL"), t
+        if t.state.name == "COMPLETE":
+            seeds.setdefault(t.user_attrs["variant"], []).append(t.user_attrs["seed"])
+    return {v: sorted(s) for v, s in seeds.items()}
+
+
+def test_driver_adds_seeds_only_where_still_open(cli, write_study, tmp_path, monkeypatch):
+    """``heavy-dropout`` (0.6, about −40 % NDCG@10) is decided at the first look; ``near`` (dropout
+    0.21 for 0.2) gets every seed up to max. A trial failing in a look holds its variant (waiting),
+    the run ends, and ``--retry-failed`` decides it."""
+    monkeypatch.chdir(tmp_path)
+    study = write_study(
+        SEQUENTIAL_STUDY,
+        replace={
+            "variants": {"heavy-dropout": {"dropout": 0.6}, "near": {"dropout": 0.21}},
+            "seeds": {"initial": 3, "max": 7, "step": 2},
+        },
+    )
+    real_train = execution.train_trial
+
+    def crashing(study, variant, seed, *args, **kwargs):
+        if variant.name == "heavy-dropout" and seed == 1:
+            raise ValueError("boom")
+        return real_train(study, variant, seed, *args, **kwargs)
+
+    monkeypatch.setattr(execution, "train_trial", crashing)
+    code, _, err = cli("run", study, "--quiet")
+    assert code == 1 and "heavy-dropout seed 1: ValueError: boom" in err
+    complete = _complete(tmp_path)
+    # near: equivalent at 5 seeds here (|Δ| ≈ 0.002, margin 2 % ≈ 0.008), or open to the maximum of 7
+    near = complete["near"]
+    assert near in ([0, 1, 2, 3, 4], list(range(7))) and complete["base"] == near
+    assert complete["heavy-dropout"] == [0, 2]  # seed 1 failed: the variant waits at look 1
+    code, out, _ = cli("status", study)
+    assert code == 0 and f"{2 * len(near) + 2}/{2 * len(near) + 3} trials done" in out and "finished" in out
+    rows = {line.strip("│ ").split()[0]: line for line in out.splitlines() if "│" in line}
+    assert "waiting for 3 seeds (look 1)" in rows["heavy-dropout"] and "3/7" in rows["heavy-dropout"]
+    assert f"{len(near)}/7" in rows["near"]
+    assert f"equivalent at {len(near)} seeds" in rows["near"] or "at the maximum of 7 seeds" in rows["near"]
+
+    monkeypatch.setattr(execution, "train_trial", real_train)
+    code, _, err = cli("run", study, "--quiet", "--retry-failed")
+    assert code == 0, err
+    complete = _complete(tmp_path)
+    assert complete["heavy-dropout"] == [0, 1, 2]  # decided at the first look: no seed beyond it
+    assert complete["near"] == near and complete["base"] == near  # nothing new for them
+    total = 2 * len(near) + 3
+    code, out, _ = cli("status", study)
+    assert f"{total}/{total} trials done" in out and "finished" in out
+    assert "worse at 3 seeds (look 1 of 3)" in out
+
+    code, _, err = cli("run", study, "--quiet")  # nothing left to add
+    assert code == 0 and f"{total} trial(s) were already complete" in err
+    assert _complete(tmp_path) == complete
+    report = (tmp_path / "reports" / "tiny" / "report.md").read_text()
+    assert (
+        "## Sequential seeds" in report
+        and "| heavy-dropout | worse | worse at 3 seeds (look 1 of 3) |" in report
+    )
