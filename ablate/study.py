@@ -261,6 +261,13 @@ def load_study(path: str | Path, check_files: bool = True) -> Study:
             ("report", "baseline"),
             f"baseline '{spec.report.baseline}' is not a variant (variants: {', '.join(variants)})",
         )
+    if spec.sequential is not None and spec.report.resample_units:
+        # The driver stops on each trial's own test metric; resampled metrics would decide otherwise.
+        raise where.error(
+            ("report", "resample_units"),
+            "cannot be combined with sequential seeds (seeds: {initial, max, step}): the driver "
+            "decides where to add seeds on each trial's own test metric",
+        )
     study = Study(spec=spec, path=path.resolve(), task=task, variants=variants, loss=loss, metrics=metrics)
     check_search(where, study)
     if check_files:

@@ -82,3 +82,14 @@ def test_a_study_file_sets_it(write_study):
     study = load_study(write_study({"report": {"resample_units": True}}))
     assert study.report_settings().resample_units is True
     assert load_study(write_study(name="plain.yaml")).report_settings().resample_units is False
+
+
+def test_sequential_seeds_refuse_it(write_study):
+    """The driver decides where to add seeds on the trials' own metric: resampling in the report
+    would read other numbers, so the combination is one line at validation."""
+    from ablate.errors import StudyError
+    from ablate.study import load_study
+
+    path = write_study({"seeds": {"initial": 3, "max": 7, "step": 2}, "report": {"resample_units": True}})
+    with pytest.raises(StudyError, match=r"study\.yaml:\d+: report\.resample_units: cannot be combined"):
+        load_study(path)
