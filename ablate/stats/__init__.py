@@ -71,6 +71,7 @@ _HOMES = {
         "unit_tests",
     ),
     "corrections": ("CORRECTIONS", "Correction", "adjust_pvalues"),
+    "factorial": ("Factorial",),  # the function is ablate.stats.factorial.factorial (a module of that name)
     "intervals": ("CI_METHODS", "MIN_SEEDS_CI", "IntervalMethod", "bootstrap_ci", "min_seeds_ci"),
     "ranking": ("PAIRWISE_COLUMNS", "friedman", "pairwise", "pairwise_matrix"),
     "settings": ("STUDY_FILE_KEYS", "ReportSection", "ReportSettings"),
@@ -90,6 +91,7 @@ if TYPE_CHECKING:  # pragma: no cover
         unit_tests,
     )
     from .corrections import CORRECTIONS, Correction, adjust_pvalues
+    from .factorial import Factorial
     from .intervals import CI_METHODS, MIN_SEEDS_CI, IntervalMethod, bootstrap_ci, min_seeds_ci
     from .ranking import PAIRWISE_COLUMNS, friedman, pairwise, pairwise_matrix
     from .settings import STUDY_FILE_KEYS, ReportSection, ReportSettings
@@ -112,6 +114,7 @@ __all__ = [
     "STUDY_FILE_KEYS",
     "Correction",
     "Decision",
+    "Factorial",
     "IntervalMethod",
     "ReportSection",
     "ReportSettings",
