@@ -7,14 +7,24 @@ and report → command line.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from .results import Results
+    from .study import Study
 
-__version__ = "0.1.0"
+# The name on PyPI, where `ablate` is an unrelated project; the command and the package keep the short one.
+DISTRIBUTION = "ablate-studies"
+try:
+    __version__ = metadata.version(DISTRIBUTION)
+except metadata.PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
 
 
 def load_results(
@@ -37,4 +47,52 @@ def load_results(
     return loaded if full else loaded.results
 
 
-__all__ = ["__version__", "load_results"]
+def run(
+    study: str | Path | Study,
+    overrides: Iterable[str] | Mapping[str, Any] | None = None,
+    *,
+    output: str | Path | None = None,
+    reports: str | Path | None = None,
+    quiet: bool = False,
+    retry_failed: bool = False,
+    workers: int = 1,
+    storage: str | None = None,
+    tracking_uri: str | None = None,
+) -> Results:
+    """Run a study as ``ablate run`` does — train what is not trained yet, write the report — and
+    return its results as ``load_results(..., full=True)`` does (:class:`ablate.results.Results`).
+
+    ``study`` is a study file or a loaded :class:`ablate.study.Study`; ``overrides`` are the
+    command line's ``key=value`` strings, or a mapping of dotted keys to values::
+
+        results = ablate.run("studies/quickstart.yaml", {"train.lr": 1e-3, "seeds": [0, 1]})
+        results.results.groupby("variant")["test.ndcg@10"].mean()
+
+    Failed trials are listed on stderr and in ``results.failures``; a stop (Ctrl-C) raises
+    ``KeyboardInterrupt`` once the trials in flight are recorded, and running again resumes."""
+    from . import stopping
+    from .running import run_and_report
+    from .study import Study, load_study
+
+    if isinstance(overrides, Mapping):  # JSON is YAML: each value reads back as given
+        overrides = [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+    given = list(overrides or ())
+    if not isinstance(study, Study):
+        study = load_study(study, overrides=given)
+    elif given:
+        study = load_study(study.path, overrides=[*study.overrides, *given])
+    with stopping.stop_signals():
+        ran = run_and_report(
+            study,
+            Path(output) if output is not None else None,
+            Path(reports) if reports is not None else None,
+            quiet,
+            retry_failed,
+            workers,
+            storage,
+            tracking_uri,
+        )
+    return ran.results
+
+
+__all__ = ["__version__", "load_results", "run"]

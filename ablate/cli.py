@@ -5,8 +5,7 @@ Bad input (study files, data files, arguments) prints one line and exits with st
 
 from __future__ import annotations
 
-import os
-import signal
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,8 +16,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+import ablate
+
 from . import registry, stopping
-from .console import BarReporter, duration, err, out, progress_bars, say_error
+from .console import duration, err, out, progress_bars, say_error
 from .errors import AblateError
 
 app = typer.Typer(
@@ -28,36 +29,67 @@ app = typer.Typer(
     help="Comparative ablation studies of transformer-style sequence models.",
 )
 StudyArg = Annotated[Path, typer.Argument(help="Study file (YAML or TOML).", show_default=False)]
+OverridesArg = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="key=value overrides of the study file: dotted keys, YAML values "
+        "(train.lr=1e-3 model.attention.heads=2 seeds=[0,1,2,3]).",
+        show_default=False,
+    ),
+]
 OutputOpt = Annotated[
     Path | None,
-    typer.Option("--output", "-o", help="Folder for the Optuna and MLflow stores [default: runs/<study>]."),
+    typer.Option(
+        "--output", "-o", help="Folder for the Optuna and MLflow stores.", show_default="runs/<study>"
+    ),
 ]
-ReportsOpt = Annotated[Path, typer.Option("--reports", help="Folder that receives reports/<study>/.")]
+ReportsOpt = Annotated[
+    Path | None,
+    typer.Option(help="Write the report to DIR/<study>/.", metavar="DIR", show_default="<output>/report"),
+]
 
 
 StorageOpt = Annotated[
     str | None,
     typer.Option(
         "--storage",
-        help="Optuna storage URL shared by workers, e.g. postgresql://user:pw@host/db "
-        "[default: runs/<study>/optuna.journal].",
+        help="Optuna storage URL shared by workers, e.g. postgresql://user:pw@host/db.",
+        show_default="runs/<study>/optuna.journal",
     ),
 ]
 TrackingOpt = Annotated[
     str | None,
     typer.Option(
         "--tracking-uri",
-        help="MLflow tracking URI, e.g. http://host:5000 [default: sqlite runs/<study>/mlflow.db].",
+        help="MLflow tracking URI, e.g. http://host:5000.",
+        show_default="sqlite runs/<study>/mlflow.db",
     ),
 ]
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        out.print(f"ablate {ablate.__version__}", markup=False, highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="Show the version and exit."),
+    ] = False,
+) -> None:
+    pass
 
 
 @app.command()
 def run(
     study_file: StudyArg,
+    overrides: OverridesArg = None,
     output: OutputOpt = None,
-    reports: ReportsOpt = Path("reports"),
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    reports: ReportsOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or lines.")] = False,
     retry_failed: Annotated[
         bool, typer.Option(help="Run again trials that failed (not only interrupted ones).")
     ] = False,
@@ -69,40 +101,27 @@ def run(
 ) -> None:
     """Train every (variant, seed) of a study (searching first if it has a search: section),
     resuming where it stopped, then write the report."""
-    from .drive import Stores, run_study
+    from .running import run_and_report
     from .study import load_study
 
-    study = load_study(study_file)
+    study = load_study(study_file, overrides=overrides or ())
     _warn_duplicates(study)
-    stores = Stores.for_study(study, output, tracking_uri, storage)
-    with stopping.stop_signals(), _resumable(study_file, quiet=False):  # `kill` or Ctrl-C: a clean stop
-        if workers == 1:
-            with progress_bars(quiet) as progress:
-                summary = run_study(study, stores, BarReporter(progress), retry_failed=retry_failed)
-            skipped = summary.skipped
-            # Every failure standing in the study, not only this invocation's (a rerun leaves them).
-            failed = [f for f in summary.failed if f[1] < 0] + _standing_failures(study, stores)
-        else:
-            skipped, failed = _run_workers(study_file, study, stores, workers, quiet, retry_failed)
-    if skipped:
-        err.print(f"resumed: {skipped} trial(s) were already complete and were not retrained")
-    paths = _report(stores.tracking_uri, study.name, reports / study.name, study)
-    for variant, seed, reason in failed:
-        err.print(f"[red]failed[/red] {variant}{f' seed {seed}' if seed >= 0 else ''}: {escape(reason)}")
-    out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
-    if failed:
+    with stopping.stop_signals(), _resumable(study_file, False, overrides):  # `kill` or Ctrl-C: a clean stop
+        ran = run_and_report(study, output, reports, quiet, retry_failed, workers, storage, tracking_uri)
+    if ran.failed:
         raise typer.Exit(1)
 
 
 @contextmanager
-def _resumable(study_file: Path, quiet: bool) -> Iterator[None]:
+def _resumable(study_file: Path, quiet: bool, overrides: list[str] | None = None) -> Iterator[None]:
     """A stopped run says how to go on (exit status 130, as for any Ctrl-C)."""
     try:
         yield
     except KeyboardInterrupt:
         if not quiet:
+            again = shlex.join(["ablate", "run", str(study_file), *(overrides or ())])
             err.print(
-                f"interrupted: trials in flight are re-queued; `ablate run {study_file}` resumes",
+                f"interrupted: trials in flight are re-queued; `{again}` resumes",
                 markup=False,
                 highlight=False,
                 soft_wrap=True,
@@ -110,72 +129,10 @@ def _resumable(study_file: Path, quiet: bool) -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
-def _run_workers(study_file: Path, study, stores, workers: int, quiet: bool, retry_failed: bool):
-    """N ``ablate worker`` processes on this machine, sharing the study's stores."""
-    import subprocess
-
-    from .drive import prepare, progress
-
-    prepare(study, stores)  # create the stores and queues once: schema creation must not race
-    before = sum(r.done for r in progress(study, stores).values())
-    cmd = [
-        sys.executable,
-        "-m",
-        "ablate.cli",
-        "worker",
-        str(study_file),
-        "--output",
-        str(stores.output_dir),
-        "--storage",
-        stores.optuna_url,
-        "--tracking-uri",
-        stores.tracking_uri,
-        "--quiet",
-    ]
-    if retry_failed:
-        cmd.append("--retry-failed")
-    procs = [subprocess.Popen(cmd, env={**os.environ, PARENT_ENV: str(os.getpid())}) for _ in range(workers)]
-    storage = stores.storage()  # one handle: a journal is then read incrementally, not replayed per poll
-
-    def counts() -> dict[str, int]:  # a sequential design's total grows with its looks
-        rows = progress(study, stores, storage).values()
-        return {"completed": sum(r.done for r in rows), "total": sum(r.planned for r in rows)}
-
-    try:
-        with progress_bars(quiet) as bars:
-            task = bars.add_task(f"trials ({workers} workers)", **{**counts(), "completed": before})
-            while any(p.poll() is None for p in procs):
-                stopping.sleep(2.0)
-                if not quiet:
-                    bars.update(task, **counts())
-            bars.update(task, **counts())
-    except BaseException:
-        for p in procs:
-            p.terminate()
-        for p in procs:  # they record their trials as interrupted before this run returns
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                pass
-        raise
-    crashed = [p.returncode for p in procs if p.returncode not in (0, 1)]
-    if crashed:
-        raise AblateError(
-            f"{len(crashed)} of {workers} workers exited with status {crashed[0]}; "
-            f"run the study again to resume"
-        )
-    return before, _standing_failures(study, stores)
-
-
-def _standing_failures(study, stores) -> list[tuple[str, int, str]]:
-    from .drive import progress
-
-    return [(v, seed, reason) for v, r in progress(study, stores).items() for seed, reason in r.failures]
-
-
 @app.command()
 def worker(
     study_file: StudyArg,
+    overrides: OverridesArg = None,
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
     output: OutputOpt = None,
@@ -193,14 +150,16 @@ def worker(
     """Take trials from a study's shared queue until none is left (start one per machine or GPU,
     all with the same --storage and --tracking-uri); writes no report (run `ablate report`)."""
     from .drive import Stores, run_study
+    from .progress import BarReporter
+    from .running import stop_with_parent
     from .study import load_study
 
-    study = load_study(study_file)
+    study = load_study(study_file, overrides=overrides or ())
     stores = Stores.for_study(study, output, tracking_uri, storage)
     stores.heartbeat_s, stores.grace_s = heartbeat, grace
-    with stopping.stop_signals(), _resumable(study_file, quiet), progress_bars(quiet) as progress:
-        _stop_with_parent()
-        summary = run_study(study, stores, BarReporter(progress), retry_failed=retry_failed)
+    with stopping.stop_signals(), _resumable(study_file, quiet, overrides), progress_bars(quiet) as bars:
+        stop_with_parent()
+        summary = run_study(study, stores, BarReporter(study, bars, quiet), retry_failed=retry_failed)
     err.print(f"worker done: {summary.finished} trial(s) and {summary.searched} search trial(s) trained here")
     for variant, seed, reason in summary.failed:
         err.print(f"[red]failed[/red] {variant}{f' seed {seed}' if seed >= 0 else ''}: {escape(reason)}")
@@ -209,11 +168,11 @@ def worker(
 
 
 @app.command()
-def validate(study_file: StudyArg) -> None:
+def validate(study_file: StudyArg, overrides: OverridesArg = None) -> None:
     """Check a study file (keys, types, kinds, compatibility, data files) without training."""
     from .study import load_study
 
-    study = load_study(study_file)
+    study = load_study(study_file, overrides=overrides or ())
     n, design = len(study.variants), study.spec.sequential
     seeds = [len(study.spec.seed_list)] if design is None else [design.initial, design.max]
     span = lambda times: " to ".join(str(times * k) for k in seeds)  # noqa: E731
@@ -239,7 +198,8 @@ def validate(study_file: StudyArg) -> None:
     if design is not None:
         out.print(f"seeds: {design.describe()}")
     _warn_duplicates(study)
-    out.print(f"{study_file}: valid")
+    given = f" with {shlex.join(overrides)}" if overrides else ""
+    out.print(f"{study_file}{given}: valid", markup=False, highlight=False, soft_wrap=True)
 
 
 def _warn_duplicates(study) -> None:
@@ -254,32 +214,38 @@ def report(
     study_file: Annotated[
         Path | None, typer.Argument(help="Study file (or give --experiment).", show_default=False)
     ] = None,
+    overrides: OverridesArg = None,
     output: OutputOpt = None,
-    reports: ReportsOpt = Path("reports"),
+    reports: ReportsOpt = None,
     experiment: Annotated[
         str | None, typer.Option(help="Experiment (study) name in the tracking store.")
     ] = None,
     tracking_uri: Annotated[
-        str | None, typer.Option(help="MLflow tracking URI [default: the study's store].")
+        str | None, typer.Option(help="MLflow tracking URI.", show_default="the study's store")
     ] = None,
 ) -> None:
     """Rebuild the report from the tracking store alone (no training)."""
     from .drive import Stores
+    from .running import write_study_report
     from .study import load_study
 
     if study_file is not None:
-        study = load_study(study_file, check_files=False)
+        study = load_study(study_file, check_files=False, overrides=overrides or ())
         stores = Stores.for_study(study, output, tracking_uri)
-        paths = _report(stores.tracking_uri, study.name, reports / study.name, study)
+        out_dir = reports / study.name if reports else stores.output_dir / "report"
+        paths, _ = write_study_report(stores.tracking_uri, study.name, out_dir, study)
     elif experiment and tracking_uri:
-        paths = _report(tracking_uri, experiment, reports / experiment, None)
+        out_dir = reports / experiment if reports else Path("runs") / experiment / "report"
+        paths, _ = write_study_report(tracking_uri, experiment, out_dir, None)
     else:
         raise AblateError("give a study file, or both --experiment and --tracking-uri")
     out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
-def status(study_file: StudyArg, output: OutputOpt = None, storage: StorageOpt = None) -> None:
+def status(
+    study_file: StudyArg, overrides: OverridesArg = None, output: OutputOpt = None, storage: StorageOpt = None
+) -> None:
     """Trials done / running / failed / left per variant (and search progress), with an ETA."""
     import time
 
@@ -287,7 +253,7 @@ def status(study_file: StudyArg, output: OutputOpt = None, storage: StorageOpt =
     from .study import load_study
     from .train import checkpoint_summaries
 
-    study = load_study(study_file, check_files=False)
+    study = load_study(study_file, check_files=False, overrides=overrides or ())
     stores = Stores.for_study(study, output, storage=storage)
     if not stores.started():
         design = study.spec.sequential
@@ -329,63 +295,24 @@ def status(study_file: StudyArg, output: OutputOpt = None, storage: StorageOpt =
 
 @app.command()
 def components(slot: Annotated[str | None, typer.Argument(help="Only this slot.")] = None) -> None:
-    """List every registered kind per slot with its options and defaults."""
-    slots = [slot] if slot else list(registry.SLOTS)
-    table = Table(show_lines=True)
-    for column in ("slot", "kind", "options (name: type = default)", "provided by"):
-        table.add_column(column)
-    for s in slots:
+    """List every registered kind per slot with its options: type, allowed values, default and
+    a one-line description."""
+    from .listing import describe_options
+
+    for s in [slot] if slot else list(registry.SLOTS):
+        table = Table(title=f"{s} kinds", title_justify="left")
+        for column in ("kind", "option", "type", "allowed", "default", "description"):
+            table.add_column(column)
         for kind in registry.kinds(s):
-            cls = registry.get(s, kind)
-            table.add_row(s, kind, escape(_describe_options(cls.Options)), escape(registry.provider(s, kind)))
-    out.print(table)
-
-
-def _describe_options(options_cls) -> str:
-    lines = []
-    for name, field in options_cls.model_fields.items():
-        annotation = getattr(field.annotation, "__name__", None) or str(field.annotation).replace(
-            "typing.", ""
-        )
-        default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
-        line = f"{name}: {annotation} = {default}"
-        if field.description:
-            line += f"  — {field.description}"
-        lines.append(line)
-    return "\n".join(lines) or "—"
-
-
-def _report(tracking_uri: str, experiment: str, out_dir: Path, study) -> dict[str, Path]:
-    from .report import format_table, write_report
-    from .results import load_results
-    from .stats import compare
-    from .stats.resample import resampled_for_report
-
-    loaded = load_results(tracking_uri, experiment)
-    if loaded.results.empty:
-        raise AblateError(f"no finished trials for '{experiment}' in {tracking_uri}")
-    settings = _settings(loaded.settings, study)
-    paths = write_report(
-        loaded.results, loaded.units, loaded.curves, settings, out_dir, failures=loaded.failures
-    )
-    shown, settings = resampled_for_report(loaded.results, loaded.units, settings)  # as the report
-    out.print(
-        format_table(compare(shown, loaded.units, settings, settings.primary), settings),
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
-    return paths
-
-
-def _settings(stored, study):
-    """Report settings (``stats.ReportSettings``): the study file's when given (alpha etc. may be
-    changed after the run), else those stored with the study in the tracking store (None: none)."""
-    settings = study.report_settings() if study is not None else stored
-    if settings is None:
-        raise AblateError("the tracking store holds no report settings for this study; pass the study file")
-    notes = [f"variants: {', '.join(settings.variants)}"] if settings.variants else []
-    return settings.model_copy(update={"notes": notes})
+            rows = describe_options(registry.get(s, kind).Options)
+            cells = [[r.name, r.type, r.allowed, r.default, r.description] for r in rows] or [["—"] * 5]
+            # The kind, and under it (on the next option's row) the distribution that provides it.
+            named = [kind, f"[dim]{escape(registry.provider(s, kind))}[/dim]"]
+            if len(cells) == 1:
+                named = ["\n".join(named)]
+            for i, row in enumerate(cells):
+                table.add_row(named[i] if i < 2 else "", *map(escape, row), end_section=i == len(cells) - 1)
+        out.print(table)
 
 
 # Typer ≥ 0.2x vendors click under a private module; its exception classes are reached through
@@ -400,25 +327,6 @@ def usage_line(exc: Exception) -> str:
     ctx = getattr(exc, "ctx", None)
     command = ctx.command_path if ctx is not None else "ablate"
     return f"{command}: {exc.format_message()} (see '{command} --help')"
-
-
-# Set by `ablate run --workers N` for its workers: the pid they stop with.
-PARENT_ENV = "ABLATE_WORKER_OF"
-
-
-def _stop_with_parent() -> None:
-    """On Linux, a worker of `ablate run --workers N` gets SIGTERM (a clean stop, see
-    :mod:`ablate.stopping`) when that process dies, even by SIGKILL, instead of training on as
-    an orphan."""
-    parent = os.environ.get(PARENT_ENV)
-    if not parent or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    if os.getppid() != int(parent):  # it died before the request took effect
-        raise KeyboardInterrupt
 
 
 def main() -> None:

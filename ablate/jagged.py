@@ -4,7 +4,7 @@ tokens, row after row) plus ``offsets [b + 1]`` (row ``r`` is ``values[offsets[r
 Position-wise layers (embeddings, projections, FFN, norms, residual joins, losses) run on the
 ``t`` real tokens; attention runs on padded blocks ``[b, n, ...]``. The conversions use
 fbgemm-gpu's ``jagged_to_padded_dense`` / ``dense_to_jagged`` / ``asynchronous_complete_cumsum``
-when ``fbgemm_gpu`` is importable (an optional dependency, ``pip install ablate[fbgemm]``) and a
+when ``fbgemm_gpu`` is importable (an optional dependency, the ``fbgemm`` extra) and a
 pure-torch form otherwise; both give the same values and gradients.
 
 A layout is handed to the blocks inside :class:`~ablate.components.TokenContext`:
@@ -17,17 +17,32 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-try:  # registers torch.ops.fbgemm.*
-    import fbgemm_gpu  # noqa: F401
 
-    HAVE_FBGEMM = hasattr(torch.ops.fbgemm, "jagged_to_padded_dense")
-except Exception:  # ImportError, or a build that does not match this torch
-    HAVE_FBGEMM = False
+def _probe() -> bool:
+    """Whether fbgemm's kernels are there; the first call imports fbgemm_gpu (registering
+    torch.ops.fbgemm.*). Deferred to first use: it takes longer to import than reading a study
+    file (`ablate validate`) takes. A value assigned to ``HAVE_FBGEMM`` stands instead."""
+    if "HAVE_FBGEMM" not in globals():
+        try:
+            import fbgemm_gpu  # noqa: F401
+
+            found = hasattr(torch.ops.fbgemm, "jagged_to_padded_dense")
+        except Exception:  # ImportError, or a build that does not match this torch
+            found = False
+        globals()["HAVE_FBGEMM"] = found
+    return globals()["HAVE_FBGEMM"]
+
+
+def __getattr__(name: str) -> bool:
+    if name == "HAVE_FBGEMM":
+        return _probe()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _fbgemm(use_fbgemm: bool | None) -> bool:
     """None: fbgemm when it is importable (read at call time, so a caller can switch it off)."""
-    return HAVE_FBGEMM if use_fbgemm is None else use_fbgemm
+    have = _probe()  # also when asked for explicitly: the ops must be registered
+    return have if use_fbgemm is None else use_fbgemm
 
 
 def complete_cumsum(lengths: Tensor, use_fbgemm: bool | None = None) -> Tensor:

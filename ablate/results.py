@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +17,13 @@ from .errors import AblateError
 from .stats import ReportSettings
 from .track import UNITS_ARTIFACT, Tracker, from_mlflow
 
-COST_KEYS = ("params", "tokens_per_s", "peak_memory_mb", "wall_s", "epochs", "best_epoch")
+COST_KEYS = ("params", "tokens_per_s", "peak_memory_mb", "wall_s", "cpu_s", "epochs", "best_epoch")
+# How the report's cost columns were measured (stores written before CPU time was: wall time only).
+WALL_NOTE = "wall time is elapsed time on a possibly shared machine"
+CPU_NOTE = (
+    "CPU time is the process's CPU seconds (all its threads) — compare CPU time across variants "
+    "trained at different loads"
+)
 
 
 @dataclass
@@ -27,6 +33,9 @@ class Results:
     curves: pd.DataFrame  # validation per epoch: variant, seed, epoch, metric, value
     settings: ReportSettings | None  # report settings stored with the study (None: none stored)
     failures: pd.DataFrame = None  # failed trials: variant, seed, reason (interrupted ones left out)
+    # How the study was made (those recorded): ablate_version, git_commit, git_dirty, data_summary
+    # (label → value), resolved_study (YAML text), cost_note (how costs were measured).
+    meta: dict = field(default_factory=dict)
 
 
 def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Results:
@@ -103,7 +112,15 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
         units=pd.concat(unit_frames, ignore_index=True) if unit_frames else pd.DataFrame(),
         curves=pd.DataFrame(curve_rows, columns=["variant", "seed", "epoch", "metric", "value"]),
         settings=_stored_settings(tracker),
+        meta=_meta(tracker, results),
     )
+
+
+def _meta(tracker: Tracker, results: pd.DataFrame) -> dict:
+    meta = tracker.study_meta()
+    measured_cpu = "cpu_s" in results and results["cpu_s"].notna().any()
+    meta["cost_note"] = f"{WALL_NOTE}; {CPU_NOTE}" if measured_cpu else WALL_NOTE
+    return meta
 
 
 def _stored_settings(tracker: Tracker) -> ReportSettings | None:

@@ -14,13 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import optuna
 from pydantic import Field
 
 from .errors import StudyError
 from .schema import Strict, Vocabulary
 
 if TYPE_CHECKING:  # pragma: no cover
+    import optuna
+
     from .study import Study
     from .studyfile import Locator
 
@@ -109,6 +110,13 @@ Dimension = Annotated[FloatRange | IntRange | Categorical, Field(discriminator="
 SEARCH_ROOTS = ("model", "train")
 
 
+def _optuna():
+    """Optuna, imported when a search starts rather than whenever a study file is read."""
+    import optuna
+
+    return optuna
+
+
 @dataclass(frozen=True)
 class Sampler:
     """``make(seed)``: the Optuna sampler; ``grid``: every grid point is enqueued in a seeded
@@ -121,10 +129,10 @@ class Sampler:
 SAMPLERS: Vocabulary[Sampler] = Vocabulary(
     "sampler",
     {
-        "tpe": Sampler(lambda seed: optuna.samplers.TPESampler(seed=seed)),
-        "random": Sampler(lambda seed: optuna.samplers.RandomSampler(seed=seed)),
+        "tpe": Sampler(lambda seed: _optuna().samplers.TPESampler(seed=seed)),
+        "random": Sampler(lambda seed: _optuna().samplers.RandomSampler(seed=seed)),
         # The points are enqueued: the sampler only fills what an enqueued point leaves open (nothing).
-        "grid": Sampler(lambda seed: optuna.samplers.RandomSampler(seed=seed), grid=True),
+        "grid": Sampler(lambda seed: _optuna().samplers.RandomSampler(seed=seed), grid=True),
     },
 )
 
@@ -132,9 +140,9 @@ SAMPLERS: Vocabulary[Sampler] = Vocabulary(
 PRUNERS: Vocabulary[Callable[[int], optuna.pruners.BasePruner]] = Vocabulary(
     "pruner",
     {
-        "none": lambda epochs: optuna.pruners.NopPruner(),
-        "median": lambda epochs: optuna.pruners.MedianPruner(n_warmup_steps=1),
-        "hyperband": lambda epochs: optuna.pruners.HyperbandPruner(min_resource=1, max_resource=epochs),
+        "none": lambda epochs: _optuna().pruners.NopPruner(),
+        "median": lambda epochs: _optuna().pruners.MedianPruner(n_warmup_steps=1),
+        "hyperband": lambda epochs: _optuna().pruners.HyperbandPruner(min_resource=1, max_resource=epochs),
     },
 )
 

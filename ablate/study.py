@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from .blocks import PLACEMENTS
 from .components import BuildContext, Component
 from .errors import DataError, StudyError
+from .overrides import OverriddenLocator, apply_overrides, parse_overrides
 from .registry import COMPONENT_SLOTS
 from .search import SEARCH_ROOTS, check_search
 from .spec import BASE, ComponentSpec, ModelSpec, StudySpec, TrainSpec
@@ -99,6 +100,7 @@ class Study:
     variants: dict[str, Variant]  # base first
     loss: BaseModel
     metrics: list[str] = field(default_factory=list)  # primary first
+    overrides: tuple[str, ...] = ()  # the `key=value` overrides applied to the file, as given
 
     @property
     def name(self) -> str:
@@ -217,14 +219,17 @@ def duplicate_warnings(study: Study) -> list[str]:
 # ---------------------------------------------------------------------------------------
 
 
-def load_study(path: str | Path, check_files: bool = True) -> Study:
-    """Parse and fully validate a study file. Raises :class:`StudyError` / :class:`DataError`."""
+def load_study(path: str | Path, check_files: bool = True, overrides: Iterable[str] = ()) -> Study:
+    """Parse and fully validate a study file, with ``key=value`` overrides (:mod:`ablate.overrides`)
+    applied first. Raises :class:`StudyError` / :class:`DataError`."""
     path = Path(path)
     if not path.is_file():
         raise StudyError(f"{path}: study file not found")
     text = path.read_text()
     raw, lines = parse(path, text)
-    where = Locator(path, lines)
+    given = parse_overrides(overrides)
+    raw = apply_overrides(raw, given)
+    where = OverriddenLocator(path, lines, given) if given else Locator(path, lines)
     try:
         spec = StudySpec.model_validate(raw)
     except ValidationError as exc:
@@ -268,7 +273,15 @@ def load_study(path: str | Path, check_files: bool = True) -> Study:
             "cannot be combined with sequential seeds (seeds: {initial, max, step}): the driver "
             "decides where to add seeds on each trial's own test metric",
         )
-    study = Study(spec=spec, path=path.resolve(), task=task, variants=variants, loss=loss, metrics=metrics)
+    study = Study(
+        spec=spec,
+        path=path.resolve(),
+        task=task,
+        variants=variants,
+        loss=loss,
+        metrics=metrics,
+        overrides=tuple(o.text for o in given),
+    )
     check_search(where, study)
     if check_files:
         problem = task.check_files()

@@ -166,6 +166,11 @@ class Task:
         """Load and split the data (raises ``DataError`` on bad files). Cached by callers."""
         raise NotImplementedError
 
+    def data_summary(self, data: Any) -> dict[str, int | float | str]:
+        """What the loaded data holds, label → value, for the report and the study's MLflow run
+        (e.g. ``{"users": 6040, "items": 3416, "test units": 6040}``); default: nothing."""
+        return {}
+
     def values_width(self) -> int:
         """Width of the raw value window each token carries in ``TokenContext.values``
         (e.g. a forecast channel's lookback); 0 when tokens carry none."""

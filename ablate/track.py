@@ -12,10 +12,13 @@ import json
 import logging
 import os
 import random
+import re
+import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +28,8 @@ from .errors import AblateError
 
 # Per-artifact download bars would drown the report's output.
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+# So would a "View run … at" line per closed run against a tracking server (on stdout, mid-progress).
+os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.entities import Metric, Param, RunStatus, RunTag  # noqa: E402
@@ -37,6 +42,17 @@ for _name in ("mlflow", "alembic"):
 ROLE = "ablate.role"
 PARENT = "mlflow.parentRunId"
 UNITS_ARTIFACT = "units/test.csv"
+STUDY_ARTIFACT = "study.resolved.yaml"  # the validated study, overrides applied
+REPORT_FOLDER = "report"  # where the parent run keeps the written report
+REPORT_FILES = ("md", "html", "csv", "comparisons", "tex")  # of write_report's paths
+DATA_SUMMARY = "ablate.data_summary"  # a parent-run tag: the task's data summary as JSON
+# The most portable limits: older servers cap a parameter value at 500 characters, and MLflow
+# takes at most 100 parameters per batch; keys keep word characters, '.', '-' and ' ' (MLflow also
+# takes '/', but as a path that must not resolve elsewhere).
+PARAM_VALUE_CHARS, PARAMS_PER_BATCH = 500, 100
+_KEY_UNSAFE = re.compile(r"[^\w.\- ]")
+GIT_TIMEOUT_S = 5
+PARENT_WAIT_S = 60  # how long a worker waits for the study run the experiment's creator makes
 
 
 def _now_ms() -> int:
@@ -50,6 +66,62 @@ def to_mlflow(key: str) -> str:
 
 def from_mlflow(key: str) -> str:
     return key.replace("_at_", "@")
+
+
+def flat_params(params: dict[str, Any]) -> dict[str, str]:
+    """Nested settings as MLflow parameters with plain values: ``{"model": {"attention": {"heads":
+    2}}}`` → ``{"model.attention.heads": "2"}``; a list of mappings by position (``model.bias.0.kind``),
+    other lists and non-strings as JSON (``[0.9, 0.98]``, ``true``), strings as they are."""
+    flat: dict[str, str] = {}
+
+    def walk(key: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(f"{key}.{k}", v)
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, dict) for v in value):
+            for i, v in enumerate(value):
+                walk(f"{key}.{i}", v)
+        else:
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            if len(text) > PARAM_VALUE_CHARS:
+                text = text[: PARAM_VALUE_CHARS - 1] + "…"
+            flat[_KEY_UNSAFE.sub("_", to_mlflow(key))[:250]] = text
+
+    for key, value in params.items():
+        walk(key, value)
+    return flat
+
+
+def _git(folder: Path, *args: str) -> str | None:
+    """``git -C folder args`` output, or None (no git, not a repository, too slow)."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(folder), *args],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},  # `status` leaves the index to the user's git
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def provenance(study_file: Path) -> dict[str, str]:
+    """Tags naming what produced a run: the ablate version and, where the study file lives in a
+    git repository, its commit and whether tracked files (or the study file, untracked) differ."""
+    import ablate  # the package is initialised before any of its modules: no upward dependency
+
+    tags = {"ablate.version": ablate.__version__}
+    folder = study_file.parent
+    commit = _git(folder, "rev-parse", "HEAD")
+    if commit:
+        tags["ablate.git_commit"] = commit
+        changed = _git(folder, "status", "--porcelain", "--untracked-files=no")
+        tracked = _git(folder, "ls-files", "--", study_file.name)
+        if changed is not None and tracked is not None:
+            tags["ablate.git_dirty"] = "true" if changed or not tracked else "false"
+    return tags
 
 
 def default_uri(output_dir: Path) -> str:
@@ -130,41 +202,113 @@ class Tracker:
         except MlflowException as exc:
             raise AblateError(f"cannot open MLflow tracking store {tracking_uri}: {exc.message}") from None
         except Exception as exc:  # noqa: BLE001 - an unreachable server raises from requests
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise AblateError(f"cannot reach MLflow tracking store {tracking_uri}: {first}") from None
+            reason = _first_line(exc)
+            raise AblateError(f"cannot reach MLflow tracking store {tracking_uri}: {reason}") from None
         if found is None and not create:
             raise AblateError(f"no experiment '{experiment}' in the tracking store {tracking_uri}")
+        self.created = False  # whether this tracker created the experiment (and so creates the study run)
         if found is None:
             location = artifact_root.resolve().as_uri() if artifact_root else None
             try:
                 self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+                self.created = True
             except MlflowException:  # another worker created it first
                 self.experiment_id = self.client.get_experiment_by_name(experiment).experiment_id
         else:
             self.experiment_id = found.experiment_id
         self.experiment = experiment
+        self.provenance: dict[str, str] = {}  # tags every run this tracker opens gets (provenance())
 
-    # -- runs ------------------------------------------------------------------------
+    # -- the study's run ---------------------------------------------------------------
     def study_run(self, name: str, tags: dict[str, str], params: dict[str, Any]) -> str:
-        """The study's parent run (found by tag, created on first use)."""
-        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{ROLE}` = 'study'")
-        if runs:
-            run_id = runs[0].info.run_id
+        """The study's parent run (found by tag, created on first use). One run serves every
+        worker and every invocation: closed by whichever ends the study, reopened by a resumed one
+        (:meth:`open_study`).
+
+        Workers starting together must not each create one: the worker whose ``create_experiment``
+        succeeded (MLflow lets exactly one) creates it, the others wait for it. Only where that
+        worker died first do the others create their own, keep the earliest and delete the rest."""
+        found = self.parent_run()
+        deadline = time.monotonic() + PARENT_WAIT_S
+        while found is None and not self.created and time.monotonic() < deadline:
+            time.sleep(0.5)
+            found = self.parent_run()
+        if found is not None:
+            run_id = found.info.run_id
         else:
-            run = self.client.create_run(self.experiment_id, tags={ROLE: "study", **tags}, run_name=name)
-            run_id = run.info.run_id
-            self.client.log_batch(run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
-        self.client.set_tag(run_id, "ablate.report_settings", tags.get("ablate.report_settings", "{}"))
+            created = self.client.create_run(self.experiment_id, tags={ROLE: "study", **tags}, run_name=name)
+            run_id = self.parent_run().info.run_id
+            if run_id != created.info.run_id:
+                self.client.delete_run(created.info.run_id)
+            else:
+                self._log_params(run_id, params)
+        stamped = {"ablate.report_settings": tags.get("ablate.report_settings", "{}"), **self.provenance}
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in stamped.items()])
         return run_id
+
+    def parent_run(self):
+        """The study's parent run (an MLflow ``Run``), or None before the study first ran."""
+        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{ROLE}` = 'study'")
+        return min(runs, key=lambda run: (run.info.start_time, run.info.run_id)) if runs else None
+
+    def study_status(self, run_id: str) -> str:
+        return self.client.get_run(run_id).info.status
+
+    def open_study(self, run_id: str) -> None:
+        """Mark the study's run RUNNING again (a resumed study trains): MLflow lets a finished run's
+        status be set back; its end time stays until it is closed again."""
+        if self.study_status(run_id) != "RUNNING":
+            self.client.update_run(run_id, status="RUNNING")
+
+    def close_study(self, run_id: str, status: str) -> None:
+        """FINISHED, FAILED (trials failed for good) or KILLED (stopped)."""
+        self.client.set_terminated(run_id, status)
+
+    def attach_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        """Store ``text`` as an artifact of the run; the first artifact a worker writes, so an artifact
+        store it cannot reach stops it here, in one line, before any training."""
+        try:
+            self.client.log_text(run_id, text, artifact_file)
+        except Exception as exc:  # noqa: BLE001 - boto, requests, OSError: each store fails its own way
+            reason = _first_line(exc)
+            raise AblateError(f"cannot store artifacts in the tracking store {self.uri}: {reason}") from None
+
+    def study_meta(self) -> dict[str, Any]:
+        """What the parent run records about how the study was made: ``ablate_version``,
+        ``git_commit``, ``git_dirty``, ``data_summary``, ``resolved_study`` (those present)."""
+        run = self.parent_run()
+        if run is None:
+            return {}
+        tags, meta = run.data.tags, {}
+        if "ablate.version" in tags:
+            meta["ablate_version"] = tags["ablate.version"]
+        if "ablate.git_commit" in tags:
+            meta["git_commit"] = tags["ablate.git_commit"]
+            meta["git_dirty"] = tags.get("ablate.git_dirty") == "true"
+        if DATA_SUMMARY in tags:
+            meta["data_summary"] = json.loads(tags[DATA_SUMMARY])
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                local = self.client.download_artifacts(run.info.run_id, STUDY_ARTIFACT, tmp)
+                meta["resolved_study"] = Path(local).read_text(encoding="utf-8")
+            except Exception:  # noqa: BLE001 - a store written before the artifact existed
+                pass
+        return meta
+
+    # -- trial runs ----------------------------------------------------------------------
+    def _log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        items = [Param(k, v) for k, v in flat_params(params).items()]
+        for start in range(0, len(items), PARAMS_PER_BATCH):
+            self.client.log_batch(run_id, params=items[start : start + PARAMS_PER_BATCH])
 
     def start_trial(
         self, parent: str, name: str, tags: dict[str, str], params: dict[str, Any], role: str = "trial"
     ) -> str:
         """A child run: role ``trial`` (what the report compares) or ``search``."""
         run = self.client.create_run(
-            self.experiment_id, tags={PARENT: parent, ROLE: role, **tags}, run_name=name
+            self.experiment_id, tags={PARENT: parent, ROLE: role, **self.provenance, **tags}, run_name=name
         )
-        self.client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+        self._log_params(run.info.run_id, params)
         return run.info.run_id
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> None:
@@ -224,13 +368,44 @@ class Tracker:
     def report_settings_json(self) -> str | None:
         """The report settings stored with the study (JSON text); None where there are none
         (no study run, or the empty mapping a run without settings was tagged with)."""
-        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{ROLE}` = 'study'")
-        text = runs[0].data.tags.get("ablate.report_settings") if runs else None
+        run = self.parent_run()
+        text = run.data.tags.get("ablate.report_settings") if run else None
         return text if text and json.loads(text) else None
+
+
+def attach_report(tracking_uri: str, experiment: str, paths: dict[str, Path]) -> None:
+    """Log the written report's files (report.md / .html, results.csv, comparisons.csv, table.tex)
+    to the study's parent run, under ``report/``. A store that takes no artifacts (read-only, an
+    artifact server down) costs a warning, not the report."""
+    try:
+        tracker = Tracker(tracking_uri, experiment, create=False)
+        run = tracker.parent_run()
+        if run is None:
+            return
+        for key in REPORT_FILES:
+            if key in paths and Path(paths[key]).is_file():
+                tracker.client.log_artifact(run.info.run_id, str(paths[key]), artifact_path=REPORT_FOLDER)
+    except Exception as exc:  # noqa: BLE001 - the report itself is written already
+        reason = _first_line(exc)
+        warnings.warn(f"the report was not attached to the study's MLflow run: {reason}", stacklevel=2)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _quote(text: str) -> str:
     return text.replace("'", "\\'")
 
 
-__all__ = ["Tracker", "default_uri", "RunStatus", "RunTag", "UNITS_ARTIFACT"]
+__all__ = [
+    "Tracker",
+    "attach_report",
+    "default_uri",
+    "flat_params",
+    "provenance",
+    "RunStatus",
+    "RunTag",
+    "UNITS_ARTIFACT",
+]

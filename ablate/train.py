@@ -2,7 +2,7 @@
 
 The task supplies batches, the loss and evaluation; this module owns seeding, the
 optimiser, early stopping on the primary validation metric, divergence detection and the
-cost measurements (parameters, training tokens/s, peak memory, wall time).
+cost measurements (parameters, training tokens/s, peak memory, wall and CPU time).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ class TrialResult:
     tokens_per_s: float = 0.0
     peak_memory_mb: float = 0.0
     wall_s: float = 0.0
+    cpu_s: float = 0.0  # the process's CPU seconds (all threads): comparable across machine loads
     epochs: int = 0
     best_epoch: int = 0
     resumed_from: int = 0  # the epoch a checkpoint brought this trial to (0: trained from scratch)
@@ -60,6 +61,7 @@ class TrialResult:
             "tokens_per_s": self.tokens_per_s,
             "peak_memory_mb": self.peak_memory_mb,
             "wall_s": self.wall_s,
+            "cpu_s": self.cpu_s,
             "epochs": float(self.epochs),
             "best_epoch": float(self.best_epoch),
         }
@@ -317,7 +319,7 @@ def train_trial(
     task, train = study.task, study.spec.train
     primary = study.metrics[0]
     sign = 1.0 if task.metric_higher_is_better(primary) else -1.0
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     try:
         model, generator = seeded_model(study, variant, seed, data, device)
     except torch.OutOfMemoryError:
@@ -332,6 +334,7 @@ def train_trial(
     result = TrialResult(summary={}, per_unit=pd.DataFrame(), params=count_parameters(model))
     best_score, best_state, stale = -math.inf, None, 0
     train_time, tokens, earlier_wall, earlier_peak, first_epoch = 0.0, 0, 0.0, 0.0, 1
+    earlier_cpu = 0.0
     saved = checkpoint.load() if checkpoint else None
     if saved is not None:
         model.load_state_dict(saved["model"])
@@ -340,6 +343,7 @@ def train_trial(
         best_score, best_state, stale = saved["best_score"], saved["best_state"], saved["stale"]
         train_time, tokens, result.curves = saved["train_time"], saved["tokens"], saved["curves"]
         earlier_wall, earlier_peak = saved["wall_s"], saved["peak_memory_mb"]
+        earlier_cpu = saved.get("cpu_s", 0.0)  # checkpoints written before CPU time was measured
         result.best_epoch = saved["best_epoch"]
         result.epochs = result.resumed_from = saved["epoch"]
         first_epoch = saved["epoch"] + 1
@@ -401,6 +405,7 @@ def train_trial(
                         "tokens": tokens,
                         "peak_memory_mb": max(earlier_peak, memory.mb),
                         "wall_s": earlier_wall + time.perf_counter() - start,
+                        "cpu_s": earlier_cpu + time.process_time() - cpu_start,
                     }
                 )
                 last_save = time.perf_counter()
@@ -418,6 +423,7 @@ def train_trial(
     result.tokens_per_s = tokens / train_time if train_time > 0 else 0.0
     result.peak_memory_mb = max(earlier_peak, memory.mb)
     result.wall_s = earlier_wall + time.perf_counter() - start
+    result.cpu_s = earlier_cpu + time.process_time() - cpu_start
     if checkpoint:
         checkpoint.remove()
     return result

@@ -20,7 +20,7 @@ def test_registry_finds_built_in_kinds_through_entry_points():
         for kind in kinds:
             cls = registry.get(slot, kind)
             assert cls.__module__.startswith("ablate_plugins")
-            assert registry.provider(slot, kind).startswith("ablate ")
+            assert registry.provider(slot, kind).startswith("ablate-studies ")
 
 
 def test_components_lists_kinds_with_options_and_defaults(cli):
@@ -29,16 +29,87 @@ def test_components_lists_kinds_with_options_and_defaults(cli):
     for kinds in BUILT_IN.values():
         for kind in kinds:
             assert kind in out
-    assert "heads: int = 1" in out  # softmax
-    assert "activation:" in out and "'gelu'" in out  # mlp
-    assert "eps: float = 1e-06" in out  # rmsnorm
-    assert "temporal: bool = True" in out  # ams channel switch
-    assert "streams: int = 4" in out  # hyper / mhc
-    assert "top_k: int = 2" in out  # moe
+    rows = {tuple(cell.strip() for cell in line.split("│")[2:7]) for line in out.splitlines() if "│" in line}
+    assert ("heads", "int", "> 0", "1", "—") in rows  # softmax: no description written for it
+    assert ("activation", "str", "relu, gelu", "'gelu'", "—") in rows  # mlp: a Literal's values
+    assert ("eps", "float", "> 0.0", "1e-06", "—") in rows  # rmsnorm
+    assert ("streams", "int", "≥ 1", "4", "s, the expansion rate") in rows  # hyper: its source comment
+    assert ("top_k", "int", "≥ 1", "2", "experts per token, ≤ experts") in rows  # moe
+    assert "ablate-studies " in out  # who provides each kind
     code, out, _ = cli("components", "norm")
     assert code == 0 and "rmsnorm" in out and "softmax" not in out
     code, _, err = cli("components", "nope")
     assert code == 2 and "unknown slot 'nope'" in err
+
+
+def test_option_descriptions_types_and_allowed_values():
+    from typing import Literal
+
+    from pydantic import Field
+
+    from ablate.blocks import PLACEMENTS
+    from ablate.components import Options
+    from ablate.listing import describe_options
+
+    class Demo(Options):
+        width: int = Field(4, ge=1, description="How wide. Really.")
+        mode: Literal["a", "b"] | None = None  # which mode
+        # Where the norm goes, as in the study file's
+        # model.norm.placement.
+        placement: PLACEMENTS.field = "pre"
+        plain: float = 1.0
+
+    rows = {r.name: r for r in describe_options(Demo)}
+    assert (rows["width"].type, rows["width"].allowed, rows["width"].default) == ("int", "≥ 1", "4")
+    assert rows["width"].description == "How wide. Really."  # description= wins over comments
+    assert (rows["mode"].type, rows["mode"].allowed, rows["mode"].description) == (
+        "str | None",
+        "a, b",
+        "which mode",
+    )
+    assert rows["placement"].allowed == ", ".join(PLACEMENTS)  # a vocabulary's names
+    assert (
+        rows["placement"].description == "Where the norm goes, as in the study file's model.norm.placement."
+    )
+    assert (rows["plain"].allowed, rows["plain"].description) == ("—", "—")
+
+
+def test_version(cli):
+    import ablate
+
+    code, out, _ = cli("--version")
+    assert code == 0 and out.strip() == f"ablate {ablate.__version__}" and ablate.__version__ != "0+unknown"
+
+
+def test_help_shows_defaults_rich_would_swallow(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # no cell cut short
+    code, out, _ = cli("run", "--help")
+    flat = " ".join(out.replace("│", " ").split())
+    assert code == 0
+    for default in ("runs/<study>", "runs/<study>/optuna.journal", "<output>/report"):
+        assert f"[default: ({default})]" in flat, default
+    assert "overrides" in flat and "train.lr=1e-3" in flat
+
+
+def test_validate_imports_no_driver_tracking_or_plotting(tmp_path):
+    """`ablate validate` stays quick: the driver, MLflow, Optuna, matplotlib and scipy load only
+    for the commands that need them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    study = Path(__file__).resolve().parents[1] / "studies" / "quickstart.yaml"
+    script = (
+        "import sys\n"
+        "from ablate.cli import main\n"
+        f"sys.argv = ['ablate', 'validate', {str(study)!r}, 'seeds=[0,1]']\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        "heavy = ('mlflow', 'optuna', 'ablate.drive', 'ablate.track', 'matplotlib', 'scipy', 'fbgemm_gpu')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(heavy)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_validate_shows_the_variant_table(cli, write_study):

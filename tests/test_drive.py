@@ -109,9 +109,9 @@ def test_search_per_variant_then_best_params_over_seeds(cli, write_study, tmp_pa
         wanted = best[run.data.tags["variant"]]
         assert math.isclose(float(run.data.params["train.lr"]), wanted["train.lr"])
         assert float(run.data.params["search.model.dropout"]) == wanted["model.dropout"]
-        assert f'"dropout": {wanted["model.dropout"]}' in run.data.params["model"]
+        assert float(run.data.params["model.dropout"]) == wanted["model.dropout"]  # flattened
     assert len(client.search_runs([exp], "tags.`ablate.role` = 'search'")) == 6
-    report = (tmp_path / "reports" / "tiny" / "report.md").read_text()
+    report = (tmp_path / "runs" / "tiny" / "report" / "report.md").read_text()
     assert "## Searched parameters" in report and "train.lr" in report
 
     # A rerun trains nothing: searches and finals are complete.
@@ -173,8 +173,8 @@ def test_match_params_scales_the_declared_width_knob(cli, write_study, tmp_path,
     assert int(mlp["match.before"]) - base_params == _ffn_params(d, 4 * d) - _ffn_params(d, d)
     assert abs(int(mlp["match.params"]) - base_params) <= 0.02 * base_params
     assert round(float(mlp["match.model.ffn.mult"]) * d) == d
-    assert '"mult": ' + mlp["match.model.ffn.mult"] in mlp["model"]
-    report = (tmp_path / "reports" / "tiny" / "report.md").read_text()
+    assert mlp["model.ffn.mult"] == mlp["match.model.ffn.mult"]  # the model trained with the matched width
+    report = (tmp_path / "runs" / "tiny" / "report" / "report.md").read_text()
     assert "## Parameter matching" in report and "model.ffn.mult" in report
 
 
@@ -236,7 +236,7 @@ def test_nan_loss_and_crash_fail_alone_and_are_reported(cli, write_study, tmp_pa
     assert "failed: base seed 1: ValueError: boom" in out
     row = next(line for line in out.splitlines() if line.strip("│ ").startswith("mlp"))
     assert [c.strip() for c in row.strip("│").split("│")] == ["mlp", "0", "0", "2", "0"]
-    report = (tmp_path / "reports" / "tiny" / "report.md").read_text()
+    report = (tmp_path / "runs" / "tiny" / "report" / "report.md").read_text()
     assert "## Failed trials" in report and "loss became nan at epoch 1" in report
 
     # A rerun leaves failures alone (exit 1 again, nothing retrained) unless asked to retry.

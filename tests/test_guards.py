@@ -53,7 +53,7 @@ def test_validate_warns_on_stderr(write_study, cli):
 
 
 def test_run_warns_once(write_study, cli, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the report goes to reports/ under the working folder
+    monkeypatch.chdir(tmp_path)
     path = write_study(
         {"variants": {"same": {}}, "train": {"epochs": 1}, "report": {"calibration": 0, "bootstrap": 100}},
         replace={"variants": {"same": {}}, "seeds": [0]},

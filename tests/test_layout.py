@@ -16,7 +16,7 @@ CORE = REPO / "ablate"
 LAYERS = [
     {"errors", "faults", "stopping", "schema", "jagged"},
     {"components", "tasks", "registry"},
-    {"studyfile", "blocks", "optimizers"},
+    {"studyfile", "overrides", "blocks", "optimizers"},
     {"stats"},
     {"search", "spec"},
     {"study"},
@@ -24,7 +24,7 @@ LAYERS = [
     {"track"},
     {"drive"},
     {"results", "report"},
-    {"console", "cli", "__init__"},
+    {"console", "progress", "running", "listing", "cli", "__init__"},
 ]
 LAYER_OF = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
 # What plugins may import from the core: the interface a kind or a task is written against.

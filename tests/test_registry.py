@@ -92,5 +92,5 @@ def test_plugin_that_fails_to_import_is_named(broken_plugin):
 
 
 def test_provider_names_the_distribution():
-    assert registry.provider("attention", "softmax") == f"ablate {version('ablate')}"
-    assert registry.provider("task", "seqrec").startswith("ablate ")
+    assert registry.provider("attention", "softmax") == f"ablate-studies {version('ablate-studies')}"
+    assert registry.provider("task", "seqrec").startswith("ablate-studies ")

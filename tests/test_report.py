@@ -1,17 +1,33 @@
 """ablate.report: files, self-contained HTML, round-trip of results.csv, n/a rendering, LaTeX,
-the verdicts in words, and a report rebuilt from an MLflow store written by hand."""
+the verdicts in words, the paper-shaped layout (results first, Methods after), table.tex with
+every metric, convergence warnings, the recorded meta (data, configuration, version, commit),
+CPU-time costs, and a report rebuilt from an MLflow store written by hand."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 import time
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from ablate.report import format_table, latex_table, tex_escape, write_report
+from ablate.report import (
+    format_table,
+    latex_table,
+    not_converged,
+    overview_latex,
+    overview_rows,
+    tex_escape,
+    write_report,
+)
+from ablate.report.document import Strong
+from ablate.report.figures import cost_time
+from ablate.report.methods import DEFAULT_COST_NOTE
 from ablate.stats import ReportSettings, compare
 
 # every report of ``study`` draws these (the critical-difference diagram only when its seeds
@@ -148,7 +164,7 @@ def test_write_report_files_and_self_contained_html(report4):
 
 def test_calibration_section_states_families_and_the_verdicts_rates(report4):
     md = report4[2]["md"].read_text(encoding="utf-8")
-    section = md[md.index("## Calibration") : md.index("## Files")]
+    section = md[md.index("### Calibration") : md.index("## Files")]
     assert "paired t intervals at Holm decision levels, α = 0.05" in section
     assert "tested comparisons with base (2 on ndcg@10, 2 on hr@10); not corrected across metrics" in section
     assert "The 3 pairs of the pairwise comparison form a separate family" in section
@@ -190,7 +206,7 @@ def test_verdicts_in_words(tmp_path):
     s = settings(calibration=0, duplicates={"copy": "base"})
     paths = write_report(results, None, None, s, tmp_path)
     md = paths["md"].read_text(encoding="utf-8")
-    head = md[: md.index("## Settings")]
+    head = md[: md.index("\n| variant |")]  # the verdict lines, above the results table
     cmp = compare(results, None, s, "ndcg@10").set_index("variant")
     assert cmp.loc["post-norm", "verdict"] == "better" and cmp.loc["two-heads", "verdict"] == "equivalent"
     assert cmp.loc["gelu-mlp", "verdict"] == "inconclusive" and cmp.loc["copy", "verdict"] == ""
@@ -220,6 +236,15 @@ def test_verdicts_in_words(tmp_path):
     assert f"inconclusive (≈ {needed} seeds)" in table and "| not tested |" in table
     mdd = cmp.loc["gelu-mlp", "mdd"]
     assert f"{mdd:.4f} ({mdd / cmp.loc['base', 'mean']:.0%})" in table  # ≥ 10 %: whole percent
+    # the results table: each verdict's mark, the best mean in bold, no mark without a verdict
+    overview = {
+        line.split(" | ")[0].removeprefix("| "): line
+        for line in md[md.index("\n| variant |") : md.index("## Primary metric")].splitlines()
+        if line.startswith("| ")
+    }
+    assert overview["post-norm"].count("**") == 4 and overview["post-norm"].count(" ▲**") == 2
+    assert " =" in overview["two-heads"] and " ? |" in overview["gelu-mlp"]
+    assert not re.search("[▲▼=?] \\|", overview["copy"]) and not re.search("[▲▼=?] \\|", overview["base"])
     # a secondary metric is exploratory, corrected within its own family
     assert "## Secondary metric (exploratory): hr@10" in md
     assert "corrected over its own family of 3 tested comparisons, not across the 2 metrics" in md
@@ -454,3 +479,284 @@ def test_regenerating_a_report_is_byte_identical_and_leaves_numpy_rng_alone(tmp_
     assert first["html"].read_bytes() == second["html"].read_bytes()
     second_md = second["md"].read_text().replace(str(tmp_path / "b"), str(tmp_path / "a"))
     assert first["md"].read_text() == second_md
+
+
+def test_first_screen_is_the_results_and_methods_come_after(report4):
+    """The verdict lines, then one table of variants × every metric (marks, best in bold), then
+    each metric's detail; the method text under Methods, after every result."""
+    paths = report4[2]
+    md = paths["md"].read_text(encoding="utf-8")
+    lines = md.splitlines()
+    assert lines[0] == "# Ablation report: toy-study" and lines[2].startswith("Verdicts on ndcg@10")
+    assert lines[4].startswith("- swiglu-ffn is better") and lines[5].startswith("- softmax-attn is worse")
+    assert lines[7] == "| variant | differs | seeds | ndcg@10 (primary) | hr@10 |"
+    assert lines[9].startswith("| base | — | 4 | 0.") and "▲" not in lines[9] and "**" not in lines[9]
+    assert lines[10].startswith("| softmax-attn | attention | 4 | 0.") and lines[10].count(" ▼ |") == 2
+    assert lines[11].startswith("| swiglu-ffn | ffn | 4 | **0.") and lines[11].endswith(" ▲** |")
+    assert lines[13].startswith("*Test metrics, mean ± sd over seeds. Marks against base")
+    assert "▲ better, ▼ worse, = equivalent within the margin, ? inconclusive" in lines[13]
+    order = [
+        md.index(h)
+        for h in (
+            "| variant | differs | seeds |",
+            "## Primary metric: ndcg@10",
+            "## Secondary metric (exploratory): hr@10",
+            "## Cost",
+            "## Ranking",
+            "## Learning curves",
+            "## Methods",
+            "### Verdicts, intervals, margins",
+            "### Convergence",
+            "### Costs",
+            "### Calibration",
+            "## Files",
+        )
+    ]
+    assert order == sorted(order)
+    methods = md[md.index("## Methods") :]
+    for text in ("Intervals are the paired t intervals", "MDD: the minimum detectable", "Margin: ±"):
+        assert text in methods and text not in md[: md.index("## Methods")]
+    assert "## Settings" not in md
+    page = paths["html"].read_text(encoding="utf-8")
+    first_table = page[page.index("<table>") : page.index("</table>")]
+    assert "ndcg@10 (primary)" in first_table and first_table.count("<strong>") == 2
+    assert page.index("<h2>Primary metric: ndcg@10</h2>") < page.index("<h2>Methods</h2>")
+    assert "http://" not in page and "https://" not in page  # self-contained
+
+
+def test_results_table_bolds_the_best_by_the_metrics_direction():
+    results, units, _ = study(seeds=3)
+    low = settings(higher_is_better={"ndcg@10": False})
+    tables = {m: compare(results, units, low, m) for m in low.metrics}
+    headers, rows = overview_rows(tables, low)
+    assert headers == ["variant", "differs", "seeds", "ndcg@10 (primary)", "hr@10"]
+    by = {r[0]: r for r in rows}
+    # lower is better on ndcg@10: softmax-attn (lowest) is best and better; higher on hr@10
+    assert isinstance(by["softmax-attn"][3], Strong) and by["softmax-attn"][3].endswith(" ▲")
+    assert isinstance(by["swiglu-ffn"][4], Strong) and by["swiglu-ffn"][3].endswith(" ▼")
+    assert not any(isinstance(c, Strong) for c in by["base"])
+
+
+def _tex_study():
+    results, units, _ = study(seeds=3)
+    results = results.replace({"variant": {"swiglu-ffn": "ffn_x2 & 50%"}, "differs": {"ffn": "ffn{#1}"}})
+    s = settings(study="my_study", metrics=["ndcg@10", "hr@10"])
+    return {m: compare(results, units, s, m) for m in s.metrics}, s
+
+
+def test_table_tex_has_every_metric():
+    tables, s = _tex_study()
+    tex = overview_latex(tables, s)
+    assert tex.count(r"\begin{table}") == 1 and tex.count(r"\begin{tabular}{lrr}") == 1
+    assert tex.index(r"\toprule") < tex.index(r"\midrule") < tex.index(r"\bottomrule")
+    assert tex.index(r"\caption{") < tex.index(r"\begin{tabular}") < tex.index(r"\end{tabular}")
+    body = tex[tex.index(r"\toprule") : tex.index(r"\bottomrule")]
+    rows = [line for line in body.splitlines() if line.endswith(r"\\")]
+    # a paper's column: no differs column, the seeds in the caption when every variant has as many
+    assert rows[0] == r"variant & ndcg@10 (primary) & hr@10 \\"
+    assert len(rows) == 1 + len(VARIANTS)
+    for line in rows:  # 3 cells: 2 unescaped column separators
+        assert len(re.findall(r"(?<!\\)&", line)) == 2, line
+    assert r"ffn\_x2 \& 50\%" in tex and r"ffn\{\#1\}" not in tex
+    best = next(r for r in rows if r.startswith(r"ffn\_x2"))
+    assert best.count(r"\textbf{") == 2 and r"$\uparrow$}" in best
+    worse = next(r for r in rows if r.startswith("softmax-attn"))
+    assert r"$\downarrow$" in worse and r"\textbf" not in worse
+    caption = tex[tex.index(r"\caption{") : tex.index(r"\label")]
+    for legend in (
+        r"$\uparrow$ better",
+        r"$\downarrow$ worse",
+        "= equivalent within the margin",
+        "? inconclusive",
+    ):
+        assert legend in caption, legend
+    assert "Bold: the best mean per metric" in caption and r"\label{tab:ablate:my_study}" in tex
+    assert r"mean $\pm$ sd over 3 seeds." in caption
+    assert all(ord(c) < 128 for c in tex), "non-ASCII left in table.tex"
+    bare = tex.replace(r"\{", "").replace(r"\}", "")
+    assert bare.count("{") == bare.count("}")  # balanced groups once the escaped braces are out
+    # seeds that differ between variants (a sequential study) get their column
+    results, units, _ = study(seeds=4)
+    results = results[~((results["variant"] == "base") & (results["seed"] == 3))]
+    s = settings()
+    uneven = overview_latex({m: compare(results, units, s, m) for m in s.metrics}, s)
+    assert r"\begin{tabular}{lrrr}" in uneven and r"variant & seeds & ndcg@10 (primary) & hr@10 \\" in uneven
+    assert "base & 3 & " in uneven and "swiglu-ffn & 4 & " in uneven and "sd over seeds." in uneven
+
+
+def test_table_tex_compiles_with_pdflatex(tmp_path):
+    """The file as written, \\input into a bare article with booktabs (skipped without pdflatex)."""
+    if shutil.which("pdflatex") is None:
+        if os.environ.get("CI"):  # .ci/run installs it: in CI the compile check may not skip
+            pytest.fail("pdflatex is missing in CI (.ci/run installs texlive-latex-base)")
+        pytest.skip("pdflatex is not installed: only test_table_tex_has_every_metric's structure checks ran")
+    tables, s = _tex_study()
+    (tmp_path / "table.tex").write_text(overview_latex(tables, s), encoding="utf-8")
+    (tmp_path / "doc.tex").write_text(
+        "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n\\input{table.tex}\n"
+        "\\end{document}\n"
+    )
+    run = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert (tmp_path / "doc.pdf").stat().st_size > 0
+    log = (tmp_path / "doc.log").read_text(errors="replace")
+    assert "Undefined control sequence" not in log and "Missing $" not in log
+
+
+def _convergence_study():
+    """Four variants, 3 seeds, 8 epochs: gelu-mlp's best epoch is the last for seeds 0 and 2;
+    two-heads stopped early but its validation metric rose over its last 3 evaluations; base and
+    post-norm settled (post-norm's curve rose then dipped)."""
+    rows, crows = [], []
+    best = {"base": [5, 6, 4], "gelu-mlp": [8, 6, 8], "post-norm": [7, 5, 6], "two-heads": [6, 6, 6]}
+    shapes = {
+        "base": [0.1, 0.2, 0.3, 0.34, 0.35, 0.36, 0.355, 0.36],
+        "gelu-mlp": [0.1, 0.2, 0.3, 0.34, 0.35, 0.345, 0.35, 0.348],
+        "post-norm": [0.1, 0.2, 0.3, 0.31, 0.32, 0.33, 0.34, 0.335],
+        "two-heads": [0.1, 0.2, 0.3, 0.31, 0.32, 0.33, 0.34, 0.35],
+    }
+    for v, epochs in best.items():
+        for s in range(3):
+            rows.append(
+                {
+                    "variant": v,
+                    "seed": s,
+                    "differs": v,
+                    "test.ndcg@10": 0.3 + 0.001 * s + 0.01 * list(best).index(v),
+                    "test.hr@10": 0.5 + 0.001 * s,
+                    "epochs": 8,
+                    "best_epoch": epochs[s],
+                    "wall_s": 10.0,
+                }
+            )
+            crows += [
+                {"variant": v, "seed": s, "epoch": e + 1, "metric": "valid.ndcg@10", "value": x + 0.0001 * s}
+                for e, x in enumerate(shapes[v])
+            ]
+            crows += [
+                {"variant": v, "seed": s, "epoch": e + 1, "metric": "train.loss", "value": 1 / (e + 1)}
+                for e in range(8)
+            ]
+    return pd.DataFrame(rows), pd.DataFrame(crows)
+
+
+def test_convergence_warnings_near_the_top_and_in_the_methods(tmp_path):
+    results, curves = _convergence_study()
+    s = settings(calibration=0)
+    flags = not_converged(results, curves, s, ["base", "gelu-mlp", "post-norm", "two-heads"])
+    assert [(f.variant, f.at_cap, f.rising) for f in flags] == [
+        ("gelu-mlp", {0: 8, 2: 8}, False),
+        ("two-heads", {}, True),
+    ]
+    paths = write_report(results, None, curves, s, tmp_path)
+    md = paths["md"].read_text(encoding="utf-8")
+    top = md[: md.index("## Primary metric")]
+    assert "- ⚠ not converged: gelu-mlp (seeds 0, 2: best epoch = last epoch 8 of 8)" in top
+    assert (
+        "- ⚠ not converged: two-heads (validation ndcg@10 (mean over seeds) still rising at each of the last "
+        "3 evaluations)" in top
+    )
+    assert top.index("| variant | differs | seeds |") < top.index("⚠ not converged")
+    methods = md[md.index("### Convergence") : md.index("### Costs")]
+    assert "best validation epoch (the state its test metrics come from) is the last epoch trained" in methods
+    assert (
+        "better at each of its last 3 evaluations" in methods and "Flagged: gelu-mlp, two-heads." in methods
+    )
+    page = paths["html"].read_text(encoding="utf-8")
+    assert '<ul class="warn"><li>⚠ not converged: gelu-mlp (seeds 0, 2: best epoch' in page
+
+    # a lower-is-better metric is still improving when it falls; one seed at the cap is 'seed'
+    falling = curves.assign(value=-curves["value"])
+    low = settings(calibration=0, higher_is_better={"ndcg@10": False})
+    one = results.assign(best_epoch=results["best_epoch"].where(results["seed"] != 0, 5))
+    flags = not_converged(one, falling, low, ["base", "gelu-mlp", "post-norm", "two-heads"])
+    assert [f.line("ndcg@10") for f in flags] == [
+        "gelu-mlp (seed 2: best epoch = last epoch 8 of 8)",
+        "two-heads (validation ndcg@10 (mean over seeds) still rising at each of the last 3 evaluations)",
+    ]
+    # evaluated every 2 epochs, bare metric names: 4 evaluations are enough, 3 are not
+    sparse = curves[(curves["epoch"] % 2 == 0) & (curves["metric"] == "valid.ndcg@10")]
+    sparse = sparse.assign(metric="ndcg@10", value=sparse["epoch"] * 0.01)
+    settled = results.assign(best_epoch=3)
+    assert {f.variant for f in not_converged(settled, sparse, s, ["base", "two-heads"])} == {
+        "base",
+        "two-heads",
+    }
+    short = sparse[sparse["epoch"] > 2]
+    assert not_converged(settled, short, s, ["base", "two-heads"]) == []
+    # without best_epoch or curves (an older store): nothing to flag, and the Methods say so
+    bare = results.drop(columns=["best_epoch"])
+    assert not_converged(bare, None, s, ["base"]) == []
+    md = write_report(bare, None, None, s, tmp_path / "bare")["md"].read_text(encoding="utf-8")
+    assert "⚠" not in md and "only the best epoch was checked. No variant was flagged." in md
+
+
+META = {
+    "ablate_version": "9.9.9",
+    "git_commit": "0123456789abcdef0123456789abcdef01234567",
+    "data_summary": {"users": 6040, "items": 3416, "interactions": 1000209, "test units": 6040},
+    "resolved_study": "name: toy-study\nmodel:\n  dim: 32\n  attention: {kind: softmax, heads: 1}\n<&>\n",
+    "cost_note": "Costs: CPU seconds of each trial's process (time.process_time) beside its wall time.",
+}
+
+
+def test_meta_data_summary_configuration_version_commit(tmp_path):
+    results, units, curves = study(seeds=3, units=False, curves=False)
+    paths = write_report(results, None, None, settings(calibration=0), tmp_path, meta=META)
+    md = paths["md"].read_text(encoding="utf-8")
+    methods = md[md.index("## Methods") :]
+    assert "### Data\n\n| data | value |\n|---|---:|\n| users | 6,040 |" in methods
+    assert "| interactions | 1,000,209 |" in methods and "| test units | 6,040 |" in methods
+    assert f"Built with ablate 9.9.9; the study's repository at commit {META['git_commit']}." in methods
+    assert "```yaml\nname: toy-study\nmodel:\n  dim: 32\n" in methods and "<&>\n```" in methods
+    assert META["cost_note"] in methods[methods.index("### Costs") :] and DEFAULT_COST_NOTE not in md
+    assert methods.index("### Data") < methods.index("### Verdicts") < methods.index("### Software")
+    page = paths["html"].read_text(encoding="utf-8")
+    assert "<details><summary>Resolved study (YAML)</summary><pre><code>name: toy-study" in page
+    assert "&lt;&amp;&gt;</code></pre></details>" in page  # escaped, folded
+    assert "9.9.9" in page and "6,040" in page
+
+    # a recorded fragment reads as a sentence; uncommitted changes are named
+    fragment = META | {"cost_note": "wall time is elapsed time; CPU time is the process's", "git_dirty": True}
+    md = write_report(results, None, None, settings(calibration=0), tmp_path / "f", meta=fragment)["md"]
+    md = md.read_text(encoding="utf-8")
+    assert "\n\nWall time is elapsed time; CPU time is the process's.\n\n" in md
+    assert f"commit {META['git_commit']} (with uncommitted changes)." in md
+
+    # only what is present; a study outside a git repository says so
+    partial = {"ablate_version": "9.9.9", "git_commit": None}
+    md = write_report(results, None, None, settings(calibration=0), tmp_path / "p", meta=partial)["md"]
+    md = md.read_text(encoding="utf-8")
+    assert "Built with ablate 9.9.9; no commit recorded (the study file is not in a git repository)." in md
+    assert "### Data" not in md and "```yaml" not in md and DEFAULT_COST_NOTE in md
+    md = write_report(results, None, None, settings(calibration=0), tmp_path / "n")["md"].read_text()
+    assert "### Software and configuration" not in md and "### Data" not in md
+    assert DEFAULT_COST_NOTE in md[md.index("### Costs") :]
+
+
+def test_cpu_time_beside_wall_time(tmp_path):
+    results, _, _ = study(seeds=3, units=False, curves=False)
+    # a shared machine: the baseline, trained first, waited longest for a core
+    timed = results.assign(
+        wall_s=results["variant"].map({"base": 40.0, "softmax-attn": 12.0, "swiglu-ffn": 11.0}),
+        cpu_s=results["variant"].map({"base": 9.0, "softmax-attn": 9.5, "swiglu-ffn": 9.25}),
+    )
+    assert cost_time(timed) == ("cpu_s", "CPU s per trial")
+    assert cost_time(results) == ("wall_s", "wall s per trial")
+    mixed = timed.assign(cpu_s=timed["cpu_s"].where(timed["seed"] != 1))  # trials from before cpu_s
+    assert cost_time(mixed)[0] == "wall_s"
+    assert cost_time(results.drop(columns=["wall_s"]))[0] is None
+    paths = write_report(timed, None, None, settings(calibration=0), tmp_path)
+    md = paths["md"].read_text(encoding="utf-8")
+    cost = md[md.index("## Cost") : md.index("## Ranking")]
+    assert "| variant | params | tokens/s | peak memory MB | wall s | CPU s | epochs |" in cost
+    assert "| base | 12,349 | 5,001 | 321.5 | 40.0 | 9.0 | 8.0 |" in cost
+    assert "against CPU time per trial" in cost and "cost_quality.png" in cost
+    plain = write_report(results, None, None, settings(calibration=0), tmp_path / "wall")["md"]
+    assert "against wall time per trial" in plain.read_text(encoding="utf-8")

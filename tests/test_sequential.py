@@ -389,7 +389,7 @@ def test_driver_adds_seeds_only_where_still_open(cli, write_study, tmp_path, mon
     code, _, err = cli("run", study, "--quiet")  # nothing left to add
     assert code == 0 and f"{total} trial(s) were already complete" in err
     assert _complete(tmp_path) == complete
-    report = (tmp_path / "reports" / "tiny" / "report.md").read_text()
+    report = (tmp_path / "runs" / "tiny" / "report" / "report.md").read_text()
     assert (
         "## Sequential seeds" in report
         and "| heavy-dropout | worse | worse at 3 seeds (look 1 of 3) |" in report

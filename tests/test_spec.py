@@ -320,7 +320,7 @@ def test_cli_help_and_no_arguments_show_help(cli):
 
 
 def test_report_settings_reach_the_report(write_study):
-    from ablate.cli import _settings
+    from ablate.running import report_settings as _settings
 
     study = load_study(
         write_study({"report": {"alpha": 0.01, "correction": "fdr_bh", "ci": "percentile", "calibration": 0}})

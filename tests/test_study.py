@@ -16,7 +16,7 @@ def test_run_writes_tracking_and_report(write_study, cli, tmp_path, monkeypatch)
     study = write_study()
     code, out, err = cli("run", study, "--quiet")
     assert code == 0, err
-    report_dir = tmp_path / "reports" / "tiny"
+    report_dir = tmp_path / "runs" / "tiny" / "report"
     assert f"report: {report_dir / 'report.html'}" in out.replace("\n", "")
     for name in ("report.md", "report.html", "results.csv"):
         assert (report_dir / name).is_file(), name
@@ -70,7 +70,9 @@ def test_run_writes_tracking_and_report(write_study, cli, tmp_path, monkeypatch)
     assert len(client.search_runs([exp.experiment_id])) == 5
     (report_dir / "report.html").unlink()
     code, out, err = cli("report", "--experiment", "tiny", "--tracking-uri", uri)
-    assert code == 0 and (report_dir / "report.html").is_file()
+    assert code == 0 and (report_dir / "report.html").is_file()  # runs/<experiment>/report here
+    code, out, err = cli("report", study, "--reports", tmp_path / "paper")  # e.g. the committed reports/
+    assert code == 0 and (tmp_path / "paper" / "tiny" / "report.html").is_file()
 
     code, out, _ = cli("status", study)
     assert code == 0 and "base" in out and "mlp" in out
@@ -92,7 +94,7 @@ def test_changed_settings_are_not_mixed_with_old_trials(write_study, cli, tmp_pa
     )
     assert code == 0, err
     assert "2 trial(s) were already complete" in err
-    results = pd.read_csv(tmp_path / "reports" / "tiny" / "results.csv")
+    results = pd.read_csv(tmp_path / "runs" / "tiny" / "report" / "results.csv")
     assert sorted(results.variant) == ["base", "mlp", "wide"]
 
 

@@ -76,7 +76,7 @@ def test_out_of_tree_attention_runs_a_study(out_of_tree, write_study, tmp_path):
     )
     ran = _ablate(out_of_tree, "run", study, "--quiet", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
-    results = pd.read_csv(tmp_path / "reports" / "tiny" / "results.csv")
+    results = pd.read_csv(tmp_path / "runs" / "tiny" / "report" / "results.csv")
     row = results.set_index("variant").loc["mean"]
     assert row["component.attention"] == "causal_mean(scale=0.5)"
     assert 0 <= row["test.ndcg@10"] <= 1

@@ -1,15 +1,19 @@
-"""Parallel workers: N processes on one host sharing the journal file, and 3 workers on a real
-PostgreSQL server (one killed mid-trial and re-queued by Optuna's heartbeat). Every
-(variant, seed) is trained exactly once; none is lost."""
+"""Parallel workers: N processes on one host sharing the journal file; workers reporting to a real
+`mlflow server` on loopback, as on many machines (no shared file system: artifacts go through the
+server), on the journal and with 3 workers on a real PostgreSQL server (one killed mid-trial and
+re-queued by Optuna's heartbeat). Every (variant, seed) is trained exactly once; none is lost; the
+study's MLflow run is closed by the worker that ends the study."""
 
 from __future__ import annotations
 
 import collections
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -72,6 +76,95 @@ def _trial_runs(tracking_uri: str, name: str) -> list:
     return client.search_runs([exp.experiment_id], "tags.`ablate.role` = 'trial'", max_results=1000)
 
 
+def _study_runs(tracking_uri: str, name: str) -> list:
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(name)
+    return client.search_runs([exp.experiment_id], "tags.`ablate.role` = 'study'")
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """`mlflow server` on a free loopback port (SQLite backend, artifacts proxied by the server, as
+    the README sets one up for many machines); its URL. Stopped at the end, within a bounded wait."""
+    folder = tmp_path / "mlflow-server"
+    folder.mkdir()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    log = folder / "server.log"
+    with open(log, "w") as sink:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port)]
+            + ["--workers", "1", "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}"]
+            + ["--artifacts-destination", str(folder / "artifacts")],
+            cwd=folder,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the server and its workers stop together
+        )
+    try:
+        deadline = time.monotonic() + 240  # the server imports slowly on a loaded machine
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"mlflow server exited with {server.returncode}: {log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"mlflow server did not answer in 240 s: {log.read_text()[-2000:]}")
+                time.sleep(0.5)
+        yield url
+    finally:
+        for stop, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 30)):
+            try:
+                os.killpg(server.pid, stop)
+            except ProcessLookupError:
+                break
+            try:
+                server.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def test_workers_report_to_an_mlflow_tracking_server(write_study, tmp_path, mlflow_server):
+    """Two workers sharing a journal queue report to the server: each (variant, seed) FINISHED
+    once, one study run, closed FINISHED by the worker that ended the study; the resolved study
+    and, once `ablate report` wrote it, the report are attached to it through the server."""
+    name = "served"
+    study = write_study({"name": name, "train": {"epochs": 1}, "seeds": [0, 1, 2], "report": FAST_REPORT})
+    queue = tmp_path / "queue"
+    common = ["worker", study, "--storage", queue / "optuna.journal", "--output", queue, "--quiet"]
+    workers = [_ablate(*common, "--tracking-uri", mlflow_server, cwd=tmp_path) for _ in range(2)]
+    for worker in workers:
+        _, err = worker.communicate(timeout=600)
+        assert worker.returncode == 0, err[-2000:]
+
+    trials = optuna.load_study(
+        study_name=name, storage=JournalStorage(JournalFileBackend(str(queue / "optuna.journal")))
+    ).trials
+    planned = sorted((v, s) for v in ("base", "mlp") for s in (0, 1, 2))
+    counts = _check_exactly_once(trials, _trial_runs(mlflow_server, name), planned)
+    assert counts["complete"] == counts["finished"] == 6
+    (parent,) = _study_runs(mlflow_server, name)
+    assert parent.info.status == "FINISHED"
+
+    report = _ablate(
+        "report", "--experiment", name, "--tracking-uri", mlflow_server, "--reports", tmp_path / "reports"
+    )
+    _, err = report.communicate(timeout=300)
+    assert report.returncode == 0, err[-2000:]
+    assert (tmp_path / "reports" / name / "report.html").is_file()
+    client = MlflowClient(mlflow_server)
+    attached = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    attached |= {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert {"study.resolved.yaml", "report/report.html", "report/table.tex"} <= attached
+    # Nothing was written beside the workers: the artifacts live where the server keeps them.
+    assert not (queue / "artifacts").exists() and (tmp_path / "mlflow-server" / "artifacts").is_dir()
+
+
 def test_local_workers_share_one_queue(write_study, tmp_path):
     """A worker dies mid-trial; `ablate run --workers 2` re-queues its trial (its lock file is
     free) and the two workers share the rest, each trial once."""
@@ -102,8 +195,8 @@ def test_local_workers_share_one_queue(write_study, tmp_path):
 def test_stopping_the_run_stops_its_workers(write_study, tmp_path, stop):
     """`kill` on `ablate run --workers 2` stops both workers (`kill -9`: through the parent-death
     signal they asked for); their trials are recorded as interrupted (re-queued by the next run),
-    none is left running. (A stop request that landed in a finaliser used to be dropped, and the
-    worker trained on: tests/test_stopping.py.)"""
+    none is left running, and the study's MLflow run ends KILLED. (A stop request that landed in a
+    finaliser used to be dropped, and the worker trained on: tests/test_stopping.py.)"""
     study = write_study({"train": {"epochs": 400}, "seeds": [0, 1], "report": FAST_REPORT})
     out = tmp_path / "runs" / "tiny"
     run = subprocess.Popen(
@@ -145,6 +238,8 @@ def _stop(run: subprocess.Popen, out: Path, stop: signal.Signals) -> None:
     ).trials
     assert not _running(journal)
     assert sorted(t.user_attrs.get("failure") for t in trials if t.state == FAIL) == ["interrupted"] * 2
+    # The last worker to record its trial found none running: it closed the study's run as stopped.
+    assert [r.info.status for r in _study_runs(f"sqlite:///{out / 'mlflow.db'}", "tiny")] == ["KILLED"]
 
 
 def _running(journal) -> list:
@@ -177,11 +272,17 @@ def _postgres_url() -> str:
     return url
 
 
-def test_three_workers_on_postgresql(write_study, tmp_path):
-    url = _postgres_url()
+@pytest.fixture
+def postgres_url() -> str:
+    return _postgres_url()
+
+
+def test_three_workers_on_postgresql(write_study, tmp_path, postgres_url, mlflow_server):
+    """(``postgres_url`` first: without PostgreSQL the test skips before the server starts.)"""
+    url = postgres_url
     name = f"pg-{uuid.uuid4().hex[:8]}"
     study = write_study({"name": name, "train": {"epochs": 1}, "seeds": [0, 1, 2]})
-    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"  # one tracking store shared by the workers
+    tracking = mlflow_server  # one tracking server the workers share, as on many machines
     common = [
         "worker",
         study,
@@ -230,6 +331,7 @@ def test_three_workers_on_postgresql(write_study, tmp_path):
             if t.state == COMPLETE and (t.user_attrs.get("variant"), t.user_attrs.get("seed")) == stale_key
         ] == [COMPLETE]
         assert counts["killed_runs"] == 1 and counts["workers"] == 2
+        assert [r.info.status for r in _study_runs(tracking, name)] == ["FINISHED"]
         print(
             f"\npostgresql, 3 workers (one SIGKILLed in its first trial): {len(trials)} Optuna trials, "
             f"{counts['complete']} COMPLETE for 6 planned keys (each once), 1 FAIL (stale heartbeat) "

@@ -10,10 +10,13 @@ compares. Search queues are served first.
 from __future__ import annotations
 
 import json
+import warnings
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
+import yaml
 from optuna.trial import TrialState
 
 from .. import match as matching
@@ -23,7 +26,7 @@ from ..faults import fault_point
 from ..search import grid_order, search_budget, search_seed
 from ..stats import ReportSettings
 from ..study import Study
-from ..track import Tracker
+from ..track import DATA_SUMMARY, STUDY_ARTIFACT, Tracker, provenance
 from ..train import TrialResult, checkpoint_interval
 from .execution import Config, Execution, Failed, Job, Pruned, SearchJob, TaskData, checkpoint_path
 from .ledger import (
@@ -32,6 +35,7 @@ from .ledger import (
     Queue,
     check_changed,
     drop_reason,
+    failed_for_good,
     fingerprint,
     key_of,
     plan,
@@ -87,16 +91,27 @@ class Driver:
         storage = stores.storage()  # first: an unreachable database stops us before anything is created
         artifacts = stores.output_dir / "artifacts" if stores.tracking_uri.startswith("sqlite") else None
         tracker = Tracker(stores.tracking_uri, study.name, artifact_root=artifacts)
+        tracker.provenance = provenance(study.path)
         parent = tracker.study_run(study.name, tags=_study_tags(study), params=_study_params(study))
+        tracker.attach_text(parent, resolved_yaml(study), STUDY_ARTIFACT)
+        self.tracker, self.parent = tracker, parent  # the study's MLflow run
         self.final = Queue.final(study, storage)
         self.searches = (
             {v: Queue.search(study, v, storage) for v in study.variants} if study.spec.search.enabled else {}
         )
-        self.data = TaskData(study)
+        self.data = TaskData(study, on_load=self._record_data)
         self.execution = Execution(
             study, stores.output_dir, tracker, parent, self.reporter, self.data, worker_id, checkpoint_s
         )
         self._configs: dict[str, Config] = {}
+
+    def _record_data(self, data: Any) -> None:
+        """The loaded data's summary (Task.data_summary) as a tag on the study's run."""
+        try:
+            summary = self.study.task.data_summary(data)
+            self.tracker.set_tag(self.parent, DATA_SUMMARY, json.dumps(summary, default=str))
+        except Exception as exc:  # noqa: BLE001 - a summary is never worth a trial (data loads inside one)
+            warnings.warn(f"no data summary recorded: {exc}", stacklevel=2)
 
     # -- what each variant trains with ----------------------------------------------------
     def config(self, variant: str) -> Config | None:
@@ -195,6 +210,29 @@ class Driver:
             for queue in [*self.searches.values(), self.final]
         )
 
+    def _running_elsewhere(self) -> bool:
+        return any(
+            self.stores.is_live(t)
+            for queue in [*self.searches.values(), self.final]
+            for t in queue.trials(TrialState.RUNNING)
+        )
+
+    def close_study(self, stopped_by: BaseException | None = None) -> None:
+        """Close the study's MLflow run if this worker ends the study: after a normal end with no
+        trial queued or running anywhere, FINISHED — or FAILED where trials failed for good (the
+        run exits 1); stopped (Ctrl-C, SIGTERM) or crashed with no trial running elsewhere, a RUNNING
+        run becomes KILLED or FAILED. Several workers may each close it: they agree."""
+        if stopped_by is None:
+            if self._busy_elsewhere():
+                return
+            failed = [f for f in self.summary.failed if f[1] < 0] or failed_for_good(
+                self.final.trials(), self.possible
+            )
+            self.tracker.close_study(self.parent, "FAILED" if failed else "FINISHED")
+        elif not self._running_elsewhere() and self.tracker.study_status(self.parent) == "RUNNING":
+            interrupted = isinstance(stopped_by, KeyboardInterrupt)
+            self.tracker.close_study(self.parent, "KILLED" if interrupted else "FAILED")
+
     def _replan(self, trials: list[optuna.trial.FrozenTrial]) -> None:
         """The keys wanted now (a sequential design adds seeds as its looks complete); the progress
         total follows the plan."""
@@ -283,6 +321,7 @@ class Driver:
 
     def _final_trial(self, queue: Queue, trial: optuna.Trial) -> None:
         job = Job(trial.user_attrs["variant"], int(trial.user_attrs["seed"]))
+        queue.show_key(trial, job.variant, job.seed, list(self.study.variants))
         cfg = self.config(job.variant)
         trial.set_user_attr("fingerprint", fingerprint(cfg.study, job.variant))
         run_id = self.execution.start_run(job, cfg, {"trial": str(trial.number)}, cfg.params)
@@ -317,7 +356,14 @@ def run_study(
     has a ``search:`` section); returns what this process did."""
     with stores.worker() as worker_id:
         driver = Driver(study, stores, reporter, retry_failed, worker_id=worker_id)
-        return driver.run(wait_for_others=wait_for_others)
+        try:
+            summary = driver.run(wait_for_others=wait_for_others)
+        except BaseException as exc:
+            with suppress(Exception):  # what stopped the run is what the caller hears of
+                driver.close_study(stopped_by=exc)
+            raise
+        driver.close_study()
+        return summary
 
 
 def prepare(study: Study, stores: Stores) -> None:
@@ -337,9 +383,10 @@ def _study_tags(study: Study) -> dict[str, str]:
 
 
 def _study_params(study: Study) -> dict[str, object]:
-    design = study.spec.sequential
-    return {
-        "study_file": str(study.path),
-        "seeds": study.spec.seeds if design is None else design.model_dump_json(),
-        "task": study.spec.task.model_dump_json(),
-    }
+    spec = study.spec.model_dump(mode="json", include={"seeds", "task", "metrics"})
+    return {"study_file": str(study.path), **spec}  # flattened by the tracker: task.kind, seeds.initial, …
+
+
+def resolved_yaml(study: Study) -> str:
+    """The validated study (overrides applied, defaults filled in) as YAML: what ran."""
+    return yaml.safe_dump(study.spec.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

@@ -8,9 +8,9 @@ the checkpoint (a failed or pruned trial starts afresh when retried).
 
 from __future__ import annotations
 
-import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 
 from .. import match as matching
 from ..faults import fault_point
+from ..registry import COMPONENT_SLOTS
 from ..study import Study, Variant
 from ..track import Tracker
 from ..train import Checkpoint, TrialFailed, TrialResult, resolve_device, train_trial
@@ -94,14 +95,18 @@ class Failed:
 
 
 class TaskData:
-    """The study's data, loaded on first use: a study whose trials are all complete never loads it."""
+    """The study's data, loaded on first use: a study whose trials are all complete never loads it.
+    ``on_load`` hears of the data once it is loaded (the driver records its summary)."""
 
-    def __init__(self, study: Study):
+    def __init__(self, study: Study, on_load: Callable[[Any], None] | None = None):
         self.task = study.task
+        self.on_load = on_load
 
     @cached_property
     def _loaded(self) -> tuple[Any, int]:
         data = self.task.load()
+        if self.on_load:
+            self.on_load(data)
         return data, self.task.max_len(data)
 
     def get(self) -> Any:
@@ -138,6 +143,7 @@ class Execution:
         # finished by a worker that died before telling Optuna, is superseded now.
         index, value = job.index
         self.tracker.close_unfinished(job.variant, value, role=job.role, key=index)
+        self.tracker.open_study(self.parent)  # a resumed study's run is RUNNING again
         tags = {
             "variant": job.variant,
             "seed": str(job.seed),
@@ -148,11 +154,14 @@ class Execution:
             **extra_tags,
             **{f"component.{s}": label for s, label in cfg.variant.components().items()},
         }
+        loss = cfg.study.loss.model_dump(mode="json")  # resolved: its kind and defaults spelt out
+        # Flattened by the tracker: model.attention.heads, train.loss.kind, … (search.* and match.*
+        # keys are dotted already and stay whole).
         run_params = {
             "variant": job.variant,
             "seed": job.seed,
-            "model": json.dumps(cfg.variant.spec.model_dump(), default=str),
-            **{f"train.{k}": v for k, v in cfg.study.spec.train.model_dump().items()},
+            "model": model_settings(cfg.variant),
+            "train": {**cfg.study.spec.train.model_dump(mode="json"), "loss": loss},
             **{f"search.{k}": v for k, v in params.items()},
             **(cfg.matched.record() if cfg.matched else {}),
         }
@@ -241,6 +250,19 @@ class Execution:
         trial.study.tell(trial, state=TrialState.FAIL)
         self.reporter.failed(job.variant, job.seed, reason)
         return Failed(reason)
+
+
+def model_settings(variant: Variant) -> dict[str, Any]:
+    """The variant's model settings with each component's options resolved, defaults included
+    (``attention: {kind: softmax, heads: 1, …}``), as recorded with its trial runs."""
+    settings = variant.spec.model_dump(mode="json")
+    for slot in COMPONENT_SLOTS:
+        held = settings[slot]
+        spelt = held if isinstance(held, list) else [held]
+        parts = variant.parts(slot)
+        resolved = [{**s, **p.options.model_dump(mode="json")} for s, p in zip(spelt, parts, strict=True)]
+        settings[slot] = resolved if isinstance(held, list) else resolved[0]
+    return settings
 
 
 def _free_accelerator() -> None:

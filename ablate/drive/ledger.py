@@ -18,6 +18,7 @@ from typing import Any
 
 import optuna
 import pandas as pd
+from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from ..errors import AblateError
@@ -163,6 +164,17 @@ def taken(trials: list[FrozenTrial], retry_failed: bool) -> set[Key]:
     return keys
 
 
+def failed_for_good(trials: list[FrozenTrial], keys: Collection[Key]) -> set[Key]:
+    """Keys among ``keys`` whose trials failed for a reason and never completed (read when no
+    trial is queued or running, as the study ends)."""
+    complete = {key_of(t) for t in trials if t.state == TrialState.COMPLETE}
+    return {
+        key
+        for t in trials
+        if t.state == TrialState.FAIL and failure_of(t) and (key := key_of(t)) in keys and key not in complete
+    }
+
+
 def check_changed(trials: list[FrozenTrial], expected: dict[str, str], place: str) -> None:
     """Stop when finished trials of a variant were trained with other settings than ``expected``
     (variant → fingerprint) gives; ``place`` names where they are."""
@@ -285,3 +297,23 @@ class Queue:
 
     def running(self, trial: optuna.Trial) -> bool:
         return self.stored(trial.number).state == TrialState.RUNNING
+
+    def show_key(self, trial: optuna.Trial, variant: str, seed: int, variants: list[str]) -> None:
+        """Record a final trial's (variant, seed) as its Optuna parameters too, so optuna-dashboard's
+        views show them (the ledger reads the user attributes; nothing samples these). A categorical's
+        choices are fixed for the study once set: where ``variant`` is not among them (a variant added
+        to a started study), or the trial has them already (a re-queued copy), nothing is recorded."""
+        stored = self.stored(trial.number)
+        if "variant" in stored.params:
+            return
+        held = next((t.distributions["variant"] for t in self.trials() if "variant" in t.distributions), None)
+        kinds = held or CategoricalDistribution(variants)
+        if not isinstance(kinds, CategoricalDistribution) or variant not in kinds.choices:
+            return
+        trial_id = self.trial_id(trial.number)
+        try:
+            self.storage.set_trial_param(trial_id, "variant", kinds.to_internal_repr(variant), kinds)
+            seeds = IntDistribution(seed, seed)  # an int's range may differ from trial to trial
+            self.storage.set_trial_param(trial_id, "seed", seeds.to_internal_repr(seed), seeds)
+        except ValueError:  # another worker fixed other choices first: the trial goes unlabelled
+            pass

@@ -1,22 +1,29 @@
 """The study report: ``results.csv``, ``comparisons.csv``, ``pairwise.csv``, ``table.tex``,
 ``report.md``, ``report.html``, ``figures/``.
 
-The report is one list of document elements (heading, paragraph, list, table, figure) rendered
-twice: to Markdown (figures linked from ``figures/``) and to a self-contained HTML page (figures
-embedded as base64 PNG). ``table.tex`` is the primary metric's table as a booktabs LaTeX table.
-Numbers come from :mod:`ablate.stats`; nothing here computes a test.
+The report is one list of document elements (headings, paragraph, list, warnings, table, figure,
+code) rendered twice: to Markdown (figures linked from ``figures/``) and to a self-contained HTML
+page (figures embedded as base64 PNG). It reads like a paper: results first (the primary verdicts,
+one table of variants × every metric, convergence warnings), the Methods after them.
+``table.tex`` is that first table as a booktabs LaTeX table. Numbers come from
+:mod:`ablate.stats`; nothing here computes a test.
 
 Modules: :mod:`.cells` (numbers as text), :mod:`.document` (elements and their renderers),
-:mod:`.tables` (Markdown, LaTeX, cost), :mod:`.figures`, :mod:`.verdicts` (the verdicts in words:
-opening lines, settings, calibration), :mod:`.text` (the ranking paragraphs), :mod:`.write`
+:mod:`.overview` (the first table, also as LaTeX), :mod:`.tables` (each metric's detail table,
+Markdown and LaTeX; cost), :mod:`.convergence` (not-converged warnings), :mod:`.figures`,
+:mod:`.verdicts` (the verdicts in words: opening lines, settings, calibration), :mod:`.text` (the
+ranking paragraphs), :mod:`.sequential`, :mod:`.factorial`, :mod:`.methods` (the Methods section:
+data, verdicts, convergence, costs, calibration, software and configuration), :mod:`.write`
 (``write_report``: everything assembled and written).
 """
 
 from __future__ import annotations
 
 from .cells import NA
-from .document import CSS, HTML, MARKDOWN, Element
+from .convergence import NotConverged, not_converged
+from .document import CSS, HTML, MARKDOWN, Element, Strong
 from .figures import cd_figure, cost_figure, curves_figure, pairwise_figure, strip_figure
+from .overview import VERDICT_MARKS, overview_latex, overview_rows
 from .tables import COSTS, TEX_GLYPHS, TEX_SPECIALS, format_table, latex_table, tex_escape
 from .write import write_report
 
@@ -28,12 +35,18 @@ __all__ = [
     "NA",
     "TEX_GLYPHS",
     "TEX_SPECIALS",
+    "VERDICT_MARKS",
     "Element",
+    "NotConverged",
+    "Strong",
     "cd_figure",
     "cost_figure",
     "curves_figure",
     "format_table",
     "latex_table",
+    "not_converged",
+    "overview_latex",
+    "overview_rows",
     "pairwise_figure",
     "strip_figure",
     "tex_escape",

@@ -262,17 +262,27 @@ def _label_points(ax, pts: pd.DataFrame) -> None:
         )
 
 
+def _logged(frame: pd.DataFrame, column: str) -> bool:
+    return column in frame.columns and pd.to_numeric(frame[column], errors="coerce").notna().any()
+
+
+def cost_time(results: pd.DataFrame) -> tuple[str | None, str]:
+    """The time the cost figure plots: CPU time when every trial logged it (it does not grow when
+    other work shares the machine), else wall time; (None, …) when neither was logged."""
+    if "cpu_s" in results.columns and pd.to_numeric(results["cpu_s"], errors="coerce").notna().all():
+        return "cpu_s", "CPU s per trial"
+    return ("wall_s" if _logged(results, "wall_s") else None), "wall s per trial"
+
+
 def cost_figure(
     results: pd.DataFrame, cmp: pd.DataFrame, settings: ReportSettings, names: list[str], path: Path
 ) -> Path | None:
-    """Cost vs. quality, one point per variant: x the mean wall time per trial (± sd) and the
-    parameter count, y the primary metric's mean ± sd over seeds."""
+    """Cost vs. quality, one point per variant: x the mean time per trial (± sd) and the parameter
+    count, y the primary metric's mean ± sd over seeds. The time is CPU time where it was logged
+    (:func:`cost_time`)."""
     frame = results.assign(variant=results["variant"].astype(str))
-    costs = [
-        (c, label)
-        for c, label in (("wall_s", "wall s per trial"), ("params", "parameters"))
-        if c in frame.columns and pd.to_numeric(frame[c], errors="coerce").notna().any()
-    ]
+    clock = cost_time(results)
+    costs = [(c, label) for c, label in (clock, ("params", "parameters")) if c and _logged(frame, c)]
     if not costs:
         return None
     quality = cmp.set_index("variant")

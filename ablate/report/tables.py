@@ -17,6 +17,7 @@ COSTS = [
     ("tokens_per_s", "tokens/s", "{:,.0f}"),
     ("peak_memory_mb", "peak memory MB", "{:,.1f}"),
     ("wall_s", "wall s", "{:,.1f}"),
+    ("cpu_s", "CPU s", "{:,.1f}"),
     ("epochs", "epochs", "{:,.1f}"),
 ]
 

@@ -1,6 +1,6 @@
 """The verdicts in words: the report's opening lines, each secondary metric's exploratory note,
-the settings that say how a verdict is reached, and the calibration section (the verdicts' error
-rates, simulated at report time)."""
+the Methods paragraphs that say how a verdict is reached, and the calibration list (the verdicts'
+error rates, simulated at report time)."""
 
 from __future__ import annotations
 
@@ -100,8 +100,8 @@ def exploratory_text(cmp: pd.DataFrame, settings: ReportSettings) -> str:
 
 
 def settings_text(settings: ReportSettings, tables: dict[str, pd.DataFrame]) -> list[str]:
-    """The settings section: metrics, how a verdict is reached, the margin, the MDD, and what is
-    left out of the tables."""
+    """The Methods paragraphs on the verdicts: metrics, how a verdict is reached, the margin, the
+    MDD, and what is left out of the tables."""
     primary = tables[settings.primary]
     higher = "higher" if settings.higher(settings.primary) else "lower"
     corr = settings.correction_method.label

@@ -1,26 +1,32 @@
 """``write_report``: the statistics, tables, figures and text of a study assembled into one
 document and written as ``report.md``, ``report.html``, ``table.tex``, the CSV files and
-``figures/``."""
+``figures/``.
+
+The document reads like a paper: the results first (the primary verdicts, one table of variants ×
+every metric, convergence warnings), then each metric's detail and the analyses that follow from
+them, then the Methods (how the numbers were computed, the data, the configuration)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from .. import stats
 from ..stats import ReportSettings
 from ..stats.resample import resampled_for_report
 from .cells import isnan
+from .convergence import not_converged, warning_lines
 from .document import Element, to_html, to_markdown
 from .factorial import factorial_elements
-from .figures import cd_figure, cost_figure, curves_figure, pairwise_figure, strip_figure
+from .figures import cd_figure, cost_figure, cost_time, curves_figure, pairwise_figure, strip_figure
+from .methods import methods_elements
+from .overview import overview_latex, overview_legend, overview_rows
 from .sequential import sequential_elements
-from .tables import cost_table, latex_table, table_rows
+from .tables import cost_table, table_rows
 from .text import friedman_text, pairwise_text
-from .verdicts import calibration_text, exploratory_text, headline, settings_text, verdict_sentences
+from .verdicts import exploratory_text, headline, verdict_sentences
 
 
 def _slug(text: str) -> str:
@@ -95,19 +101,6 @@ def _tuning_sections(results: pd.DataFrame, names: list[str]) -> list[Element]:
     return elements
 
 
-def _calibration(primary: pd.DataFrame, settings: ReportSettings) -> dict | None:
-    """``stats.calibrate`` for a study of this one's shape on the primary metric: its seeds, the
-    variants in its family, the baseline's mean and the paired differences' pooled sd."""
-    tested = (primary["variant"] != settings.baseline) & ~primary["variant"].isin(list(settings.duplicates))
-    rest = primary[tested]
-    family = len(rest)
-    base_mean = float(primary["mean"].iloc[0])
-    spread = rest["sd_diff"].dropna()
-    sd = float(np.sqrt(np.mean(np.square(spread)))) if len(spread) else float("nan")
-    seeds = int(primary["n_paired"].max())
-    return stats.calibrate(settings, seeds, family, mean=base_mean, sd=sd)
-
-
 def write_report(
     results: pd.DataFrame,
     units: pd.DataFrame | None,
@@ -115,15 +108,19 @@ def write_report(
     settings: ReportSettings,
     out_dir: Path,
     failures: pd.DataFrame | None = None,
+    meta: dict | None = None,
 ) -> dict[str, Path]:
     """Write the report files into ``out_dir``; return their paths by name.
 
+    ``meta``: what the store recorded beside the trials (``Results.meta``: version, commit, data
+    summary, resolved study, cost note); each part is shown when present (see :mod:`.methods`).
+
     Names: ``csv`` (results.csv, the frame as given), ``comparisons`` (every ``stats.compare`` row
     for every metric), ``pairwise`` (every ``stats.pairwise`` row, primary metric), ``tex``
-    (table.tex), ``md``, ``html``, and one per figure drawn: ``seeds`` (primary metric) and
-    ``seeds:<metric>`` per secondary metric, ``curves`` (when curves are non-empty), ``cd`` (when
-    the Friedman test is available), ``pairwise_fig`` (≥ 2 variants), ``cost_quality`` (when a
-    wall-time or parameter column exists).
+    (table.tex: variants × every metric), ``md``, ``html``, and one per figure drawn: ``seeds``
+    (primary metric) and ``seeds:<metric>`` per secondary metric, ``curves`` (when curves are
+    non-empty), ``cd`` (when the Friedman test is available), ``pairwise_fig`` (≥ 2 variants),
+    ``cost_quality`` (when a time or parameter column exists).
     """
     out_dir = Path(out_dir)
     fig_dir = out_dir / "figures"
@@ -142,19 +139,26 @@ def write_report(
     paths["pairwise"] = out_dir / "pairwise.csv"
     pairs.to_csv(paths["pairwise"], index=False)
     paths["tex"] = out_dir / "table.tex"
-    paths["tex"].write_text(latex_table(primary, settings), encoding="utf-8")
+    paths["tex"].write_text(overview_latex(tables, settings), encoding="utf-8")
+    flags = not_converged(results, curves, settings, names)
 
-    cal = _calibration(primary, settings)
-
+    overview_headers, overview = overview_rows(tables, settings)
     elements = [
         Element("h1", f"Ablation report: {settings.study}"),
         Element("p", headline(primary, settings)),
         Element("list", items=verdict_sentences(primary, settings)),
-        Element("h2", "Settings"),
-        *[Element("p", t) for t in settings_text(settings, tables)],
+        Element("table", headers=overview_headers, items=overview),
+        Element("caption", overview_legend(tables, settings)),
     ]
-    if settings.notes:
-        elements.append(Element("list", items=list(settings.notes)))
+    if flags:
+        elements += [
+            Element("warnings", items=warning_lines(flags, settings)),
+            Element(
+                "p",
+                "These variants were still improving when training stopped: their verdicts compare models "
+                "that more epochs would change (Methods, Convergence).",
+            ),
+        ]
 
     def figure(name: str, path: Path | None, caption: str) -> None:
         if path is not None:
@@ -186,11 +190,13 @@ def write_report(
         elements += [
             Element("h2", "Cost (mean per trial over seeds)"),
             Element("table", headers=cost[0], items=cost[1], left=1),
+            Element("p", "How the costs were measured: Methods, Costs."),
         ]
+        clock = "CPU time" if cost_time(results)[0] == "cpu_s" else "wall time"
         figure(
             "cost_quality",
             cost_figure(results, primary, settings, names, fig_dir / "cost_quality.png"),
-            f"Cost vs. quality: test {settings.primary} mean ± sd over seeds against wall time per "
+            f"Cost vs. quality: test {settings.primary} mean ± sd over seeds against {clock} per "
             "trial (± sd) and parameter count, one point per variant (◆ baseline).",
         )
 
@@ -224,11 +230,8 @@ def write_report(
             "per epoch: mean over seeds, band ± 1 sd.",
         )
 
-    tested_pairs = int(pairs["p"].notna().sum())
-    elements += [
-        Element("h2", "Calibration"),
-        Element("list", items=calibration_text(cal, settings, tables, tested_pairs)),
-    ]
+    has_curves = curve_path is not None
+    elements += methods_elements(settings, tables, flags, has_curves, int(pairs["p"].notna().sum()), meta)
     elements += [
         Element("h2", "Files"),
         Element(
@@ -239,7 +242,8 @@ def write_report(
                 "and its numbers, raw and adjusted p-values, and what the tables leave out (the "
                 "per-unit tests, the bootstrap interval)",
                 "pairwise.csv: every pair of variants on the primary metric",
-                "table.tex: the primary metric's table (LaTeX, booktabs)",
+                "table.tex: the results table, variants × every metric with the verdict marks "
+                "(LaTeX, booktabs)",
                 "figures/: the figures above as PNG",
             ],
         ),

@@ -64,6 +64,15 @@ class ForecastTask(Task):
     def values_width(self) -> int:
         return self.options.lookback
 
+    def data_summary(self, data: Series) -> dict[str, int | float | str]:
+        """Channels and timesteps, and per split its timesteps (validation and test rows include the
+        lookback they read) and (input, target) windows, the evaluation units."""
+        summary: dict[str, int | float | str] = {"channels": data.num_channels, "timesteps": len(data.values)}
+        for split, (start, end) in data.borders.items():
+            summary[f"{split} timesteps"] = end - start
+        summary.update({f"{split} windows": data.windows(split) for split in data.borders})
+        return summary
+
     def max_len(self, data: Series) -> int:
         return data.num_channels
 

@@ -16,7 +16,7 @@ from ablate.tasks import Evaluation, LossPart, Task
 
 from . import losses, metrics
 from . import metrics as M
-from .batches import Batch, length_groups, train_batches
+from .batches import Batch, length_groups, train_batches, train_part
 from .data import Interactions, cached, read_movielens, read_table, read_user_item, read_user_lines, synthetic
 from .evaluation import evaluate
 from .model import SeqRecModel, padded_layout
@@ -92,6 +92,19 @@ class SeqRecTask(Task):
 
     def max_len(self, data: Interactions) -> int:
         return self.options.max_len
+
+    def data_summary(self, data: Interactions) -> dict[str, int | float | str]:
+        """Leave-one-out units: a user trains where it has a training target, and every user is a
+        validation and a test unit."""
+        return {
+            "users": data.num_users,
+            "items": data.num_items,
+            "interactions": data.num_interactions,
+            "train units": sum(len(train_part(s)) >= 2 for s in data.sequences),
+            "valid units": data.num_users,
+            "test units": data.num_users,
+            "mean sequence length": round(data.num_interactions / max(data.num_users, 1), 2),
+        }
 
     def train_batches(
         self, data: Interactions, batch_size: int, generator: torch.Generator

@@ -76,6 +76,14 @@ class TabularTask(Task):
     def max_len(self, data: Table) -> int:
         return 1 + data.num_features  # readout + features
 
+    def data_summary(self, data: Table) -> dict[str, int | float | str]:
+        return {
+            **{f"{split} rows": len(part) for split, part in data.splits.items()},
+            "numeric features": len(data.numeric_names),
+            "categorical features": len(data.categorical_names),
+            "target": data.task_type if data.classes == 1 else f"{data.task_type} ({data.classes} classes)",
+        }
+
     def train_batches(self, data: Table, batch_size: int, generator: torch.Generator) -> Iterable[Batch]:
         return train_batches(data.splits["train"], batch_size, generator)
 

@@ -1,0 +1,162 @@
+"""A running study's progress: the trial bar (with an ETA) and the epoch bar in a terminal, and
+one line per finished trial, failed trial and search trial, printed as each ends (above the
+bars, or alone in a log, where no bars are drawn). ``ablate run --workers N`` follows the shared
+store instead of a trial loop of its own (:class:`StoreWatch`)."""
+
+from __future__ import annotations
+
+from statistics import mean
+
+import optuna
+from optuna.trial import TrialState
+from rich.progress import Progress
+
+from .console import duration, say, trial_line
+from .drive import Reporter, Stores, eta_seconds, progress
+from .drive.ledger import key_of
+from .study import Study
+from .train import TrialResult
+
+
+class TrialLog:
+    """The trial bar and the lines: finished (and failed) trials counted against the plan."""
+
+    def __init__(self, study: Study, bars: Progress, quiet: bool, label: str = "trials"):
+        self.bars, self.quiet = bars, quiet
+        self.metric = study.metrics[0]
+        self.task = bars.add_task(label, total=None, eta="")
+        self.total = self.done = 0
+        self.walls: list[float] = []  # of the trials finished while watching
+
+    def plan(self, total: int, done: int) -> None:
+        self.total, self.done = total, done
+        self.bars.update(self.task, total=total, completed=done)
+
+    def finished(self, what: str, summary: dict[str, float], wall: float, eta: float | None = None) -> None:
+        """One trial done; ``eta`` as known to the caller, else the mean wall time × trials left."""
+        self.done += 1
+        self.walls.append(wall)
+        eta = self._show(eta)
+        value = summary.get(f"test.{self.metric}")
+        self._say(trial_line(self.done, self.total, what, self.metric, value, wall, eta))
+
+    def failed(self, what: str, reason: str, eta: float | None = None) -> None:
+        self.done += 1
+        eta = self._show(eta)
+        left = max(self.total - self.done, 0)
+        later = f"  ETA {duration(eta)}" if eta is not None and left else ""
+        self._say(f"trial {self.done}/{self.total} failed: {what}: {reason}  {left} left{later}")
+
+    def searched(self, what: str, summary: dict[str, float], wall: float | None = None) -> None:
+        value = summary.get(f"valid.{self.metric}")
+        shown = f"  valid {self.metric} {value:.4f}" if value is not None else ""
+        self._say(f"search trial done: {what}{shown}{f'  wall {wall:.1f} s' if wall else ''}")
+
+    def search_failed(self, what: str, reason: str) -> None:
+        self._say(f"search trial failed: {what}: {reason}")
+
+    def _show(self, eta: float | None) -> float | None:
+        """Advance the bar and show the ETA (the given one, else mean wall time × trials left)."""
+        if eta is None and self.walls:
+            eta = mean(self.walls) * max(self.total - self.done, 0)
+        shown = f"ETA {duration(eta)}" if eta is not None and self.done < self.total else ""
+        self.bars.update(self.task, completed=self.done, eta=shown)
+        return eta
+
+    def _say(self, line: str) -> None:
+        if not self.quiet:
+            say(line)
+
+
+class BarReporter(Reporter):
+    """This process's trials: the trial bar and lines (:class:`TrialLog`), the current trial's epochs."""
+
+    def __init__(self, study: Study, bars: Progress, quiet: bool):
+        self.log = TrialLog(study, bars, quiet)
+        self.bars = bars
+        self.variants = set(study.variants)
+        self.epochs = None
+        self.label = ""
+        self.searching = False
+
+    def study(self, total: int, done: int) -> None:
+        self.log.plan(total, done)
+
+    def trial(self, variant: str, seed: int, epochs: int) -> None:
+        # A search trial comes labelled ("gelu-mlp · search 3/8"), a final one by its variant's name.
+        self.searching = variant not in self.variants
+        self.label = variant if self.searching else f"{variant} · seed {seed}"
+        if self.epochs is not None:
+            self.bars.remove_task(self.epochs)
+        self.epochs = self.bars.add_task(self.label, total=epochs)
+
+    def epoch(self, epoch: int, logged: dict[str, float]) -> None:
+        shown = " ".join(f"{k.split('.', 1)[1]} {v:.4f}" for k, v in logged.items() if k.startswith("valid."))
+        self.bars.update(self.epochs, completed=epoch, description=f"{self.label} {shown}")
+
+    def finished(self, variant: str, seed: int, result: TrialResult) -> None:
+        if self.epochs is not None:
+            self.bars.update(self.epochs, completed=self.bars.tasks[-1].total)
+        if self.searching:
+            self.log.searched(variant, result.summary, result.wall_s)
+        else:
+            self.log.finished(f"{variant} seed {seed}", result.summary, result.wall_s)
+
+    def failed(self, variant: str, seed: int, reason: str) -> None:
+        # A search trial whose parameters do not fit fails before it starts, under its label.
+        if self.searching or variant not in self.variants:
+            self.log.search_failed(self.label if variant in self.variants else variant, reason)
+        else:
+            self.log.failed(f"{variant} seed {seed}", reason)
+
+
+class StoreWatch:
+    """The parent of ``ablate run --workers N``: its trial bar and lines follow the shared store
+    (each poll reads it once more), since the trials train in the worker processes."""
+
+    def __init__(self, study: Study, stores: Stores, bars: Progress, quiet: bool, workers: int):
+        self.study, self.stores = study, stores
+        self.possible = {(v, s) for v in study.variants for s in study.spec.seed_list}
+        self.storage = stores.storage()  # one handle: a journal is then read incrementally, not replayed
+        self.log = TrialLog(study, bars, quiet, label=f"trials ({workers} workers)")
+        rows = progress(study, stores, self.storage)
+        self.before = sum(r.done for r in rows.values())
+        self.seen = self._complete()
+        self.failures = {(v, seed, reason) for v, r in rows.items() for seed, reason in r.failures}
+        self.searched = {v: r.searched for v, r in rows.items()}
+        self._plan(rows)
+
+    def poll(self) -> None:
+        rows = progress(self.study, self.stores, self.storage)
+        eta = eta_seconds(rows)
+        complete = self._complete()
+        for key in sorted(complete.keys() - self.seen.keys(), key=lambda k: complete[k].number):
+            trial = complete[key]
+            wall = trial.user_attrs.get("wall_s") or 0.0
+            self.log.finished(f"{key[0]} seed {key[1]}", trial.user_attrs, wall, eta=eta)
+        self.seen = complete
+        for variant, r in rows.items():
+            for seed, reason in r.failures:
+                if (variant, seed, reason) not in self.failures:
+                    self.failures.add((variant, seed, reason))
+                    self.log.failed(f"{variant} seed {seed}", reason, eta=eta)
+            if r.searched > self.searched[variant]:
+                self.log.searched(f"{variant} · {r.searched}/{r.search_budget} search trials", {})
+                self.searched[variant] = r.searched
+        self._plan(rows)
+
+    def _plan(self, rows) -> None:
+        total = sum(r.planned for r in rows.values())  # a sequential design's total grows with its looks
+        self.log.plan(total, sum(r.done + r.failed for r in rows.values()))
+
+    def _complete(self) -> dict[tuple, optuna.trial.FrozenTrial]:
+        """(variant, seed) → its complete final trial."""
+        names = {s.study_name for s in optuna.get_all_study_summaries(self.storage)}
+        if self.study.name not in names:
+            return {}
+        queue = optuna.load_study(study_name=self.study.name, storage=self.storage)
+        return {
+            key_of(t): t
+            for t in queue.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if key_of(t) in self.possible
+        }

@@ -1,0 +1,123 @@
+"""The report's Methods section, after the results: the data, how a verdict is reached (intervals,
+margins, MDD), how convergence was judged, how costs were measured, the verdicts' calibration, and
+the software and resolved configuration that produced the study.
+
+``meta`` is what the tracking store recorded beside the trials (``Results.meta``): keys
+``ablate_version``, ``git_commit`` (None: not in a repository), ``git_dirty``, ``data_summary``
+(label → value), ``resolved_study`` (YAML text), ``cost_note``. Each part renders only when its
+key is present."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import stats
+from ..stats import ReportSettings
+from .cells import isnan
+from .convergence import NotConverged, method_text
+from .document import Element
+from .verdicts import calibration_text, settings_text
+
+# How costs were measured, when the store recorded no note of its own.
+DEFAULT_COST_NOTE = (
+    "Costs are what each trial logged, averaged over its seeds: wall s is the trial's elapsed time "
+    "(training and evaluation), which grows when other work shares the machine, as does tokens/s "
+    "(training tokens over training wall time); CPU s, where logged, is the CPU time of the trial's "
+    "process, which does not count time spent waiting for a core and so compares variants trained on "
+    "a shared machine more fairly; params counts the backbone's parameters."
+)
+
+
+def calibration(primary: pd.DataFrame, settings: ReportSettings) -> dict | None:
+    """``stats.calibrate`` for a study of this one's shape on the primary metric: its seeds, the
+    variants in its family, the baseline's mean and the paired differences' pooled sd."""
+    tested = (primary["variant"] != settings.baseline) & ~primary["variant"].isin(list(settings.duplicates))
+    rest = primary[tested]
+    base_mean = float(primary["mean"].iloc[0])
+    spread = rest["sd_diff"].dropna()
+    sd = float(np.sqrt(np.mean(np.square(spread)))) if len(spread) else float("nan")
+    seeds = int(primary["n_paired"].max())
+    return stats.calibrate(settings, seeds, len(rest), mean=base_mean, sd=sd)
+
+
+def _value(x) -> str:
+    if isinstance(x, bool) or x is None:
+        return str(x)
+    if isinstance(x, int | np.integer):
+        return f"{int(x):,}"
+    if isinstance(x, float | np.floating):
+        return "n/a" if isnan(float(x)) else (f"{x:,.0f}" if float(x).is_integer() else f"{x:,.4g}")
+    return str(x)
+
+
+def data_elements(meta: dict) -> list[Element]:
+    summary = meta.get("data_summary")
+    if not summary:
+        return []
+    rows = [[str(label), _value(value)] for label, value in summary.items()]
+    return [Element("h3", "Data"), Element("table", headers=["data", "value"], items=rows, left=1)]
+
+
+def cost_note(meta: dict) -> str:
+    """The recorded note as a sentence (a recorded fragment gets its capital and full stop)."""
+    note = (meta.get("cost_note") or "").strip()
+    if not note:
+        return DEFAULT_COST_NOTE
+    note = note[0].upper() + note[1:]
+    return note if note.endswith((".", "!", "?")) else note + "."
+
+
+def software_elements(meta: dict) -> list[Element]:
+    """The ablate version, the study repository's commit, the resolved study as YAML."""
+    said = []
+    if meta.get("ablate_version"):
+        said.append(f"ablate {meta['ablate_version']}")
+    if "git_commit" in meta:
+        commit = meta["git_commit"]
+        dirty = " (with uncommitted changes)" if meta.get("git_dirty") else ""
+        said.append(
+            f"the study's repository at commit {commit}{dirty}"
+            if commit
+            else "no commit recorded (the study file is not in a git repository)"
+        )
+    elements = [Element("p", "Built with " + "; ".join(said) + ".")] if said else []
+    if meta.get("resolved_study"):
+        elements += [
+            Element(
+                "p",
+                "The study as it ran: the study file as validated, with any command-line overrides applied.",
+            ),
+            Element("code", meta["resolved_study"], title="Resolved study (YAML)", language="yaml"),
+        ]
+    return [Element("h3", "Software and configuration"), *elements] if elements else []
+
+
+def methods_elements(
+    settings: ReportSettings,
+    tables: dict[str, pd.DataFrame],
+    flags: list[NotConverged],
+    has_curves: bool,
+    tested_pairs: int,
+    meta: dict | None,
+) -> list[Element]:
+    """The Methods section, everything present in ``meta`` included."""
+    meta = meta or {}
+    elements = [Element("h2", "Methods"), *data_elements(meta), Element("h3", "Verdicts, intervals, margins")]
+    elements += [Element("p", t) for t in settings_text(settings, tables)]
+    if settings.notes:
+        elements.append(Element("list", items=list(settings.notes)))
+    elements += [
+        Element("h3", "Convergence"),
+        Element("p", method_text(flags, settings, has_curves)),
+        Element("h3", "Costs"),
+        Element("p", cost_note(meta)),
+        Element("h3", "Calibration"),
+        Element(
+            "list",
+            items=calibration_text(
+                calibration(tables[settings.primary], settings), settings, tables, tested_pairs
+            ),
+        ),
+    ]
+    return elements + software_elements(meta)

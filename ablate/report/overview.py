@@ -1,0 +1,116 @@
+"""The report's first table: variants × every metric, mean ± sd over seeds with each verdict's mark
+against the baseline and the best mean per metric in bold; as Markdown / HTML cells and as the
+booktabs LaTeX table written to ``table.tex``."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from ..stats import ReportSettings
+from .cells import mean_sd, number
+from .document import Strong
+from .tables import tex_escape
+
+# A verdict's mark in the overview; a comparison without a verdict (too few seeds, a duplicate) has none.
+VERDICT_MARKS = {"better": "▲", "worse": "▼", "equivalent": "=", "inconclusive": "?"}
+
+
+def _best(cmp: pd.DataFrame, higher: bool) -> str | None:
+    """The best mean as shown (ties at the shown precision are all best); None: no mean."""
+    means = cmp["mean"].dropna()
+    if means.empty:
+        return None
+    return number(means.max() if higher else means.min())
+
+
+def overview_rows(
+    tables: dict[str, pd.DataFrame], settings: ReportSettings
+) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows, variants in the primary table's order; a metric's best cells are ``Strong``."""
+    primary = tables[settings.primary]
+    headers = ["variant", "differs", "seeds"] + [
+        f"{m} (primary)" if m == settings.primary else m for m in tables
+    ]
+    best = {m: _best(cmp, settings.higher(m)) for m, cmp in tables.items()}
+    by_variant = {m: {r.variant: r for r in cmp.itertuples(index=False)} for m, cmp in tables.items()}
+    rows = []
+    for row in primary.itertuples(index=False):
+        cells = [row.variant, row.differs, str(row.n_seeds)]
+        for m in tables:
+            r = by_variant[m][row.variant]
+            mark = "" if row.variant == settings.baseline else VERDICT_MARKS.get(r.verdict, "")
+            shown = mean_sd(r) + (f" {mark}" if mark else "")
+            is_best = best[m] is not None and r.n_seeds > 0 and number(r.mean) == best[m]
+            cells.append(Strong(shown) if is_best else shown)
+        rows.append(cells)
+    return headers, rows
+
+
+def _directions(tables: dict[str, pd.DataFrame], settings: ReportSettings) -> str:
+    lower = [m for m in tables if not settings.higher(m)]
+    if not lower:
+        return "higher is better for every metric"
+    higher = [m for m in tables if settings.higher(m)]
+    said = f"lower is better for {', '.join(lower)}"
+    return said + (f", higher for {', '.join(higher)}" if higher else "")
+
+
+def overview_legend(tables: dict[str, pd.DataFrame], settings: ReportSettings) -> str:
+    """What the marks and the bold mean (the same words as table.tex's caption)."""
+    secondary = [m for m in tables if m != settings.primary]
+    exploratory = (
+        f"; the secondary metrics ({', '.join(secondary)}) are exploratory, each corrected over its "
+        "own family"
+        if secondary
+        else ""
+    )
+    return (
+        f"Test metrics, mean ± sd over seeds. Marks against {settings.baseline}, from each metric's verdict "
+        f"(its paired t interval at the {settings.correction_method.label}-adjusted level, "
+        f"α = {settings.alpha:g}): ▲ better, ▼ worse, = equivalent within the margin, ? inconclusive; "
+        f"no mark: not tested (fewer than 3 paired seeds, or a duplicate). Bold: the best mean per "
+        f"metric ({_directions(tables, settings)}){exploratory}."
+    )
+
+
+def _tex_cell(cell) -> str:
+    text = tex_escape(cell)
+    return rf"\textbf{{{text}}}" if isinstance(cell, Strong) else text
+
+
+def overview_latex(tables: dict[str, pd.DataFrame], settings: ReportSettings) -> str:
+    """The overview as a booktabs ``table`` environment (needs ``\\usepackage{booktabs}`` only).
+
+    Narrower than the Markdown table, to fit a paper's column: no ``differs`` column (the paper's
+    text names what each variant changes), and the seed count in the caption when every variant
+    has the same."""
+    headers, rows = overview_rows(tables, settings)
+    seeds = {r[2] for r in rows}
+    keep = [0] + ([2] if len(seeds) > 1 else []) + list(range(3, len(headers)))
+    headers, rows = [headers[i] for i in keep], [[r[i] for i in keep] for r in rows]
+    legend = overview_legend(tables, settings)
+    if len(seeds) == 1:
+        legend = legend.replace("over seeds.", f"over {next(iter(seeds))} seeds.", 1)
+    caption = f"Ablation study {settings.study}. {legend}"
+    label = re.sub(r"[^A-Za-z0-9_:.-]+", "-", f"tab:ablate:{settings.study}")
+    spec = "l" + "r" * (len(headers) - 1)
+    lines = [
+        f"% ablate report: {tex_escape(settings.study)}, every metric.",
+        r"% Needs \usepackage{booktabs}.",
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\small",
+        rf"\caption{{{tex_escape(caption)}}}",
+        rf"\label{{{label}}}",
+        rf"\begin{{tabular}}{{{spec}}}",
+        r"\toprule",
+        " & ".join(tex_escape(h) for h in headers) + r" \\",
+        r"\midrule",
+        *[" & ".join(_tex_cell(c) for c in r) + r" \\" for r in rows],
+        r"\bottomrule",
+        r"\end{tabular}",
+        r"\end{table}",
+    ]
+    return "\n".join(lines) + "\n"

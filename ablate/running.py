@@ -1,0 +1,165 @@
+"""``ablate run``'s work, shared by the command and :func:`ablate.run`: train a study's trials in
+this process or in N worker processes on this machine, then write its report."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.markup import escape
+
+from . import stopping
+from .console import err, out, progress_bars
+from .drive import Stores, prepare, progress, run_study
+from .errors import AblateError
+from .progress import BarReporter, StoreWatch
+from .results import Results, load_results
+from .study import Study
+from .track import attach_report
+
+# Set by `ablate run --workers N` for its workers: the pid they stop with.
+PARENT_ENV = "ABLATE_WORKER_OF"
+POLL_S = 2.0  # how often the parent of N workers reads the store for its progress
+
+
+@dataclass
+class Ran:
+    paths: dict[str, Path]  # the report's files
+    results: Results  # the study's finished trials, as the report read them
+    failed: list[tuple[str, int, str]]  # (variant, seed or -1, reason) standing in the study
+    skipped: int  # trials complete before this run
+
+
+def run_and_report(
+    study: Study,
+    output: Path | None = None,
+    reports: Path | None = None,
+    quiet: bool = False,
+    retry_failed: bool = False,
+    workers: int = 1,
+    storage: str | None = None,
+    tracking_uri: str | None = None,
+) -> Ran:
+    """Train every (variant, seed) of a study not yet complete, then write the report (to
+    ``reports/<study>/``, by default to ``report/`` in the study's output folder). A stop
+    request (SIGTERM, Ctrl-C) ends it with ``KeyboardInterrupt`` once trials in flight are recorded."""
+    if workers < 1:
+        raise AblateError(f"workers must be at least 1 (got {workers})")
+    stores = Stores.for_study(study, output, tracking_uri, storage)
+    if workers == 1:
+        with progress_bars(quiet) as bars:
+            summary = run_study(study, stores, BarReporter(study, bars, quiet), retry_failed=retry_failed)
+        skipped = summary.skipped
+        # Every failure standing in the study, not only this invocation's (a rerun leaves them).
+        failed = [f for f in summary.failed if f[1] < 0] + standing_failures(study, stores)
+    else:
+        skipped, failed = _run_workers(study, stores, workers, quiet, retry_failed)
+    if skipped:
+        err.print(f"resumed: {skipped} trial(s) were already complete and were not retrained")
+    out_dir = reports / study.name if reports else stores.output_dir / "report"
+    paths, results = write_study_report(stores.tracking_uri, study.name, out_dir, study)
+    for variant, seed, reason in failed:
+        err.print(f"[red]failed[/red] {variant}{f' seed {seed}' if seed >= 0 else ''}: {escape(reason)}")
+    out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
+    return Ran(paths, results, failed, skipped)
+
+
+def _run_workers(study: Study, stores: Stores, workers: int, quiet: bool, retry_failed: bool):
+    """N ``ablate worker`` processes on this machine, sharing the study's stores."""
+    prepare(study, stores)  # create the stores and queues once: schema creation must not race
+    cmd = [sys.executable, "-m", "ablate.cli", "worker", str(study.path), *study.overrides]
+    cmd += ["--output", str(stores.output_dir), "--storage", stores.optuna_url]
+    cmd += ["--tracking-uri", stores.tracking_uri, "--quiet"]
+    if retry_failed:
+        cmd.append("--retry-failed")
+    with progress_bars(quiet) as bars:
+        watch = StoreWatch(study, stores, bars, quiet, workers)  # before any worker takes a trial
+        env = {**os.environ, PARENT_ENV: str(os.getpid())}
+        procs = [subprocess.Popen(cmd, env=env) for _ in range(workers)]
+        try:
+            while any(p.poll() is None for p in procs):
+                stopping.sleep(POLL_S)
+                watch.poll()
+            watch.poll()
+        except BaseException:
+            for p in procs:
+                p.terminate()
+            for p in procs:  # they record their trials as interrupted before this run returns
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    pass
+            raise
+    crashed = [p.returncode for p in procs if p.returncode not in (0, 1)]
+    if crashed:
+        raise AblateError(
+            f"{len(crashed)} of {workers} workers exited with status {crashed[0]}; "
+            f"run the study again to resume"
+        )
+    return watch.before, standing_failures(study, stores)
+
+
+def standing_failures(study: Study, stores: Stores) -> list[tuple[str, int, str]]:
+    return [(v, seed, reason) for v, r in progress(study, stores).items() for seed, reason in r.failures]
+
+
+def stop_with_parent() -> None:
+    """On Linux, a worker of `ablate run --workers N` gets SIGTERM (a clean stop, see
+    :mod:`ablate.stopping`) when that process dies, even by SIGKILL, instead of training on as
+    an orphan."""
+    parent = os.environ.get(PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != int(parent):  # it died before the request took effect
+        raise KeyboardInterrupt
+
+
+def write_study_report(
+    tracking_uri: str, experiment: str, out_dir: Path, study: Study | None
+) -> tuple[dict[str, Path], Results]:
+    """The report from the tracking store (its files, and the results it read); prints the
+    primary metric's comparison table."""
+    from .report import format_table, write_report
+    from .stats import compare
+    from .stats.resample import resampled_for_report
+
+    loaded = load_results(tracking_uri, experiment)
+    if loaded.results.empty:
+        raise AblateError(f"no finished trials for '{experiment}' in {tracking_uri}")
+    settings = report_settings(loaded.settings, study)
+    paths = write_report(
+        loaded.results,
+        loaded.units,
+        loaded.curves,
+        settings,
+        out_dir,
+        failures=loaded.failures,
+        meta=loaded.meta,
+    )
+    attach_report(tracking_uri, experiment, paths)  # to the study's MLflow run
+    shown, settings = resampled_for_report(loaded.results, loaded.units, settings)  # as the report
+    out.print(
+        format_table(compare(shown, loaded.units, settings, settings.primary), settings),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    return paths, loaded
+
+
+def report_settings(stored, study: Study | None):
+    """Report settings (``stats.ReportSettings``): the study file's when given (alpha etc. may be
+    changed after the run), else those stored with the study in the tracking store (None: none)."""
+    settings = study.report_settings() if study is not None else stored
+    if settings is None:
+        raise AblateError("the tracking store holds no report settings for this study; pass the study file")
+    notes = [f"variants: {', '.join(settings.variants)}"] if settings.variants else []
+    return settings.model_copy(update={"notes": notes})
