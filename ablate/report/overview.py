@@ -11,7 +11,7 @@ import pandas as pd
 from ..stats import ReportSettings
 from .cells import mean_sd, number
 from .document import Strong
-from .tables import tex_escape
+from .tables import booktabs_table, tex_escape
 
 # A verdict's mark in the overview; a comparison without a verdict (too few seeds, a duplicate) has none.
 VERDICT_MARKS = {"better": "▲", "worse": "▼", "equivalent": "=", "inconclusive": "?"}
@@ -96,21 +96,5 @@ def overview_latex(tables: dict[str, pd.DataFrame], settings: ReportSettings) ->
     caption = f"Ablation study {settings.study}. {legend}"
     label = re.sub(r"[^A-Za-z0-9_:.-]+", "-", f"tab:ablate:{settings.study}")
     spec = "l" + "r" * (len(headers) - 1)
-    lines = [
-        f"% ablate report: {tex_escape(settings.study)}, every metric.",
-        r"% Needs \usepackage{booktabs}.",
-        r"\begin{table}[t]",
-        r"\centering",
-        r"\small",
-        rf"\caption{{{tex_escape(caption)}}}",
-        rf"\label{{{label}}}",
-        rf"\begin{{tabular}}{{{spec}}}",
-        r"\toprule",
-        " & ".join(tex_escape(h) for h in headers) + r" \\",
-        r"\midrule",
-        *[" & ".join(_tex_cell(c) for c in r) + r" \\" for r in rows],
-        r"\bottomrule",
-        r"\end{tabular}",
-        r"\end{table}",
-    ]
-    return "\n".join(lines) + "\n"
+    cells = [[_tex_cell(c) for c in r] for r in rows]
+    return booktabs_table(f"{tex_escape(settings.study)}, every metric", caption, label, spec, headers, cells)

@@ -120,8 +120,17 @@ def latex_table(cmp: pd.DataFrame, settings: ReportSettings) -> str:
     )
     label = re.sub(r"[^A-Za-z0-9_:.-]+", "-", f"tab:ablate:{settings.study}:{metric}")
     spec = "l" * 2 + "r" * (len(headers) - 3) + "l"
+    what = f"{tex_escape(settings.study)}, primary metric {tex_escape(metric)}"
+    cells = [[tex_escape(c) for c in r] for r in rows]
+    return booktabs_table(what, caption, label, spec, headers, cells)
+
+
+def booktabs_table(
+    what: str, caption: str, label: str, spec: str, headers: list[str], cells: list[list[str]]
+) -> str:
+    """A standalone ``table`` environment (booktabs rules) of already-escaped ``cells``."""
     lines = [
-        f"% ablate report: {tex_escape(settings.study)}, primary metric {tex_escape(metric)}.",
+        f"% ablate report: {what}.",
         r"% Needs \usepackage{booktabs}.",
         r"\begin{table}[t]",
         r"\centering",
@@ -132,7 +141,7 @@ def latex_table(cmp: pd.DataFrame, settings: ReportSettings) -> str:
         r"\toprule",
         " & ".join(tex_escape(h) for h in headers) + r" \\",
         r"\midrule",
-        *[" & ".join(tex_escape(c) for c in r) + r" \\" for r in rows],
+        *[" & ".join(r) + r" \\" for r in cells],
         r"\bottomrule",
         r"\end{tabular}",
         r"\end{table}",
