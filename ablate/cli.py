@@ -83,16 +83,20 @@ def _options(
     pass
 
 
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or lines.")]
+RetryFailedOpt = Annotated[
+    bool, typer.Option(help="Run again trials that failed (not only interrupted ones).")
+]
+
+
 @app.command()
 def run(
     study_file: StudyArg,
     overrides: OverridesArg = None,
     output: OutputOpt = None,
     reports: ReportsOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or lines.")] = False,
-    retry_failed: Annotated[
-        bool, typer.Option(help="Run again trials that failed (not only interrupted ones).")
-    ] = False,
+    quiet: QuietOpt = False,
+    retry_failed: RetryFailedOpt = False,
     workers: Annotated[
         int, typer.Option("--workers", "-w", min=1, help="Worker processes on this machine.")
     ] = 1,
@@ -136,10 +140,8 @@ def worker(
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
     output: OutputOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
-    retry_failed: Annotated[
-        bool, typer.Option(help="Run again trials that failed (not only interrupted ones).")
-    ] = False,
+    quiet: QuietOpt = False,
+    retry_failed: RetryFailedOpt = False,
     heartbeat: Annotated[
         int, typer.Option(min=1, help="Seconds between heartbeats on a shared database.")
     ] = 20,

@@ -6,10 +6,10 @@ the file, the line (where the format gives one) and the key path, e.g.::
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
 
-import tomllib
 import yaml
 from pydantic import ValidationError
 

@@ -7,7 +7,6 @@ report's inputs."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -210,7 +209,6 @@ def test_flat_params_are_plain_dotted_and_within_mlflows_limits():
     }
 
 
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs the git command")
 def test_provenance_names_the_commit_of_the_repository_holding_the_study(tmp_path):
     assert set(provenance(tmp_path / "study.yaml")) == {"ablate.version"}  # not a repository
 

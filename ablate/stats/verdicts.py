@@ -34,14 +34,11 @@ MIN_SEEDS_VERDICT = 3  # paired seeds a verdict needs (as the seed tests)
 _MOST_SEEDS = 10_000  # "seeds that would decide it" beyond this: never, in practice
 
 
-class Verdict(str, enum.Enum):
+class Verdict(enum.StrEnum):
     BETTER = "better"
     WORSE = "worse"
     EQUIVALENT = "equivalent"
     INCONCLUSIVE = "inconclusive"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
