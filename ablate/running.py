@@ -45,8 +45,9 @@ def run_and_report(
     tracking_uri: str | None = None,
 ) -> Ran:
     """Train every (variant, seed) of a study not yet complete, then write the report (to
-    ``reports/<study>/``, by default to ``report/`` in the study's output folder). A stop
-    request (SIGTERM, Ctrl-C) ends it with ``KeyboardInterrupt`` once trials in flight are recorded."""
+    ``<reports>/<study>/`` when ``reports`` is given, else to ``report/`` in the study's output
+    folder). A stop request (SIGTERM, Ctrl-C) ends it with ``KeyboardInterrupt`` once trials in
+    flight are recorded."""
     if workers < 1:
         raise AblateError(f"workers must be at least 1 (got {workers})")
     stores = Stores.for_study(study, output, tracking_uri, storage)
