@@ -18,10 +18,11 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from torch import Tensor, nn
 
 from .jagged import Jagged, Padded, last_of_rows
+from .schema import Strict
 
 __all__ = [
     "default",
@@ -57,10 +58,20 @@ def keep_mask(shape: tuple[int, ...], keep: float, device: torch.device) -> Tens
     Each 64-bit draw of the generator gives four 16-bit lanes, each compared with one threshold:
     a quarter of the generator calls of ``torch.bernoulli`` — which on CPU draws one number per
     element and made dropout a quarter of a SASRec training step (benchmarks/RESULTS.md)."""
+    return keep_lanes(shape, device) >= keep_threshold(keep)
+
+
+def keep_lanes(shape: tuple[int, ...], device: torch.device) -> Tensor:
+    """``shape`` int16 lanes uniform over -32768..32767, four from each 64-bit draw: the random
+    part of :func:`keep_mask` (fused kernels compare them with :func:`keep_threshold` themselves)."""
     n = math.prod(shape)
     draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2**63), None)  # all 64 bits
-    lanes = draws.view(torch.int16)[:n]  # uniform over -32768..32767
-    return (lanes >= 32768 - round(keep * 65536)).view(shape)
+    return draws.view(torch.int16)[:n].view(shape)
+
+
+def keep_threshold(keep: float) -> int:
+    """A lane is kept when it is at least this: probability ``keep`` to within 2⁻¹⁷."""
+    return 32768 - round(keep * 65536)
 
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
@@ -92,8 +103,8 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
 
-class Options(BaseModel):
-    """Base for every kind's options: unknown keys are errors, values are validated."""
+class Options(Strict):
+    """Base for every kind's options: unknown keys are errors, values are validated (no bool for a number)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

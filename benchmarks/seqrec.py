@@ -33,12 +33,14 @@ from pathlib import Path
 
 import torch
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
+from torch.utils.flop_counter import FlopCounterMode
 
 from ablate import components, jagged
 from ablate.build import build_backbone, count_parameters
 from ablate.jagged import last_of_rows
 from ablate.study import load_study
 from ablate.train import PeakMemory, backward_parts, training_autocast
+from ablate_plugins import kernels
 from ablate_plugins.seqrec import evaluation, losses
 from ablate_plugins.seqrec.batches import length_groups
 
@@ -89,6 +91,7 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
                 break
         seconds = time.perf_counter() - start
     per_step = seconds / steps
+    flops = step_flops(task, model, data, study, generator, autocast)
     steps_per_epoch = len(list(task.train_batches(data, train.batch_size, torch.Generator().manual_seed(0))))
     return {
         "model": model,
@@ -101,7 +104,32 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
         "tokens_per_s": tokens / seconds,
         "padding": padded / tokens,
         "peak_mb": memory.mb,
+        "gflop_step": flops / 1e9,
+        "gflops": flops / 1e9 / per_step,
     }
+
+
+def step_flops(task, model, data, study, generator, autocast) -> int:
+    """Matrix-multiply FLOPs of one more training step (forward and backward, as executed: padding
+    and the masked half of causal attention included), counted by torch's FlopCounterMode."""
+    batch = next(iter(task.train_batches(data, study.spec.train.batch_size, generator)))
+    with FlopCounterMode(display=False) as counter:
+        backward_parts(task, model, batch, study.loss, generator, autocast)
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+def machine_peak(dtype: torch.dtype, size: int = 2048, reps: int = 5) -> float:
+    """GFLOP/s of a large square matmul at the current thread count (median of ``reps``): the
+    roofline's compute ceiling as this machine reaches it, not a data-sheet figure."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    torch.mm(a, b)
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - start)
+    return 2 * size**3 / sorted(times)[reps // 2] / 1e9
 
 
 def evaluation_time(study, model, data, reps: int = 5) -> dict[str, float]:
@@ -147,17 +175,24 @@ def evaluation_time(study, model, data, reps: int = 5) -> dict[str, float]:
     return {name: sorted(t)[len(t) // 2] for name, t in times.items()} | {"rows": rows}
 
 
+KERNELS = ("ablate", "ablate, unfused", "torch")
+
+
 @contextmanager
-def cpu_kernels(fast: bool):
-    """``fast``: the package's CPU paths (dropout masks from 16-bit lanes, per-position negatives'
-    logits from one matmul on small catalogues); else torch's dropout and gathered negatives."""
-    saved = components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT
-    components.FAST_CPU_DROPOUT = fast
-    losses.DENSE_LOGITS_LIMIT = saved[1] if fast else 0
+def cpu_kernels(kind: str):
+    """``ablate``: the package's CPU paths (dropout masks from 16-bit lanes, per-position
+    negatives' logits from one matmul on small catalogues, the fused causal softmax-dropout
+    kernel); ``ablate, unfused``: the same without the fused kernel; ``torch``: torch's dropout
+    and gathered negatives."""
+    saved = components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT, kernels.library
+    components.FAST_CPU_DROPOUT = kind != "torch"
+    losses.DENSE_LOGITS_LIMIT = saved[1] if kind != "torch" else 0
+    if kind != "ablate":
+        kernels.library = lambda: None
     try:
         yield
     finally:
-        components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT = saved
+        components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT, kernels.library = saved
 
 
 def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
@@ -192,19 +227,16 @@ def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
                 model_for_eval, eval_study, eval_data = result["model"], study, data
     # The study's own layout with torch's CPU dropout (the ratio the lane masks buy), and in bf16
     # autocast (AMX on this CPU): `train.precision: bf16`.
-    for precision, fast, micro in (("fp32", False, 1), ("bf16", True, 1), ("bf16", True, 4)):
+    for precision, kind, micro in (
+        ("fp32", "torch", 1),
+        ("fp32", "ablate, unfused", 4),
+        ("bf16", "ablate", 1),
+        ("bf16", "ablate", 4),
+    ):
         study = load(SASREC, micro_batches=micro)
-        with cpu_kernels(fast):
+        with cpu_kernels(kind):
             result = epoch(study, "base", study.task.load(), epochs, max_steps, precision)
-        rows.append(
-            {
-                **sasrec,
-                "layout": "padded",
-                "precision": precision,
-                "kernels": "ablate" if fast else "torch",
-                **result,
-            }
-        )
+        rows.append({**sasrec, "layout": "padded", "precision": precision, "kernels": kind, **result})
         print(
             "SASRec",
             precision,
@@ -214,10 +246,10 @@ def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
         )
     for variant, label in (("base", "SASRec"), ("hstu", "HSTU"), ("fuxi-alpha", "FuXi-α")):
         # The study's configuration (micro_batches 4) with both kernel sets, and plain batches.
-        for fast, micro in ((True, None), (False, None), (True, 1)):
+        for kind, micro in (("ablate", None), ("torch", None), ("ablate", 1)):
             study = load(HSTU_FUXI) if micro is None else load(HSTU_FUXI, micro_batches=micro)
             data = study.task.load()
-            with cpu_kernels(fast):
+            with cpu_kernels(kind):
                 result = epoch(study, variant, data, epochs, max_steps)
             rows.append(
                 {
@@ -225,12 +257,14 @@ def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
                     "data": "ML-1M users 1–2999",
                     "layout": "jagged (fbgemm)",
                     "precision": "fp32",
-                    "kernels": "ablate" if fast else "torch",
+                    "kernels": kind,
                     **result,
                 }
             )
             print(label, rows[-1]["kernels"], {k: v for k, v in result.items() if k != "model"}, flush=True)
     timed = {
+        "peak_fp32": machine_peak(torch.float32),
+        "peak_bf16": machine_peak(torch.bfloat16),
         **evaluation_time(eval_study, model_for_eval, eval_data),
         "users": eval_data.num_users,
         "items": eval_data.num_items,
@@ -254,8 +288,8 @@ def table(rows: list[dict], timed: dict, epochs: int, max_steps: int, loads: tup
         f"{loads[0]:.1f} before, {loads[1]:.1f} after.{(' ' + note) if note else ''}",
         "",
         "| config | data | layout | length_pool | micro_batches | precision | CPU kernels | step s | epoch s "
-        "| tokens/s | padding | peak MB | params |",
-        "|---|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|",
+        "| tokens/s | padding | peak MB | params | GFLOP/step | GFLOP/s | of peak |",
+        "|---|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         out.append(
@@ -263,9 +297,16 @@ def table(rows: list[dict], timed: dict, epochs: int, max_steps: int, loads: tup
             f"| {r['precision']} | "
             f"{r['kernels']} | {r['step_s']:.3f} | "
             f"{r['epoch_s']:.1f} | {r['tokens_per_s']:,.0f} | {r['padding']:.2f} | {r['peak_mb']:.0f} | "
-            f"{r['params']:,} |"
+            f"{r['params']:,} | {r['gflop_step']:.1f} | {r['gflops']:.1f} "
+            f"| {r['gflops'] / timed['peak_' + r['precision']]:.0%} |"
         )
     out += [
+        "",
+        f"Roofline: GFLOP/step counts the matrix multiplies of one training step as executed (torch's "
+        f"FlopCounterMode: forward and backward, padding and the masked half of causal attention "
+        f"included); GFLOP/s = that over the step time; the peak is this machine's rate on a "
+        f"2048 × 2048 matmul at the same thread count, measured in the same run: "
+        f"**{timed['peak_fp32']:.0f} GFLOP/s fp32, {timed['peak_bf16']:.0f} GFLOP/s bf16 (AMX)**.",
         "",
         f"Full-ranking evaluation of all {timed['users']:,} users × {timed['items']:,} items "
         f"(forward, scores, history exclusion, ranks, HR@10 / NDCG@10; median of 5, interleaved): "

@@ -7,6 +7,7 @@ channels, ``k`` the largest time-interval index (``k + 1`` interval embeddings).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -15,8 +16,9 @@ from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from ablate import components
-from ablate.components import Attention, BuildContext, Dropout, Options, TokenContext, default, dropout
+from ablate.components import Attention, BuildContext, Dropout, Options, TokenContext, default
 from ablate.jagged import last_of_rows
+from ablate_plugins import kernels
 from ablate_plugins.attention_parts import (
     RelativePositionTable,
     RelativeTimeTable,
@@ -36,6 +38,10 @@ class SoftmaxOptions(Options):
     bias: bool = True  # biases in the QKV and output projections
 
 
+# Query chunks of causal attention on the CPU dropout path (benchmarks/RESULTS.md, session 11).
+CAUSAL_QUERY_CHUNKS = 2
+
+
 def scaled_dot_product_attention(
     q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool, dropout_p: float
 ) -> Tensor:
@@ -51,19 +57,41 @@ def scaled_dot_product_attention(
     b, h, n, e = q.shape
     m = k.shape[2]
     # Three-dimensional bmm: matmul on [b, h, ...] tensors loops over the leading dims in backward.
-    logits = torch.bmm(q.reshape(b * h, n, e) * e**-0.5, k.reshape(b * h, m, e).transpose(1, 2)).view(
-        b, h, n, m
+    q, k, v = q.reshape(b * h, n, e) * e**-0.5, k.reshape(b * h, m, e), v.reshape(b * h, m, e)
+    lanes = components.keep_lanes((b * h, n, m), q.device)  # drawn whole, chunked or not
+    threshold, scale = components.keep_threshold(1.0 - dropout_p), 1.0 / (1.0 - dropout_p)
+    causal = is_causal and n == m
+    # Causal queries [s, t) see keys [0, t) only: query chunks skip most of the masked upper
+    # triangle, whose logits and probabilities are much of a causal step's memory traffic.
+    bounds = (
+        [round(n * i / CAUSAL_QUERY_CHUNKS) for i in range(CAUSAL_QUERY_CHUNKS + 1)] if causal else [0, n]
     )
-    if is_causal:
-        logits.masked_fill_(~torch.ones(n, m, dtype=torch.bool, device=q.device).tril(), float("-inf"))
-    if attn_mask is not None:
-        logits = (
-            logits.masked_fill(~attn_mask, float("-inf"))
-            if attn_mask.dtype == torch.bool
-            else logits + attn_mask
-        )
-    probs = dropout(logits.softmax(-1), dropout_p)
-    return torch.bmm(probs.reshape(b * h, n, m), v.reshape(b * h, m, e)).view(b, h, n, e)
+    fused = (
+        kernels.library() is not None
+        and q.dtype != torch.float64  # float64 is for reference checks: keep torch's ops
+        and (attn_mask is None or attn_mask.dtype != torch.bool)
+    )
+    outs = []
+    for s, t in itertools.pairwise(bounds):
+        keys = t if causal else m
+        logits = torch.bmm(q[:, s:t], k[:, :keys].transpose(1, 2))
+        if attn_mask is not None:
+            part = attn_mask[..., s:t, :keys] if attn_mask.shape[-2] > 1 else attn_mask[..., :keys]
+            logits = logits.view(b, h, t - s, keys)
+            logits = logits.masked_fill(~part, float("-inf")) if part.dtype == torch.bool else logits + part
+            logits = logits.reshape(b * h, t - s, keys)
+        if fused:
+            probs = kernels.softmax_dropout(
+                logits.float(), lanes[:, s:t, :keys], threshold, scale, s, is_causal
+            ).to(v.dtype)
+        else:
+            if is_causal:
+                logits = logits.masked_fill(
+                    ~torch.ones(t - s, keys, dtype=torch.bool, device=q.device).tril(s), float("-inf")
+                )
+            probs = logits.softmax(-1) * (lanes[:, s:t, :keys] >= threshold) * scale
+        outs.append(torch.bmm(probs, v[:, :keys]))
+    return (outs[0] if len(outs) == 1 else torch.cat(outs, 1)).view(b, h, n, e)
 
 
 class SoftmaxAttention(Attention):
@@ -415,6 +443,7 @@ class NoAttention(Attention):
     nothing to the residual stream. No parameters."""
 
     Options = NoOptions
+    mixes_tokens = False
 
     def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:
         return torch.zeros_like(x)

@@ -1,0 +1,74 @@
+/* Causal softmax with dropout over attention logits, forward and backward, one pass per row.
+
+   A matrix is `rows` query rows of `m` logits (row-major, contiguous). Row i of a matrix sees the
+   keys j < limit(i) = min(m, offset + i + 1) when causal, all m keys otherwise; the rest of the
+   row is written as 0. Dropout keeps entry j when its 16-bit lane is >= threshold (the lanes of
+   ablate.components.keep_mask, so the same draws as the unfused form) and scales it by `scale`.
+
+   forward:  y = softmax(x over the row's keys);  out = keep ? y * scale : 0
+   backward: d = keep ? g * scale : 0;  gx = y * (d - sum(d * y))
+
+   Matrices [m0, m1) are done by one call; callers split the batch across threads. */
+#include <math.h>
+#include <stdint.h>
+
+static inline int64_t row_limit(int64_t i, int64_t m, int64_t offset, int causal) {
+    if (!causal) return m;
+    int64_t limit = offset + i + 1;
+    return limit < m ? limit : m;
+}
+
+void softmax_dropout_forward(const float *x, const int16_t *lanes, float *y, float *out,
+                             int64_t m0, int64_t m1, int64_t rows, int64_t m, int64_t offset,
+                             int causal, int64_t lane_matrix_stride, int64_t lane_row_stride,
+                             int32_t threshold, float scale) {
+    for (int64_t b = m0; b < m1; b++) {
+        for (int64_t i = 0; i < rows; i++) {
+            const int64_t at = (b * rows + i) * m;
+            const float *xr = x + at;
+            float *yr = y + at, *outr = out + at;
+            const int16_t *lr = lanes + b * lane_matrix_stride + i * lane_row_stride;
+            const int64_t limit = row_limit(i, m, offset, causal);
+            float top = -INFINITY;
+            for (int64_t j = 0; j < limit; j++) top = xr[j] > top ? xr[j] : top;
+            float total = 0.0f;
+            for (int64_t j = 0; j < limit; j++) {
+                const float e = expf(xr[j] - top);
+                yr[j] = e;
+                total += e;
+            }
+            const float inv = 1.0f / total, kept = scale / total;
+            for (int64_t j = 0; j < limit; j++) {
+                outr[j] = lr[j] >= threshold ? yr[j] * kept : 0.0f;
+                yr[j] *= inv;
+            }
+            for (int64_t j = limit; j < m; j++) {
+                yr[j] = 0.0f;
+                outr[j] = 0.0f;
+            }
+        }
+    }
+}
+
+void softmax_dropout_backward(const float *g, const float *y, const int16_t *lanes, float *gx,
+                              int64_t m0, int64_t m1, int64_t rows, int64_t m, int64_t offset,
+                              int causal, int64_t lane_matrix_stride, int64_t lane_row_stride,
+                              int32_t threshold, float scale) {
+    for (int64_t b = m0; b < m1; b++) {
+        for (int64_t i = 0; i < rows; i++) {
+            const int64_t at = (b * rows + i) * m;
+            const float *gr = g + at, *yr = y + at;
+            float *gxr = gx + at;
+            const int16_t *lr = lanes + b * lane_matrix_stride + i * lane_row_stride;
+            const int64_t limit = row_limit(i, m, offset, causal);
+            float dot = 0.0f;
+            for (int64_t j = 0; j < limit; j++) {
+                const float d = lr[j] >= threshold ? gr[j] * scale : 0.0f;
+                gxr[j] = d;
+                dot += d * yr[j];
+            }
+            for (int64_t j = 0; j < limit; j++) gxr[j] = yr[j] * (gxr[j] - dot);
+            for (int64_t j = limit; j < m; j++) gxr[j] = 0.0f;
+        }
+    }
+}
