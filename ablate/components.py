@@ -12,7 +12,9 @@ Kinds never look at each other's configuration: the block hands them what they n
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -65,8 +67,26 @@ def keep_lanes(shape: tuple[int, ...], device: torch.device) -> Tensor:
     """``shape`` int16 lanes uniform over -32768..32767, four from each 64-bit draw: the random
     part of :func:`keep_mask` (fused kernels compare them with :func:`keep_threshold` themselves)."""
     n = math.prod(shape)
-    draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2**63), None)  # all 64 bits
+    generator = getattr(_DROPOUT, "generator", None)
+    draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=device)
+    draws.random_(-(2**63), None, generator=generator)  # all 64 bits
     return draws.view(torch.int16)[:n].view(shape)
+
+
+# The generator CPU dropout masks draw from in this thread (None: the global one), so that
+# loss parts trained in parallel streams (ablate.parts) each draw from their own.
+_DROPOUT = threading.local()
+
+
+@contextmanager
+def dropout_generator(generator: torch.Generator | None) -> Iterator[None]:
+    """CPU dropout masks drawn in this thread while the block runs come from ``generator``."""
+    saved = getattr(_DROPOUT, "generator", None)
+    _DROPOUT.generator = generator
+    try:
+        yield
+    finally:
+        _DROPOUT.generator = saved
 
 
 def keep_threshold(keep: float) -> int:
@@ -367,6 +387,15 @@ class BiasChannel(Component):
 
     def rotate(self, q: Tensor, k: Tensor, tokens: TokenContext) -> tuple[Tensor, Tensor]:
         return q, k
+
+
+def has_auxiliary_losses(model: nn.Module) -> bool:
+    """Whether a :class:`Component` inside ``model`` has its own ``auxiliary_loss`` (which holds
+    the latest forward's term in the module between that forward and its backward)."""
+    return any(
+        isinstance(m, Component) and type(m).auxiliary_loss is not Component.auxiliary_loss
+        for m in model.modules()
+    )
 
 
 def total_auxiliary_loss(model: nn.Module) -> Tensor | None:

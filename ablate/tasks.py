@@ -208,6 +208,14 @@ class Task:
         Default: the whole loss as one part."""
         yield self.loss(model, batch, loss, generator)
 
+    def loss_part_work(
+        self, model: nn.Module, batch: Any, loss: BaseModel
+    ) -> list[Callable[[torch.Generator], Tensor | LossPart]] | None:
+        """The parts of :meth:`loss_parts` as separate pieces of work, each computing its part
+        from a generator of its own, so that training may run them in parallel streams
+        (:mod:`ablate.parts`); None (the default) when the batch is one part."""
+        return None
+
     @torch.no_grad()
     def evaluate(
         self,

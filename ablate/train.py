@@ -24,17 +24,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from pydantic import BaseModel
-from torch import Tensor, nn
+from torch import nn
 
 from . import stopping
 from .build import build_backbone, count_parameters
-from .components import total_auxiliary_loss
 from .errors import AblateError
 from .faults import fault_point
 from .optimizers import OPTIMIZERS
+from .parts import backward_parts
 from .study import Study, Variant
-from .tasks import LossPart, Task
 
 
 class TrialFailed(Exception):
@@ -262,43 +260,6 @@ def trains_in_bf16(precision: str, device: torch.device) -> bool:
 def training_autocast(precision: str, device: torch.device) -> torch.autocast:
     """The autocast context training steps run in."""
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=trains_in_bf16(precision, device))
-
-
-def with_auxiliary(part: Tensor | LossPart, model: nn.Module) -> Tensor:
-    """A loss part plus the auxiliary loss its forward left in the model's components
-    (:func:`~ablate.components.total_auxiliary_loss`): ``part + auxiliary``, or for a
-    :class:`LossPart` ``(value + auxiliary) · share``."""
-    value, share = (part.value, part.share) if isinstance(part, LossPart) else (part, None)
-    auxiliary = total_auxiliary_loss(model)
-    if auxiliary is not None:
-        value = value + auxiliary
-    return value if share is None else value * share
-
-
-def backward_parts(
-    task: Task,
-    model: nn.Module,
-    batch: Any,
-    loss: BaseModel,
-    generator: torch.Generator,
-    autocast: torch.autocast,
-) -> Tensor:
-    """Backpropagate the batch's loss part by part (:meth:`Task.loss_parts`: one graph held at a
-    time), each with the model's auxiliary loss (:func:`with_auxiliary`), and return the loss,
-    detached. A part that is not finite is returned at once, before its backward."""
-    total = None
-    parts = iter(task.loss_parts(model, batch, loss, generator))
-    while True:
-        with autocast:  # each part's forward runs under autocast, its backward outside
-            part = next(parts, None)
-            if part is None:
-                return total
-            # Read right after the part's forward: the components hold that forward's terms.
-            part = with_auxiliary(part, model)
-        if not torch.isfinite(part):
-            return part.detach()
-        part.backward()
-        total = part.detach() if total is None else total + part.detach()
 
 
 def train_trial(

@@ -20,7 +20,7 @@ LAYERS = [
     {"stats"},
     {"search", "spec"},
     {"study"},
-    {"build", "match", "train"},
+    {"build", "match", "train", "parts"},
     {"track"},
     {"drive"},
     {"results", "report"},

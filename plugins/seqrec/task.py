@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -132,12 +132,26 @@ class SeqRecTask(Task):
     ) -> Iterator[Tensor | LossPart]:
         """The whole batch's loss, or one part per micro-batch: each group's mean and its share of
         the targets."""
-        if self.options.micro_batches == 1:
+        work = self.loss_part_work(model, batch, loss)
+        if work is None:
             yield self.group_loss(model, batch, loss, generator)
             return
+        for part in work:
+            yield part(generator)
+
+    def loss_part_work(
+        self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions
+    ) -> list[Callable[[torch.Generator], LossPart]] | None:
+        """One piece of work per micro-batch (with ``micro_batches`` > 1), as :meth:`loss_parts`."""
+        if self.options.micro_batches == 1:
+            return None
         total = self.batch_tokens(batch)
-        for group in length_groups(batch, self.options.micro_batches, model.num_items + 1):
-            yield LossPart(self.group_loss(model, group, loss, generator), self.batch_tokens(group) / total)
+
+        def part(group: Batch) -> Callable[[torch.Generator], LossPart]:
+            share = self.batch_tokens(group) / total
+            return lambda generator: LossPart(self.group_loss(model, group, loss, generator), share)
+
+        return [part(g) for g in length_groups(batch, self.options.micro_batches, model.num_items + 1)]
 
     def group_loss(
         self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions, generator: torch.Generator

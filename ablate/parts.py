@@ -1,0 +1,116 @@
+"""One batch's loss, part by part (micro-batches), forward and backward; on a CPU with several
+torch threads the parts run in parallel streams.
+
+At d = 50 most ops of a step are a few hundred microseconds, so a two-threaded op spends much of
+its time in fork / join; two single-threaded streams, each taking whole micro-batches, keep both
+cores busy (benchmarks/RESULTS.md, session 11). So that the result does not depend on the
+number of streams, each part draws from generators of its own, seeded from the step's: its
+dropout masks from one seeded by the global RNG (``train.vary.dropout``), its other draws
+(sampled negatives) from one seeded by the task's generator (``train.vary.order``). Each part's
+gradients are computed apart and added in part order, the same sums in one stream or several.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+from pydantic import BaseModel
+from torch import Tensor, nn
+
+from .components import dropout_generator, has_auxiliary_losses, total_auxiliary_loss
+from .tasks import LossPart, Task
+
+
+def with_auxiliary(part: Tensor | LossPart, model: nn.Module) -> Tensor:
+    """A loss part plus the auxiliary loss its forward left in the model's components
+    (:func:`~ablate.components.total_auxiliary_loss`): ``part + auxiliary``, or for a
+    :class:`LossPart` ``(value + auxiliary) · share``."""
+    value, share = (part.value, part.share) if isinstance(part, LossPart) else (part, None)
+    auxiliary = total_auxiliary_loss(model)
+    if auxiliary is not None:
+        value = value + auxiliary
+    return value if share is None else value * share
+
+
+def backward_parts(
+    task: Task,
+    model: nn.Module,
+    batch: Any,
+    loss: BaseModel,
+    generator: torch.Generator,
+    autocast: torch.autocast,
+) -> Tensor:
+    """Backpropagate the batch's loss part by part and return the loss, detached; a part that is
+    not finite is returned before its backward. Parts the task hands out as separate pieces of
+    work (:meth:`Task.loss_part_work`) on a model without auxiliary losses (whose terms live in
+    the modules between a forward and its backward) go through :func:`parallel_parts`; others
+    one at a time (:meth:`Task.loss_parts`: one graph held at a time)."""
+    work = task.loss_part_work(model, batch, loss)
+    if work is not None and not has_auxiliary_losses(model):
+        return parallel_parts(model, work, generator, autocast)
+    total = None
+    parts = iter(task.loss_parts(model, batch, loss, generator))
+    while True:
+        with autocast:  # each part's forward runs under autocast, its backward outside
+            part = next(parts, None)
+            if part is None:
+                return total
+            # Read right after the part's forward: the components hold that forward's terms.
+            part = with_auxiliary(part, model)
+        if not torch.isfinite(part):
+            return part.detach()
+        part.backward()
+        total = part.detach() if total is None else total + part.detach()
+
+
+def parallel_parts(
+    model: nn.Module,
+    work: list[Callable[[torch.Generator], Tensor | LossPart]],
+    generator: torch.Generator,
+    autocast: torch.autocast,
+) -> Tensor:
+    """Each ``work[i](generator_i)`` forward (under ``autocast``) and backward in one of up to
+    ``torch.get_num_threads()`` single-threaded CPU streams; gradients added in part order."""
+    # Seeds drawn in the caller, in part order: the same whatever the number of streams.
+    order_seeds = torch.randint(2**62, (len(work),), generator=generator).tolist()
+    dropout_seeds = torch.randint(2**62, (len(work),)).tolist()
+    with autocast:
+        enabled, dtype = torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def run(i: int) -> tuple[Tensor, tuple[Tensor | None, ...] | None]:
+        with (
+            torch.enable_grad(),
+            dropout_generator(torch.Generator().manual_seed(dropout_seeds[i])),
+            torch.autocast("cpu", dtype=dtype, enabled=enabled),
+        ):
+            part = work[i](torch.Generator().manual_seed(order_seeds[i]))
+            value = part.value * part.share if isinstance(part, LossPart) else part
+        if not torch.isfinite(value):
+            return value.detach(), None
+        return value.detach(), torch.autograd.grad(value, params, allow_unused=True)
+
+    streams = min(len(work), torch.get_num_threads()) if next(model.parameters()).device.type == "cpu" else 1
+    if streams > 1:
+        # Threads take torch's process-wide thread count when they first run an op: one each.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(streams, thread_name_prefix="ablate-parts") as pool:
+                results = list(pool.map(run, range(len(work))))
+        finally:
+            torch.set_num_threads(threads)
+    else:
+        results = [run(i) for i in range(len(work))]
+    total = None
+    for value, grads in results:
+        if grads is None:
+            return value
+        total = value if total is None else total + value
+        for p, g in zip(params, grads, strict=True):
+            if g is not None:
+                p.grad = g if p.grad is None else p.grad.add_(g)
+    return total
