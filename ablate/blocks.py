@@ -96,6 +96,23 @@ PLACEMENTS: Vocabulary[Placement] = Vocabulary(
 )
 
 
+def with_bias(tokens: TokenContext, channels: nn.ModuleList) -> TokenContext:
+    """A copy of ``tokens`` with the bias channels' logit biases added to its ``logit_bias`` and
+    their rotations after its own (``tokens`` itself is left as it is)."""
+    tokens = replace(tokens, rotations=list(tokens.rotations))
+    logit_biases = []
+    for channel in channels:
+        bias = channel.logits(tokens)
+        if bias is not None:
+            logit_biases.append(bias)
+        if channel.rotates:
+            tokens.rotations.append(channel.rotate)
+    if logit_biases:
+        summed = torch.stack(torch.broadcast_tensors(*logit_biases)).sum(0)
+        tokens.logit_bias = summed if tokens.logit_bias is None else tokens.logit_bias + summed
+    return tokens
+
+
 class Block(nn.Module):
     """One transformer block, ``streams ← feed(mix(streams, attention), ffn)``, from four sub-modules:
 
@@ -104,17 +121,29 @@ class Block(nn.Module):
     * ``mix``: the placed attention sub-layer (norm + connection, a :class:`Placed`), which
       takes the streams ``[b, n, (s,) d]`` (or jagged ``[t, (s,) d]``) and the attention as
       its branch and returns the streams in the same shape;
-    * ``feed``: the placed FFN sub-layer, the same for the FFN.
+    * ``feed``: the placed FFN sub-layer, the same for the FFN;
+    * ``bias``: bias channels of this block's own (``BiasChannel.one_per_block``, e.g. HSTU's
+      relative position / time tables, one per layer), whose logit biases and rotations its
+      attention sees on top of the backbone's shared ones.
     """
 
-    def __init__(self, attention: nn.Module, ffn: nn.Module, mix: nn.Module, feed: nn.Module):
+    def __init__(
+        self,
+        attention: nn.Module,
+        ffn: nn.Module,
+        mix: nn.Module,
+        feed: nn.Module,
+        bias: list[nn.Module] | None = None,
+    ):
         super().__init__()
         self.attention, self.ffn = attention, ffn
         self.mix, self.feed = mix, feed
+        self.bias = nn.ModuleList(bias or [])
 
     def forward(self, streams: Tensor, tokens: TokenContext) -> Tensor:
         """``streams`` in ``tokens.layout`` (``[b, n, (s,) d]`` or jagged ``[t, (s,) d]``); the
         attention sees padded blocks, the FFN whatever the layout holds."""
+        tokens = with_bias(tokens, self.bias) if self.bias else tokens
         layout = tokens.layout
 
         def attend(h: Tensor, source: Tensor | None = None) -> Tensor:
@@ -133,6 +162,7 @@ class Block(nn.Module):
         connections are position-wise up to the branch, so the branch input at every token comes
         from one run of the placed sub-layer stopped at its branch (:class:`_BranchInput`), and the
         join from a second run on the last tokens alone, whose branch hands back the attention."""
+        tokens = with_bias(tokens, self.bias) if self.bias else tokens
         layout, lengths = tokens.layout, tokens.lengths
 
         def stop(h: Tensor, source: Tensor | None = None) -> Tensor:
@@ -165,7 +195,8 @@ class _BranchInput(Exception):
 
 
 class Backbone(nn.Module):
-    """Embedded tokens ``[b, n, d]`` → bias channels → blocks → final norm ``[b, n, d]``.
+    """Embedded tokens ``[b, n, d]`` → bias channels → blocks → final norm ``[b, n, d]`` (an
+    ``nn.Identity`` where the model has none: HSTU and FuXi-α only L2-normalise the output).
 
     Between the bias channels and the output the stream is held in ``tokens.layout``: with a
     jagged layout, FFNs, norms and joins only touch the real tokens."""
@@ -188,19 +219,10 @@ class Backbone(nn.Module):
     def forward(self, x: Tensor, tokens: TokenContext, last_only: bool = False) -> Tensor:
         """``[b, n, d]``, or with ``last_only`` ``[b, d]`` at each row's last real token (causal
         right-padded rows: next-item ranking), the final block computing only those."""
-        # The caller's context stays untouched: bias channels fill in a per-forward copy.
-        tokens = replace(tokens, rotations=list(tokens.rotations))
-        logit_biases = []
         for channel in self.bias:
             x = channel.embed(x, tokens)
-            bias = channel.logits(tokens)
-            if bias is not None:
-                logit_biases.append(bias)
-            if channel.rotates:
-                tokens.rotations.append(channel.rotate)
-        if logit_biases:
-            summed = torch.stack(torch.broadcast_tensors(*logit_biases)).sum(0)
-            tokens.logit_bias = summed if tokens.logit_bias is None else tokens.logit_bias + summed
+        # The caller's context stays untouched: bias channels fill in a per-forward copy.
+        tokens = with_bias(tokens, self.bias)
         x = x * tokens.valid.unsqueeze(-1).to(x.dtype)
         # Position-wise work from here on runs on the layout's tokens (all real ones if jagged).
         streams = self.stem.expand(self.dropout(tokens.layout.values(x)))

@@ -27,22 +27,24 @@ def build_backbone(variant: Variant, ctx: BuildContext) -> Backbone:
         here = replace(ctx, layer=layer)
         return placed_cls(make(variant.norm, here), make(variant.connection, here))
 
+    own = [b for b in variant.bias if b.cls.one_per_block(b.options)]  # one instance per block
     blocks = [
         Block(
             make(variant.attention, replace(ctx, layer=2 * i)),
             make(variant.ffn, replace(ctx, layer=2 * i + 1)),
             placed(placement.mix, 2 * i),
             placed(placement.feed, 2 * i + 1),
+            bias=[make(b, replace(ctx, layer=2 * i)) for b in own],
         )
         for i in range(variant.spec.blocks)
     ]
     for block in blocks:
         initialise(block)
     return Backbone(
-        bias=[make(b, ctx) for b in variant.bias],
+        bias=[make(b, ctx) for b in variant.bias if not b.cls.one_per_block(b.options)],
         stem=variant.connection.cls.stem(variant.connection.options, ctx),
         blocks=blocks,
-        final_norm=make(variant.norm, ctx),
+        final_norm=make(variant.norm, ctx) if variant.spec.final_norm else nn.Identity(),
         dropout=variant.spec.dropout,
     )
 

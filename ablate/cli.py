@@ -1,6 +1,8 @@
 """The ``ablate`` command line: run, validate, report, status, components.
 
-Bad input (study files, data files, arguments) prints one line and exits with status 2.
+Exit statuses, as the README's table has them: 0 done; 1 trials failed, nothing finished to
+report, or a worker crashed; 2 bad input (study file, data file, argument, a store or folder that
+cannot be used), with one line naming it; 130 stopped by Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -83,6 +85,9 @@ def _options(
     pass
 
 
+# Bounds that catch a typo (an extra digit of workers forks a process each; a heartbeat beyond a
+# day overflows a timer) and leave every real setting room.
+MAX_WORKERS, MAX_HEARTBEAT_S, MAX_GRACE_S = 1024, 3600, 86_400
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or lines.")]
 RetryFailedOpt = Annotated[
     bool, typer.Option(help="Run again trials that failed (not only interrupted ones).")
@@ -98,20 +103,38 @@ def run(
     quiet: QuietOpt = False,
     retry_failed: RetryFailedOpt = False,
     workers: Annotated[
-        int, typer.Option("--workers", "-w", min=1, help="Worker processes on this machine.")
+        int, typer.Option("--workers", "-w", min=1, max=MAX_WORKERS, help="Worker processes on this machine.")
     ] = 1,
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option(metavar="all|N", help="Spread the workers over GPUs (CUDA_VISIBLE_DEVICES per worker)."),
+    ] = None,
+    per_gpu: Annotated[
+        int | None, typer.Option(min=1, help="Trials at once per GPU.", show_default="as many fit: measured")
+    ] = None,
 ) -> None:
     """Train every (variant, seed) of a study (searching first if it has a search: section),
     resuming where it stopped, then write the report."""
     from .running import run_and_report
     from .study import load_study
 
-    study = load_study(study_file, overrides=overrides or ())
+    with stopping.stop_signals(), _resumable(study_file, False, overrides):  # it may read the data
+        study = load_study(study_file, overrides=overrides or ())
     _warn_duplicates(study)
+    placement = None
+    if gpus is not None or per_gpu is not None:
+        from .gpus import plan_gpus
+
+        placement = plan_gpus(study, gpus, per_gpu, workers)
+        workers = placement.workers
+        if not quiet:
+            err.print(placement.describe(), markup=False, highlight=False, soft_wrap=True)
     with stopping.stop_signals(), _resumable(study_file, False, overrides):  # `kill` or Ctrl-C: a clean stop
-        ran = run_and_report(study, output, reports, quiet, retry_failed, workers, storage, tracking_uri)
+        ran = run_and_report(
+            study, output, reports, quiet, retry_failed, workers, storage, tracking_uri, gpus=placement
+        )
     if ran.failed:
         raise typer.Exit(1)
 
@@ -143,22 +166,27 @@ def worker(
     quiet: QuietOpt = False,
     retry_failed: RetryFailedOpt = False,
     heartbeat: Annotated[
-        int, typer.Option(min=1, help="Seconds between heartbeats on a shared database.")
+        int, typer.Option(min=1, max=MAX_HEARTBEAT_S, help="Seconds between heartbeats on a shared database.")
     ] = 20,
     grace: Annotated[
-        int, typer.Option(min=2, help="Seconds without a heartbeat after which a trial is re-queued.")
+        int,
+        typer.Option(
+            min=2, max=MAX_GRACE_S, help="Seconds without a heartbeat after which a trial is re-queued."
+        ),
     ] = 120,
 ) -> None:
     """Take trials from a study's shared queue until none is left (start one per machine or GPU,
     all with the same --storage and --tracking-uri); writes no report (run `ablate report`)."""
     from .drive import Stores, run_study
     from .progress import BarReporter
-    from .running import stop_with_parent
+    from .running import check_folders, stop_with_parent
     from .study import load_study
 
-    study = load_study(study_file, overrides=overrides or ())
+    with stopping.stop_signals(), _resumable(study_file, quiet, overrides):  # it may read the data
+        study = load_study(study_file, overrides=overrides or ())
     stores = Stores.for_study(study, output, tracking_uri, storage)
     stores.heartbeat_s, stores.grace_s = heartbeat, grace
+    check_folders(study, stores, output)  # before any training
     with stopping.stop_signals(), _resumable(study_file, quiet, overrides), progress_bars(quiet) as bars:
         stop_with_parent()
         summary = run_study(study, stores, BarReporter(study, bars, quiet), retry_failed=retry_failed)
@@ -171,19 +199,31 @@ def worker(
 
 @app.command()
 def validate(study_file: StudyArg, overrides: OverridesArg = None) -> None:
-    """Check a study file (keys, types, kinds, compatibility, data files) without training."""
+    """Check a study file without training: keys, types, kinds, compatibility, every model's
+    shapes and size, and the data (read as `ablate run` reads them, through the same cache)."""
+    from .errors import warn
+    from .preflight import preflight
+    from .sizes import machine_memory
     from .study import load_study
 
-    study = load_study(study_file, overrides=overrides or ())
+    with stopping.stop_signals():  # reading the data may take a while: Ctrl-C / SIGTERM stop it
+        study = load_study(study_file, overrides=overrides or ())
+        data = study.task.load()
+    sizes = preflight(study, data)
     n, design = len(study.variants), study.spec.sequential
     seeds = [len(study.spec.seed_list)] if design is None else [design.initial, design.max]
     span = lambda times: " to ".join(str(times * k) for k in seeds)  # noqa: E731
     table = Table(title=f"{study.name}: {n} variants × {span(1)} seeds = {span(n)} trials")
-    for column in ("variant", *next(iter(study.variants.values())).components()):
+    for column in ("variant", *next(iter(study.variants.values())).components(), "size (training memory)"):
         table.add_column(column)
     for name, variant in study.variants.items():
-        table.add_row(*(escape(c) for c in (name, *variant.components().values())))
+        table.add_row(*(escape(c) for c in (name, *variant.components().values(), sizes[name].describe())))
     out.print(table)
+    summary = ", ".join(f"{label} {value}" for label, value in study.task.data_summary(data).items())
+    out.print(f"data: {summary or 'loaded'}", markup=False, highlight=False, soft_wrap=True)
+    largest = max(sizes.values(), key=lambda size: size.memory)
+    if largest.memory > machine_memory():
+        warn(f"the largest variant needs {largest.describe()}, more than this machine's memory")
     search = study.spec.search
     if search.enabled:
         from .search import search_budget
@@ -227,17 +267,23 @@ def report(
     ] = None,
 ) -> None:
     """Rebuild the report from the tracking store alone (no training)."""
-    from .drive import Stores
-    from .running import write_study_report
+    from .drive import Stores, folder_problem
+    from .running import check_folders, write_study_report
     from .study import load_study
+    from .track import tracking_problem
 
     if study_file is not None:
         study = load_study(study_file, check_files=False, overrides=overrides or ())
         stores = Stores.for_study(study, output, tracking_uri)
         out_dir = reports / study.name if reports else stores.output_dir / "report"
+        check_folders(study, stores, output, reports, out_dir, trains=False)
         paths, _ = write_study_report(stores.tracking_uri, study.name, out_dir, study)
     elif experiment and tracking_uri:
+        if problem := tracking_problem(tracking_uri):
+            raise AblateError(f"--tracking-uri {tracking_uri}: {problem}")
         out_dir = reports / experiment if reports else Path("runs") / experiment / "report"
+        if problem := folder_problem(out_dir):
+            raise AblateError(f"--reports {reports}: {problem}" if reports else problem)
         paths, _ = write_study_report(tracking_uri, experiment, out_dir, None)
     else:
         raise AblateError("give a study file, or both --experiment and --tracking-uri")
@@ -334,7 +380,7 @@ def usage_line(exc: Exception) -> str:
 def main() -> None:
     try:
         # standalone_mode=False: usage errors reach us as exceptions, so they print as one line.
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="ablate")  # also run as `python -m ablate.cli`
     except AblateError as exc:
         say_error(str(exc))
         sys.exit(exc.exit_code)

@@ -169,6 +169,9 @@ class TokenContext:
     causal: bool
     positions: Tensor  # [b, n] long, index of the token within its own sequence
     timestamps: Tensor | None = None  # [b, n] float32 seconds (see above), where the data has them
+    # [b, n] float32 seconds, same origin: the time of the interaction each query's prediction is
+    # for (its next token's; HSTU's and FuXi-α's request time), where the task provides it.
+    request_times: Tensor | None = None
     # [b, n, w] raw per-token inputs before embedding (e.g. a channel's lookback window), for
     # kinds that build data-dependent masks (feature "values").
     values: Tensor | None = None
@@ -235,6 +238,9 @@ class Component(nn.Module):
       to each loss part once; a task's loss leaves it out.
     * ``epoch_end(epoch)``: called after each training epoch (1-based), before validation, by
       :meth:`ablate.tasks.Task.on_epoch_end` (e.g. ``fr_graph`` freezing its topology).
+    * ``stage_end(stage)``: called when training stage ``stage`` (1-based) has early-stopped and
+      the next begins (``train.second_stage``), after the weights it starts from are loaded
+      (e.g. ``fr_graph`` freezing its topology: T2G-Former's second stage).
     """
 
     Options: ClassVar[type[Options]] = Options
@@ -266,6 +272,9 @@ class Component(nn.Module):
     def epoch_end(self, epoch: int) -> None:
         """Called after training epoch ``epoch`` (1-based), before validation."""
 
+    def stage_end(self, stage: int) -> None:
+        """Called when training stage ``stage`` (1-based) has ended and the next begins."""
+
     @classmethod
     def describe(cls, options: Options) -> str:
         """Short human label, e.g. ``softmax(heads=2)``: the options that differ from defaults."""
@@ -292,6 +301,8 @@ class Attention(Component):
     (``[b, n, d]``, same tokens) — for placements that attend over the un-normalised stream."""
 
     takes_source: ClassVar[bool] = False
+    # False for a kind whose output at a token never depends on the other tokens (no mixing).
+    mixes_tokens: ClassVar[bool] = True
 
     def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError
@@ -388,6 +399,13 @@ class BiasChannel(Component):
     def rotate(self, q: Tensor, k: Tensor, tokens: TokenContext) -> tuple[Tensor, Tensor]:
         return q, k
 
+    @classmethod
+    def one_per_block(cls, options: Options) -> bool:
+        """True: each block gets an instance of its own (built with that block's ``ctx.layer``),
+        whose ``logits`` and ``rotate`` act on that block's attention only and whose ``embed`` is
+        never called; False (the default): one instance, acting on the embeddings and every block."""
+        return False
+
 
 def has_auxiliary_losses(model: nn.Module) -> bool:
     """Whether a :class:`Component` inside ``model`` has its own ``auxiliary_loss`` (which holds
@@ -396,6 +414,13 @@ def has_auxiliary_losses(model: nn.Module) -> bool:
         isinstance(m, Component) and type(m).auxiliary_loss is not Component.auxiliary_loss
         for m in model.modules()
     )
+
+
+def end_stage(model: nn.Module, stage: int) -> None:
+    """Every :class:`Component` inside ``model`` gets its ``stage_end(stage)``, in module order."""
+    for module in model.modules():
+        if isinstance(module, Component):
+            module.stage_end(stage)
 
 
 def total_auxiliary_loss(model: nn.Module) -> Tensor | None:

@@ -1,10 +1,14 @@
-"""User-facing errors: each becomes one line on stderr and exit status 2."""
+"""User-facing errors and warnings: each is one line on stderr; an error ends the command with its
+exit status (the README's table: 2 for bad input, 1 for a run that could not produce its result)."""
 
 from __future__ import annotations
 
+import sys
+
 
 class AblateError(Exception):
-    """Bad input from the user (study file, data file, CLI argument). Message is one line."""
+    """Bad input from the user (study file, data file, CLI argument, a store or folder that cannot
+    be used). Message is one line."""
 
     exit_code = 2
 
@@ -15,3 +19,17 @@ class StudyError(AblateError):
 
 class DataError(AblateError):
     """A data file is missing or malformed: the message names the file and line."""
+
+
+class RunFailed(AblateError):
+    """The input was good but the command could not produce its result: no trial finished, a
+    worker process crashed. Message is one line."""
+
+    exit_code = 1
+
+
+def warn(message: str) -> None:
+    """One ``warning: …`` line on stderr, written now: something the user should know of that
+    does not stop the command (looked up at call time, so a live progress display shows it above
+    its bars)."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)

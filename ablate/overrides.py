@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from .errors import StudyError
-from .studyfile import Locator
+from .studyfile import Locator, yaml_value
 
 # YAML 1.1 (PyYAML) reads `1e-3` as a string; a number written that way on a command line is a number.
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -43,7 +43,7 @@ def parse_overrides(texts: Iterable[str]) -> list[Override]:
         if not equals or not all(key):
             raise StudyError(f"override {text}: expected key=value with a dotted key, e.g. train.lr=1e-3")
         try:
-            value = yaml.safe_load(value_text)
+            value = yaml_value(value_text)  # an alias bomb on a command line is refused too
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc).strip().splitlines()[0]
             raise StudyError(f"override {text}: the value is not valid YAML: {problem}") from None
@@ -91,10 +91,16 @@ class OverriddenLocator(Locator):
         if cause is None and self._line(key) is None and fallback:
             cause = self._cause(fallback)  # a variant's key that only the base model spells out
         if cause is None:
-            return super().error(key, message, fallback)
+            # A problem of a combination (the file's heads with an overridden dim) names both.
+            section = [o.text for o in self.overrides if key and o.key[0] == str(key[0])]
+            given = f" (with override {', '.join(section)})" if section else ""
+            return super().error(key, message + given, fallback)
         dotted = ".".join(str(k) for k in key)
         return StudyError(f"override {cause.text}: {dotted}: {message}")
 
     def _cause(self, key: tuple) -> Override | None:
-        found = [o for o in self.overrides if tuple(map(str, key[: len(o.key)])) == o.key]
+        """The last override that set ``key``, a key inside it (a component's option, for a
+        problem its constructor found) or a mapping holding it."""
+        named = tuple(map(str, key))
+        found = [o for o in self.overrides if named[: len(o.key)] == o.key or o.key[: len(named)] == named]
         return found[-1] if found else None

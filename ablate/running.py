@@ -9,17 +9,21 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
 from . import stopping
 from .console import err, out, progress_bars
-from .drive import Stores, prepare, progress, run_study
-from .errors import AblateError
+from .drive import Stores, folder_problem, prepare, progress, run_study
+from .errors import AblateError, RunFailed
 from .progress import BarReporter, StoreWatch
 from .results import Results, load_results
 from .study import Study
 from .track import attach_report
+
+if TYPE_CHECKING:
+    from .gpus import GpuPlan
 
 # Set by `ablate run --workers N` for its workers: the pid they stop with.
 PARENT_ENV = "ABLATE_WORKER_OF"
@@ -43,6 +47,7 @@ def run_and_report(
     workers: int = 1,
     storage: str | None = None,
     tracking_uri: str | None = None,
+    gpus: GpuPlan | None = None,
 ) -> Ran:
     """Train every (variant, seed) of a study not yet complete, then write the report (to
     ``<reports>/<study>/`` when ``reports`` is given, else to ``report/`` in the study's output
@@ -51,26 +56,33 @@ def run_and_report(
     if workers < 1:
         raise AblateError(f"workers must be at least 1 (got {workers})")
     stores = Stores.for_study(study, output, tracking_uri, storage)
-    if workers == 1:
+    out_dir = reports / study.name if reports else stores.output_dir / "report"
+    check_folders(study, stores, output, reports, out_dir)  # before any training
+    if workers == 1 and gpus is None:
         with progress_bars(quiet) as bars:
             summary = run_study(study, stores, BarReporter(study, bars, quiet), retry_failed=retry_failed)
         skipped = summary.skipped
         # Every failure standing in the study, not only this invocation's (a rerun leaves them).
         failed = [f for f in summary.failed if f[1] < 0] + standing_failures(study, stores)
     else:
-        skipped, failed = _run_workers(study, stores, workers, quiet, retry_failed)
+        skipped, failed = _run_workers(study, stores, workers, quiet, retry_failed, gpus)
     if skipped:
         err.print(f"resumed: {skipped} trial(s) were already complete and were not retrained")
-    out_dir = reports / study.name if reports else stores.output_dir / "report"
-    paths, results = write_study_report(stores.tracking_uri, study.name, out_dir, study)
-    for variant, seed, reason in failed:
-        err.print(f"[red]failed[/red] {variant}{f' seed {seed}' if seed >= 0 else ''}: {escape(reason)}")
+    try:
+        paths, results = write_study_report(stores.tracking_uri, study.name, out_dir, study)
+    except RunFailed:  # no trial finished: the failures say why, above the line that ends the run
+        list_failures(failed)
+        raise
+    list_failures(failed)
     out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
     return Ran(paths, results, failed, skipped)
 
 
-def _run_workers(study: Study, stores: Stores, workers: int, quiet: bool, retry_failed: bool):
-    """N ``ablate worker`` processes on this machine, sharing the study's stores."""
+def _run_workers(
+    study: Study, stores: Stores, workers: int, quiet: bool, retry_failed: bool, gpus: GpuPlan | None = None
+):
+    """N ``ablate worker`` processes on this machine, sharing the study's stores (with ``gpus``:
+    each sees the GPU the plan deals it)."""
     prepare(study, stores)  # create the stores and queues once: schema creation must not race
     cmd = [sys.executable, "-m", "ablate.cli", "worker", str(study.path), *study.overrides]
     cmd += ["--output", str(stores.output_dir), "--storage", stores.optuna_url]
@@ -80,7 +92,7 @@ def _run_workers(study: Study, stores: Stores, workers: int, quiet: bool, retry_
     with progress_bars(quiet) as bars:
         watch = StoreWatch(study, stores, bars, quiet, workers)  # before any worker takes a trial
         env = {**os.environ, PARENT_ENV: str(os.getpid())}
-        procs = [subprocess.Popen(cmd, env=env) for _ in range(workers)]
+        procs = [subprocess.Popen(cmd, env={**env, **(gpus.env(i) if gpus else {})}) for i in range(workers)]
         try:
             while any(p.poll() is None for p in procs):
                 stopping.sleep(POLL_S)
@@ -97,11 +109,64 @@ def _run_workers(study: Study, stores: Stores, workers: int, quiet: bool, retry_
             raise
     crashed = [p.returncode for p in procs if p.returncode not in (0, 1)]
     if crashed:
-        raise AblateError(
+        # Workers that met bad input (status 2) said why; a crash or kill is a failed run.
+        error = AblateError if all(code == 2 for code in crashed) else RunFailed
+        raise error(
             f"{len(crashed)} of {workers} workers exited with status {crashed[0]}; "
             f"run the study again to resume"
         )
     return watch.before, standing_failures(study, stores)
+
+
+def list_failures(failed: list[tuple[str, int, str]]) -> None:
+    for variant, seed, reason in failed:
+        err.print(f"[red]failed[/red] {variant}{f' seed {seed}' if seed >= 0 else ''}: {escape(reason)}")
+
+
+def check_folders(
+    study: Study,
+    stores: Stores,
+    output: Path | None,
+    reports: Path | None = None,
+    out_dir: Path | None = None,
+    trains: bool = True,
+) -> None:
+    """Stop with one line naming the folder and what chose it (``--output``, the study file's
+    ``output:``, ``--reports``) when the output folder (where it ``trains``), or the report
+    folder ``out_dir``, cannot be written: before any training, not when the report is due."""
+    problem = None
+    if trains:
+        problem = folder_problem(stores.output_dir)
+        for sub in ("workers", "checkpoints"):  # folders the driver makes in it
+            problem = problem or folder_problem(stores.output_dir / sub)
+    if problem is None and out_dir is not None:
+        problem = folder_problem(out_dir)
+        if problem is not None and reports is not None:
+            raise AblateError(f"--reports {reports}: {problem}")
+    if problem is None:
+        return
+    if output is not None:
+        raise AblateError(f"--output {output}: {problem}")
+    if study.spec.output is not None:
+        raise study_key_error(study, ("output",), problem)
+    raise AblateError(
+        f"{problem} (the output folder is runs/<name> in the current folder; output: in "
+        f"{study.path} or --output puts it elsewhere)"
+    )
+
+
+def study_key_error(study: Study, key: tuple[str, ...], message: str) -> AblateError:
+    """``file:line: key: message`` for a key of the study's file (or the override that set it)."""
+    from .overrides import OverriddenLocator, parse_overrides
+    from .studyfile import Locator, read_study
+
+    try:
+        _, lines = read_study(study.path)
+    except (OSError, AblateError):  # read once already (edited since?): a line number is a nicety
+        lines = {}
+    given = parse_overrides(study.overrides)
+    where = OverriddenLocator(study.path, lines, given) if given else Locator(study.path, lines)
+    return where.error(key, message)
 
 
 def standing_failures(study: Study, stores: Stores) -> list[tuple[str, int, str]]:
@@ -133,8 +198,10 @@ def write_study_report(
     from .stats.resample import resampled_for_report
 
     loaded = load_results(tracking_uri, experiment)
-    if loaded.results.empty:
-        raise AblateError(f"no finished trials for '{experiment}' in {tracking_uri}")
+    if loaded.results.empty:  # a study that ran but finished nothing: a failed run, not bad input
+        failed = 0 if loaded.failures is None else len(loaded.failures)
+        why = f" ({failed} failed; `ablate run --retry-failed` trains them again)" if failed else ""
+        raise RunFailed(f"no finished trials for '{experiment}' in {tracking_uri}{why}, so no report")
     settings = report_settings(loaded.settings, study)
     paths = write_report(
         loaded.results,

@@ -1,5 +1,8 @@
 """Building blocks of the study-file schema: strict models and closed vocabularies.
 
+A :class:`Strict` model refuses unknown keys and takes numbers as numbers only: ``true`` is not
+an integer (pydantic's lax mode reads it as 1), anywhere in the model, nested types included.
+
 A closed vocabulary (norm placements, initialisers, optimisers, samplers, …) is defined once,
 as a :class:`Vocabulary` — a name → constructor/value map kept in the module that uses it, as
 timm keeps ``_NORM_MAP`` beside ``get_norm_layer``. The schema validates a name against the
@@ -9,18 +12,75 @@ map's keys (:meth:`Vocabulary.field`), so adding an entry to the map is all it t
 from __future__ import annotations
 
 import difflib
+import math
+import re
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    WithJsonSchema,
+)
+from pydantic_core import CoreSchema, PydanticKnownError, core_schema
 
 Value = TypeVar("Value")
 
+# YAML 1.1 (PyYAML) reads ``1e9`` as a string; where an integer is expected it means one.
+_EXPONENT = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+\s*")
+
+
+def integer(value: Any) -> Any:
+    """``value`` for an integer field: a bool refused, ``"1e9"`` read as 1000000000."""
+    if isinstance(value, bool):  # pydantic's own error type: rebuilt errors (tasks.untagged) keep it
+        raise PydanticKnownError("int_type")
+    if isinstance(value, str) and _EXPONENT.fullmatch(value):
+        exact = float(value)
+        if math.isfinite(exact) and exact.is_integer():
+            return int(exact)
+    return value
+
+
+def number(value: Any) -> Any:
+    """``value`` for a float field: a bool refused."""
+    if isinstance(value, bool):
+        raise PydanticKnownError("float_type")
+    return value
+
+
+_NUMBERS = {"int": integer, "float": number}
+
+
+def numbers_only(schema: Any) -> Any:
+    """A core schema with every int and float inside it (fields, list items, union members, …)
+    checked first by :func:`integer` / :func:`number`."""
+    if isinstance(schema, list):
+        return [numbers_only(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: numbers_only(item) for key, item in schema.items()}
+    kind = out.get("type")  # a field may be named "type" too: its schema is a mapping
+    check = _NUMBERS.get(kind) if isinstance(kind, str) else None
+    return out if check is None else core_schema.no_info_before_validator_function(check, out)
+
+
+# An integer outside a Strict model (a TypeAdapter's items).
+Int = Annotated[int, BeforeValidator(integer)]
+
 
 class Strict(BaseModel):
-    """A section of the study file: unknown keys are errors."""
+    """A section of the study file: unknown keys are errors, a bool is no number."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: type[BaseModel], handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return numbers_only(handler(source))
 
 
 class Vocabulary(Mapping[str, Value], Generic[Value]):

@@ -7,7 +7,7 @@ is :mod:`ablate.search`.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
 from pydantic import (
@@ -18,12 +18,14 @@ from pydantic import (
     ValidatorFunctionWrapHandler,
     WrapValidator,
     field_validator,
+    model_validator,
 )
 
 from .blocks import INITIALISERS, PLACEMENTS
 from .optimizers import OPTIMIZERS
 from .registry import COMPONENT_SLOTS
-from .schema import Strict
+from .schedules import LR_SCHEDULES
+from .schema import Int, Strict
 from .search import SearchSpec
 from .stats.sequential import SequentialSeeds
 from .stats.settings import ReportSection, ReportSettings
@@ -61,9 +63,19 @@ class ModelSpec(Strict):
     norm: NormSpec = NormSpec(kind="layernorm")
     connection: ComponentSpec = ComponentSpec(kind="residual")
     bias: list[ComponentSpec] = [ComponentSpec(kind="abs_pos")]
+    # A norm (model.norm's kind and options) after the last block; HSTU and FuXi-α have none.
+    final_norm: bool = True
     # Weights of the blocks' linear layers: each kind's own initialisation (``default``: PyTorch's
     # for nn.Linear) or Xavier-normal for all of them (SASRec's released code).
     init: INITIALISERS.field = "default"
+
+    # Options added after stores existed, left out of fingerprints at their defaults (as TrainSpec's).
+    LATER_OPTIONS: ClassVar[tuple[str, ...]] = ("final_norm",)
+
+    def later_options_at_default(self) -> set[str]:
+        """The :attr:`LATER_OPTIONS` a fingerprint may leave out."""
+        fields = type(self).model_fields
+        return {name for name in self.LATER_OPTIONS if getattr(self, name) == fields[name].get_default()}
 
 
 class TaskSpec(BaseModel):
@@ -84,6 +96,39 @@ class VarySpec(Strict):
     @property
     def everything(self) -> bool:
         return self.init and self.order and self.dropout
+
+
+class ParamGroupSpec(Strict):
+    """One ``train.param_groups`` entry: the parameters whose dotted name matches ``params`` (a
+    regular expression, searched) train with their own learning rate and/or weight decay (e.g.
+    T2G-Former's column embeddings at lr 0.01, no decay on norms and biases)."""
+
+    params: str
+    lr: float | None = Field(None, gt=0)  # None: train.lr (a schedule scales it alike)
+    weight_decay: float | None = Field(None, ge=0)  # None: train.weight_decay
+
+    @field_validator("params")
+    @classmethod
+    def _pattern(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from exc
+        return v
+
+
+class SecondStageSpec(Strict):
+    """``train.second_stage``: once the first stage early-stops, every component's
+    ``stage_end`` hook runs (``fr_graph`` freezes its topology) and training goes on with a fresh
+    patience until it early-stops again, within ``train.epochs`` in all (T2G-Former's schedule).
+    The result is the best validation epoch of both stages; the optimiser, its moments and the
+    learning-rate schedule carry on."""
+
+    # Evaluations without improvement that end the second stage; None: train.patience.
+    patience: int | None = Field(None, gt=0)
+    # The weights the second stage starts from: the first stage's best (``best``) or its last
+    # (``last``: T2G-Former's released code, which continues from where early stopping struck).
+    start: Literal["best", "last"] = "best"
 
 
 class TrainSpec(Strict):
@@ -109,6 +154,22 @@ class TrainSpec(Strict):
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     # Sources of randomness that vary with the seed (the rest use seed 0 in every trial).
     vary: VarySpec = VarySpec()
+    # Per-epoch learning-rate factor (ablate.schedules.LR_SCHEDULES): constant, type1 (halved each
+    # epoch from the third on, Time-Series-Library's), cosine (to 0 at `epochs`).
+    lr_schedule: LR_SCHEDULES.field = "constant"
+    # Parameters (by name pattern) with their own lr / weight decay; the first match wins.
+    param_groups: list[ParamGroupSpec] = []
+    # Train again after early stopping, with each component's stage_end hook run first.
+    second_stage: SecondStageSpec | None = None
+
+    # Options added after stores existed: a study that leaves them at their defaults trains as
+    # before they existed, so its trials' fingerprints leave them out and old stores resume.
+    LATER_OPTIONS: ClassVar[tuple[str, ...]] = ("lr_schedule", "param_groups", "second_stage")
+
+    def later_options_at_default(self) -> set[str]:
+        """The :attr:`LATER_OPTIONS` a fingerprint may leave out."""
+        fields = type(self).model_fields
+        return {name for name in self.LATER_OPTIONS if getattr(self, name) == fields[name].get_default()}
 
     def eval_rows(self, device: torch.device) -> int:
         """Rows per evaluation forward on ``device``."""
@@ -123,13 +184,22 @@ class TrainSpec(Strict):
             raise ValueError("expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
         return v
 
+    @model_validator(mode="after")
+    def _stages(self) -> TrainSpec:
+        if self.second_stage is not None and self.patience is None:
+            raise ValueError(
+                "second_stage needs patience: the second stage starts when the first has gone "
+                "`patience` evaluations without improvement"
+            )
+        return self
+
 
 class MetricsSpec(Strict):
     primary: str
     also: list[str] = []
 
 
-_SEED_LIST = TypeAdapter(Annotated[list[int], Field(min_length=1)])
+_SEED_LIST = TypeAdapter(Annotated[list[Int], Field(min_length=1)])
 
 
 def _seeds(data: Any, handler: ValidatorFunctionWrapHandler) -> list[int] | SequentialSeeds:

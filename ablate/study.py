@@ -7,8 +7,6 @@ file, the line and the key path (:mod:`ablate.studyfile`).
 
 from __future__ import annotations
 
-import copy
-import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -16,16 +14,19 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from . import sizes
 from .blocks import PLACEMENTS
 from .components import BuildContext, Component
 from .errors import DataError, StudyError
 from .overrides import OverriddenLocator, apply_overrides, parse_overrides
 from .registry import COMPONENT_SLOTS
 from .search import SEARCH_ROOTS, check_search
+from .sizes import NOMINAL_TOKENS
 from .spec import BASE, ComponentSpec, ModelSpec, StudySpec, TrainSpec
 from .stats import ReportSettings
-from .studyfile import Bare, Locator, lookup, parse, validate_options
+from .studyfile import Bare, Locator, lookup, read_study, validate_options
 from .tasks import Task
+from .variants import expand, patched
 
 
 def placement_problem(placement: str, attention: type, connection: type) -> str | None:
@@ -101,6 +102,8 @@ class Study:
     loss: BaseModel
     metrics: list[str] = field(default_factory=list)  # primary first
     overrides: tuple[str, ...] = ()  # the `key=value` overrides applied to the file, as given
+    # Variant → where its problems are reported: the locator and its key (``("variants", name)``).
+    located: dict[str, tuple[Locator, tuple]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -113,6 +116,10 @@ class Study:
     def output_dir(self, override: str | Path | None = None) -> Path:
         chosen = override or self.spec.output or Path("runs") / self.name
         return Path(chosen).resolve()
+
+    def locate(self, variant: str) -> tuple[Locator, tuple]:
+        """Where a problem of ``variant`` is reported: its locator and key in the study file."""
+        return self.located.get(variant) or (Bare(self.path, {}), ("model",))
 
     def report_settings(self) -> ReportSettings:
         """What the report needs: the study file's ``report:`` section filled in with the study's
@@ -168,6 +175,8 @@ class Study:
             spec = self.spec.model_copy(update={"train": train_spec})
         if any(root == "model" for root, _ in touched):
             resolved = _re_resolve(where, old, model, ("model",), self.task)
+        if resolved is not old or ("train", "batch_size") in touched:
+            check_size(where, ("model",), self.task, spec.train.batch_size, resolved)
         changed = replace(self, spec=spec, loss=loss, variants={**self.variants, variant: resolved})
         return changed, resolved
 
@@ -223,10 +232,7 @@ def load_study(path: str | Path, check_files: bool = True, overrides: Iterable[s
     """Parse and fully validate a study file, with ``key=value`` overrides (:mod:`ablate.overrides`)
     applied first. Raises :class:`StudyError` / :class:`DataError`."""
     path = Path(path)
-    if not path.is_file():
-        raise StudyError(f"{path}: study file not found")
-    text = path.read_text()
-    raw, lines = parse(path, text)
+    raw, lines = read_study(path)
     given = parse_overrides(overrides)
     raw = apply_overrides(raw, given)
     where = OverriddenLocator(path, lines, given) if given else Locator(path, lines)
@@ -252,14 +258,18 @@ def load_study(path: str | Path, check_files: bool = True, overrides: Iterable[s
             key = ("metrics", "primary") if i == 0 else ("metrics", "also", i - 1)
             raise where.error(key, problem)
 
-    variants = {BASE: _resolve_variant(where, BASE, raw.get("model", {}), ("model",), task)}
-    for name, patch in _expand(where, spec).items():
+    located = {BASE: (where, BASE_KEY)}
+    variants = {BASE: _resolve_variant(where, BASE, raw.get("model", {}), BASE_KEY, task)}
+    for name, (patch, at) in expand(where, spec).items():
         if name == BASE:
             raise where.error(
                 ("variants", name), f"'{BASE}' is the name of the base model; rename the variant"
             )
-        merged = _patch(raw.get("model", {}), patch)
-        variants[name] = _resolve_variant(where, name, merged, ("variants", name), task)
+        merged = patched(raw.get("model", {}), patch)
+        located[name] = (at, ("variants", name))
+        variants[name] = _resolve_variant(at, name, merged, ("variants", name), task)
+    for name, variant in variants.items():
+        check_size(*located[name], task, spec.train.batch_size, variant)
 
     if spec.report.baseline not in variants:
         raise where.error(
@@ -281,6 +291,7 @@ def load_study(path: str | Path, check_files: bool = True, overrides: Iterable[s
         loss=loss,
         metrics=metrics,
         overrides=tuple(o.text for o in given),
+        located=located,
     )
     check_search(where, study)
     if check_files:
@@ -347,12 +358,28 @@ def _resolve_slots(
     for slot, parts in resolved.items():
         for (sub, _), part in zip(_slot_components(spec, slot), parts, strict=True):
             problem = incompatibility(part, task.kind_name(), task.features(), task.ordered)
+            problem = problem or task.incompatibility(part.slot, part.cls, part.options)
             if problem:
                 raise where.error(key + sub + ("kind",), problem, BASE_KEY + sub)
     # A list slot (bias) holds the tuple, the others their one part.
     return {
         slot: parts if isinstance(getattr(spec, slot), list) else parts[0] for slot, parts in resolved.items()
     }
+
+
+def check_size(where: Locator, key: tuple, task: Task, batch_size: int, variant: Variant) -> None:
+    """Every component of ``variant`` built on the meta device (:func:`ablate.sizes.check`): a
+    shape its constructor refuses, or a model past the memory limit, fails here naming the key.
+    The data's tokens per row are not known yet: :data:`~ablate.sizes.NOMINAL_TOKENS` stand in."""
+    ctx = BuildContext(
+        dim=variant.spec.dim,
+        dropout=variant.spec.dropout,
+        max_len=NOMINAL_TOKENS,
+        ordered=task.ordered,
+        features=task.features(),
+        values_width=task.values_width(),
+    )
+    sizes.check(where, key, variant, ctx, batch_size)
 
 
 def _check_placement(where: Locator, spec: ModelSpec, key: tuple, attention: Part, connection: Part) -> None:
@@ -386,45 +413,6 @@ def incompatibility(part: Part, task: str, features: frozenset[str], ordered: bo
     if part.cls.unordered_only and ordered:
         return f"{kind} works on unordered token sets, but task '{task}' has ordered tokens used causally"
     return None
-
-
-def _patch(base: dict, patch: dict) -> dict:
-    """Deep-merge a variant's patch into the base model. A component whose ``kind``
-    changes is replaced whole (the old kind's options would not fit the new kind);
-    lists are replaced."""
-    out = copy.deepcopy(base)
-    for key, value in patch.items():
-        old = out.get(key)
-        both_mappings = isinstance(value, dict) and isinstance(old, dict)
-        if both_mappings and value.get("kind", old.get("kind")) == old.get("kind"):
-            out[key] = _patch(old, value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def _expand(where: Locator, spec: StudySpec) -> dict[str, dict]:
-    """Named variants, then the factorial grid (``{"attention.heads": [1, 2], ...}``)."""
-    variants = dict(spec.variants)
-    if not spec.grid:
-        return variants
-    keys = list(spec.grid)
-    for key in keys:
-        if not spec.grid[key]:
-            raise where.error(("grid", key), "a grid axis needs at least one value")
-    for values in itertools.product(*(spec.grid[k] for k in keys)):
-        patch: dict = {}
-        for dotted, value in zip(keys, values, strict=True):
-            node = patch
-            parts = dotted.split(".")
-            for p in parts[:-1]:
-                node = node.setdefault(p, {})
-            node[parts[-1]] = value
-        name = ",".join(f"{k}={v}" for k, v in zip(keys, values, strict=True))
-        if name in variants:
-            raise where.error(("grid",), f"grid variant '{name}' clashes with a named variant")
-        variants[name] = patch
-    return variants
 
 
 def _set_dotted(node: dict, path: list[str], value: Any) -> None:

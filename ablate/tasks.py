@@ -148,6 +148,13 @@ class Task:
         """None if ``name`` is a metric this task computes, else a one-line reason."""
         raise NotImplementedError
 
+    def incompatibility(self, slot: str, kind: type[Component], options: Options) -> str | None:
+        """Why a ``slot`` component of ``kind`` (with ``options``) would make this task degenerate —
+        e.g. a readout token that never sees a feature, so every row gets the same prediction — or
+        None. The study loader asks for every component of every variant, after the kind's own
+        requirements; a reason fails validation naming the component's key. Default: None."""
+        return None
+
     def data_path(self) -> Path | None:
         """The file or folder the options' ``data.path`` names (relative to the study file's
         folder), or None for data without a path (synthetic)."""
@@ -169,6 +176,12 @@ class Task:
     def data_summary(self, data: Any) -> dict[str, int | float | str]:
         """What the loaded data holds, label → value, for the report and the study's MLflow run
         (e.g. ``{"users": 6040, "items": 3416, "test units": 6040}``); default: nothing."""
+        return {}
+
+    def artifacts(self, data: Any) -> dict[str, bytes | Path]:
+        """Files kept with the study's run once the data is loaded: artifact name → its bytes or a
+        file to copy (e.g. which source id each index the model uses stands for, so predictions
+        can be traced back). The driver stores them under ``data/``; default: none."""
         return {}
 
     def values_width(self) -> int:

@@ -46,6 +46,7 @@ STUDY_ARTIFACT = "study.resolved.yaml"  # the validated study, overrides applied
 REPORT_FOLDER = "report"  # where the parent run keeps the written report
 REPORT_FILES = ("md", "html", "csv", "comparisons", "tex")  # of write_report's paths
 DATA_SUMMARY = "ablate.data_summary"  # a parent-run tag: the task's data summary as JSON
+DATA_ARTIFACTS = "data"  # the parent run's folder for the task's data files (Task.artifacts)
 # The most portable limits: older servers cap a parameter value at 500 characters, and MLflow
 # takes at most 100 parameters per batch; keys keep word characters, '.', '-' and ' ' (MLflow also
 # takes '/', but as a path that must not resolve elsewhere).
@@ -128,6 +129,16 @@ def default_uri(output_dir: Path) -> str:
     return f"sqlite:///{(output_dir / 'mlflow.db').resolve()}"
 
 
+def tracking_problem(tracking_uri: str) -> str | None:
+    """Why ``tracking_uri`` names no tracking store, or None. A URI has a scheme; MLflow reads a
+    bare word or path as its retired file store, so ``notaurl`` is most likely a mistyped URI."""
+    if "://" in tracking_uri:
+        return None
+    return (
+        "not a tracking URI; give http://host:5000, sqlite:///path/mlflow.db or postgresql://user:pw@host/db"
+    )
+
+
 def _probe(tracking_uri: str) -> None:
     """Fail in seconds, with one line, on a tracking server that does not answer (MLflow's own
     client would retry for minutes first)."""
@@ -203,7 +214,8 @@ class Tracker:
             raise AblateError(f"cannot open MLflow tracking store {tracking_uri}: {exc.message}") from None
         except Exception as exc:  # noqa: BLE001 - an unreachable server raises from requests
             reason = _first_line(exc)
-            raise AblateError(f"cannot reach MLflow tracking store {tracking_uri}: {reason}") from None
+            verb = "open" if tracking_uri.startswith("sqlite:") else "reach"  # a file, not a server
+            raise AblateError(f"cannot {verb} MLflow tracking store {tracking_uri}: {reason}") from None
         if found is None and not create:
             raise AblateError(f"no experiment '{experiment}' in the tracking store {tracking_uri}")
         self.created = False  # whether this tracker created the experiment (and so creates the study run)
@@ -272,6 +284,17 @@ class Tracker:
         except Exception as exc:  # noqa: BLE001 - boto, requests, OSError: each store fails its own way
             reason = _first_line(exc)
             raise AblateError(f"cannot store artifacts in the tracking store {self.uri}: {reason}") from None
+
+    def attach_files(self, run_id: str, files: dict[str, bytes | Path], folder: str) -> None:
+        """Store each file (name → its bytes, or a file to copy) as an artifact under ``folder``."""
+        if not files:
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, content in files.items():
+                local = Path(tmp) / name
+                local.parent.mkdir(parents=True, exist_ok=True)
+                local.write_bytes(content.read_bytes() if isinstance(content, Path) else content)
+            self.client.log_artifacts(run_id, tmp, artifact_path=folder)
 
     def study_meta(self) -> dict[str, Any]:
         """What the parent run records about how the study was made: ``ablate_version``,

@@ -1,7 +1,8 @@
 """Train and evaluate one (variant, seed): the task-agnostic optimiser loop.
 
 The task supplies batches, the loss and evaluation; this module owns seeding, the
-optimiser, early stopping on the primary validation metric, divergence detection and the
+optimiser and its per-epoch learning-rate schedule, early stopping on the primary validation
+metric (and the second stage after it, ``train.second_stage``), divergence detection and the
 cost measurements (parameters, training tokens/s, peak memory, wall and CPU time).
 """
 
@@ -28,10 +29,11 @@ from torch import nn
 
 from . import stopping
 from .build import build_backbone, count_parameters
+from .components import end_stage
 from .errors import AblateError
 from .faults import fault_point
-from .optimizers import OPTIMIZERS
 from .parts import backward_parts
+from .schedules import LR_SCHEDULES, build_optimizer
 from .study import Study, Variant
 
 
@@ -167,10 +169,11 @@ class Checkpoint:
 
     The state is written at the end of an epoch once ``every_s`` seconds have passed since the
     last write (atomically: a temporary file renamed over the old one) and holds everything the
-    rest of the training depends on — model, optimiser, the batch generator's and the global
-    random states, early-stopping state, curves — so a resumed trial continues exactly as the
-    uninterrupted one would have. ``signature`` names what the trial trains (the study's
-    fingerprint, seed, batch size): a checkpoint with another signature is ignored."""
+    rest of the training depends on — model, optimiser, learning-rate schedule, the batch
+    generator's and the global random states, early-stopping state and stage, curves — so a
+    resumed trial continues exactly as the uninterrupted one would have. ``signature`` names what
+    the trial trains (the study's fingerprint, seed, batch size): a checkpoint with another
+    signature is ignored."""
 
     path: Path
     signature: str
@@ -262,6 +265,12 @@ def training_autocast(precision: str, device: torch.device) -> torch.autocast:
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=trains_in_bf16(precision, device))
 
 
+def _patience(train: Any, stage: int) -> int:
+    """Evaluations without improvement that end training stage ``stage``."""
+    second = train.second_stage
+    return second.patience if stage > 1 and second.patience is not None else train.patience
+
+
 def train_trial(
     study: Study,
     variant: Variant,
@@ -287,19 +296,22 @@ def train_trial(
         raise  # the driver retries at half batch size
     except (ValueError, RuntimeError) as exc:
         raise TrialFailed(f"could not build variant '{variant.name}': {exc}") from exc
-    optimizer = OPTIMIZERS[train.optimizer](
-        model.parameters(), lr=train.lr, betas=train.betas, weight_decay=train.weight_decay
-    )
+    optimizer = build_optimizer(model, train)
+    scheduler = LR_SCHEDULES[train.lr_schedule](optimizer, train.epochs)
     autocast = training_autocast(train.precision, device)
 
     result = TrialResult(summary={}, per_unit=pd.DataFrame(), params=count_parameters(model))
     best_score, best_state, stale = -math.inf, None, 0
+    stage_ends: list[int] = []  # the epochs after which a training stage early-stopped
     train_time, tokens, earlier_wall, earlier_peak, first_epoch = 0.0, 0, 0.0, 0.0, 1
     earlier_cpu = 0.0
     saved = checkpoint.load() if checkpoint else None
     if saved is not None:
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(saved["scheduler"])
+        stage_ends = saved.get("stage_ends", [])
         _restore_random_states(saved["random"], generator)
         best_score, best_state, stale = saved["best_score"], saved["best_state"], saved["stale"]
         train_time, tokens, result.curves = saved["train_time"], saved["tokens"], saved["curves"]
@@ -310,13 +322,15 @@ def train_trial(
         first_epoch = saved["epoch"] + 1
         for epoch in range(1, first_epoch):
             task.on_epoch_end(model, epoch)  # replay the epoch schedule (e.g. frozen topologies)
+            if epoch in stage_ends:
+                end_stage(model, stage_ends.index(epoch) + 1)
             if on_epoch:
                 on_epoch(epoch, {k: v for e, k, v in result.curves if e == epoch})
     last_save = time.perf_counter()
     with PeakMemory(device) as memory:
         for epoch in range(first_epoch, train.epochs + 1):
             model.train()
-            t0, losses = time.perf_counter(), []
+            t0, losses, lr = time.perf_counter(), [], optimizer.param_groups[0]["lr"]
             for batch in task.train_batches(data, train.batch_size, generator):
                 batch = batch.to(device)
                 optimizer.zero_grad(set_to_none=True)
@@ -335,6 +349,10 @@ def train_trial(
             result.epochs = epoch
             task.on_epoch_end(model, epoch)
             logged = {"train.loss": float(torch.stack(losses).mean())} if losses else {}
+            if scheduler is not None:
+                logged["train.lr"] = lr
+            if train.second_stage is not None:
+                logged["train.stage"] = float(1 + len(stage_ends))
             if epoch % train.eval_every == 0 or epoch == train.epochs:
                 valid = task.evaluate(model, data, "valid", study.metrics, device, train.eval_rows(device))
                 logged.update({f"valid.{k}": v for k, v in valid.summary.items()})
@@ -344,11 +362,19 @@ def train_trial(
                     best_state = copy.deepcopy(model.state_dict())
                 else:
                     stale += 1
+            if scheduler is not None:
+                scheduler.step()
             result.curves += [(epoch, k, v) for k, v in logged.items()]
             if on_epoch:
                 on_epoch(epoch, logged)
-            if train.patience and stale >= train.patience:
-                break
+            if train.patience and stale >= _patience(train, len(stage_ends) + 1):
+                if train.second_stage is None or stage_ends:
+                    break
+                if train.second_stage.start == "best" and best_state is not None:
+                    model.load_state_dict(best_state)
+                end_stage(model, 1)  # e.g. fr_graph freezes its topology
+                stage_ends.append(epoch)
+                stale = 0
             if checkpoint and epoch < train.epochs and time.perf_counter() - last_save >= checkpoint.every_s:
                 checkpoint.save(
                     {
@@ -356,6 +382,8 @@ def train_trial(
                         "epochs": train.epochs,
                         "model": model.state_dict(),
                         "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                        "stage_ends": stage_ends,
                         "random": _random_states(generator),
                         "best_score": best_score,
                         "best_state": best_state,

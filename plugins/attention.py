@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +22,9 @@ from ablate.components import Attention, BuildContext, Dropout, Options, TokenCo
 from ablate.jagged import last_of_rows
 from ablate_plugins import kernels
 from ablate_plugins.attention_parts import (
+    INITIALISATIONS,
+    NORMALISERS,
+    QUERY_TIMES,
     RelativePositionTable,
     RelativeTimeTable,
     check_heads,
@@ -27,7 +32,6 @@ from ablate_plugins.attention_parts import (
     logit_bias,
     merge_heads,
     split_heads,
-    true_lengths,
 )
 
 
@@ -169,7 +173,32 @@ class SoftmaxAttention(Attention):
         return self.out(o.reshape(b, h * e))
 
 
-class PointwiseOptions(Options):
+class SiLUAttentionOptions(Options):
+    """What the pointwise (HSTU) and AMS (FuXi-α) attentions share: how N is chosen, the dropout
+    after the output projection, and how the projections are initialised."""
+
+    # N in SiLU(q kᵀ + bias) / N: the row's true length ("length") or a fixed padded width
+    # ("padded": HSTU's and FuXi-α's code, which pad every row to max_seq_len + max_output_len).
+    normaliser: Literal[tuple(NORMALISERS)] = "length"
+    padded_width: int | None = Field(None, gt=0)  # N under normaliser "padded"; None: the model's max_len
+    # Dropout on the output projection's result, inside the attention (neither paper has one there;
+    # the residual connection's own dropout acts at the same place, so set that to 0 to drop it).
+    output_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    # "torch": nn.Linear's initialisation; "published": input projections N(0, 0.02²), the output
+    # projection's weight Xavier-uniform (HSTU's and FuXi-α's code).
+    init: Literal[tuple(INITIALISATIONS)] = "torch"
+
+    @model_validator(mode="after")
+    def _width_with_padded(self) -> SiLUAttentionOptions:
+        if self.padded_width is not None and self.normaliser != "padded":
+            raise ValueError(
+                f"padded_width={self.padded_width} is N under normaliser 'padded', but normaliser "
+                f"is {self.normaliser!r}; set normaliser: padded, or leave padded_width out"
+            )
+        return self
+
+
+class PointwiseOptions(SiLUAttentionOptions):
     heads: int = Field(1, gt=0)
     qk_dim: int | None = Field(None, gt=0)  # per-head query/key width; None: dim / heads
     v_dim: int | None = Field(None, gt=0)  # per-head value (and U) width; None: dim / heads
@@ -183,21 +212,22 @@ class PointwiseAttention(Attention):
         U, V, Q, K = split(SiLU(x W_uvqk))                  [b, n, h·e_v] ×2, [b, n, h·e_qk] ×2
         q, k       = rotate(Q, K)                           per head, rotary bias channels if any
         A          = SiLU(q kᵀ + logit_bias) / N            [b, h, n, n], 0 where key_mask forbids
-        out        = W_o(dropout(U ⊙ LayerNorm(merge_heads(A v))))
+        out        = dropout_out(W_o(dropout(U ⊙ LayerNorm(merge_heads(A v)))))
 
     ``W_uvqk`` has no bias (HSTU's ``_uvqk``); ``LayerNorm`` has no affine parameters and runs
-    over the ``h·e_v`` values of all heads concatenated (HSTU); ``W_o`` has a bias.
+    over the ``h·e_v`` values of all heads concatenated (HSTU); ``W_o`` has a bias;
+    ``dropout_out`` is ``output_dropout`` (0 by default, as in HSTU).
 
-    **Which N.** ``N`` is the number of real tokens of each row (its true length), not the
-    padded width of the batch. The padded width depends on the other rows of the batch (and on
-    whether the pipeline pads to the batch maximum or to ``max_len``), so dividing by it would
-    make a row's output change with its neighbours and with extra padding; the true length keeps
-    dense-padded and jagged layouts numerically identical. Under causal use a query at position i
-    is then scaled by the row's length, i.e. by how many tokens follow it (their number, never
-    their content). Because 1/N is one scalar per row, shared by every query and head, the
-    scale-invariant LayerNorm that follows removes it up to its ε: the choice of N matters only
-    in a near-zero-norm regime. (HSTU's and FuXi-α's code divide by the padded width, which
-    there is the fixed ``max_seq_len``: a constant.)
+    **Which N** (``normaliser``). ``length`` (the default): the number of real tokens of each
+    row. ``padded``: a fixed width (``padded_width``, else ``max_len``), what HSTU's and FuXi-α's
+    code do — their rows are all padded to ``max_seq_len + max_output_len`` (211 on ML-1M). Never
+    the batch's own padded width, which depends on the other rows of the batch, so that a row's
+    output would change with its neighbours and with extra padding; both choices keep dense-padded
+    and jagged layouts numerically identical. Under causal use ``length`` scales a query at
+    position i by the row's length, i.e. by how many tokens follow it (their number, never their
+    content). 1/N is one scalar per row, shared by every query and head, so the scale-invariant
+    LayerNorm that follows removes it up to its ε — but at HSTU's initial weights A v is so small
+    that ε dominates, and there the two choices differ by up to 0.36 at N = 211 (issue 20).
     """
 
     Options = PointwiseOptions
@@ -208,20 +238,25 @@ class PointwiseAttention(Attention):
         self.heads = h
         self.e_qk = head_width("pointwise", d, h, options.qk_dim)
         self.e_v = head_width("pointwise", d, h, options.v_dim)
+        self.normaliser = NORMALISERS[options.normaliser]
+        self.width = default(options.padded_width, ctx.max_len)
         self.uvqk = nn.Linear(d, 2 * h * self.e_v + 2 * h * self.e_qk, bias=False)
         self.norm = nn.LayerNorm(h * self.e_v, eps=1e-6, elementwise_affine=False)
         self.dropout = Dropout(default(options.dropout, ctx.dropout))
         self.out = nn.Linear(h * self.e_v, d)
+        self.output_dropout = Dropout(options.output_dropout)
+        INITIALISATIONS[options.init]([self.uvqk], self.out)
 
     def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:
         hv, hq = self.heads * self.e_v, self.heads * self.e_qk
         u, v, q, k = F.silu(self.uvqk(x)).split([hv, hv, hq, hq], dim=-1)
         q, k, v = (split_heads(t, self.heads) for t in (q, k, v))  # [b, h, n, e]
         q, k = tokens.rotate(q, k)
-        a = F.silu(torch.einsum("bhie,bhje->bhij", q, k) + logit_bias(tokens, q)) / true_lengths(tokens, q)
+        n = self.normaliser(tokens, q, self.width)
+        a = F.silu(torch.einsum("bhie,bhje->bhij", q, k) + logit_bias(tokens, q)) / n
         a = a.masked_fill(~tokens.key_mask(), 0.0)
         o = self.norm(merge_heads(a @ v))  # [b, n, h·e_v]
-        return self.out(self.dropout(u * o))
+        return self.output_dropout(self.out(self.dropout(u * o)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -230,18 +265,19 @@ class PointwiseAttention(Attention):
 
 class SemanticChannel(nn.Module):
     """AMS semantic channel: ``Q, K = split(SiLU(x W_qk))``, ``A = SiLU(q kᵀ + logit_bias) / N``,
-    ``[b, h, n, n]``. N is the row's true length (see :class:`PointwiseAttention`). Bias channels
-    the study adds (``logit_bias``, rotations) act here, as in HSTU."""
+    ``[b, h, n, n]``; ``normaliser(tokens, like, width)`` gives N (see :class:`PointwiseAttention`).
+    Bias channels the study adds (``logit_bias``, rotations) act here, as in HSTU."""
 
-    def __init__(self, d: int, h: int, e_qk: int):
+    def __init__(self, d: int, h: int, e_qk: int, normaliser: Callable[..., Tensor | float], width: int):
         super().__init__()
-        self.heads = h
+        self.heads, self.normaliser, self.width = h, normaliser, width
         self.qk = nn.Linear(d, 2 * h * e_qk, bias=False)
 
     def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:
         q, k = (split_heads(t, self.heads) for t in F.silu(self.qk(x)).chunk(2, dim=-1))
         q, k = tokens.rotate(q, k)
-        return F.silu(torch.einsum("bhie,bhje->bhij", q, k) + logit_bias(tokens, q)) / true_lengths(tokens, q)
+        n = self.normaliser(tokens, q, self.width)
+        return F.silu(torch.einsum("bhie,bhje->bhij", q, k) + logit_bias(tokens, q)) / n
 
 
 class TableChannel(nn.Module):
@@ -256,7 +292,7 @@ class TableChannel(nn.Module):
         return self.table(tokens).to(x.dtype)[:, None]
 
 
-class AMSOptions(Options):
+class AMSOptions(SiLUAttentionOptions):
     heads: int = Field(1, gt=0)
     qk_dim: int | None = Field(None, gt=0)  # per-head query/key width; None: dim / heads
     v_dim: int | None = Field(None, gt=0)  # per-head value width; None: dim / heads
@@ -265,6 +301,9 @@ class AMSOptions(Options):
     temporal: bool = True  # relative-time channel (needs timestamps)
     buckets: int = Field(128, gt=0)  # largest time-bucket index: the time table has buckets + 1 entries
     log_base_step: float = Field(0.301, gt=0.0)  # bucket = ⌊ln|Δt| / log_base_step⌋
+    # The query's side of the temporal channel's Δt: its own time ("query") or the next item's,
+    # the request time ("request": FuXi-α's code; the last query's is the time of the item it predicts).
+    time_reference: Literal[tuple(QUERY_TIMES)] = "query"
     # Dropout on U ⊙ RMSNorm(z) before the output projection (FuXi-α); None uses the model's dropout.
     dropout: float | None = Field(None, ge=0.0, lt=1.0)
 
@@ -284,18 +323,20 @@ class AMSAttention(Attention):
         U, V   = split(SiLU(x W_uv))                        [b, n, C·h·e_v], [b, n, h·e_v]
         A_sem  = SiLU(Q Kᵀ + logit_bias) / N                [b, h, n, n], Q, K = split(SiLU(x W_qk))
         A_pos  = P[pos_j − pos_i]                           [b, 1, n, n],   shared by heads
-        A_time = T[bucket(t_i − t_j)]                       [b, 1, n, n],   shared by heads
+        A_time = T[bucket(τ_i − t_j)]                       [b, 1, n, n],   shared by heads
         z      = concat_c (A_c ⊙ key_mask) V               [b, n, h, C·e_v] → [b, n, C·h·e_v]
-        out    = W_o(dropout(U ⊙ RMSNorm(z)))               [b, n, d]
+        out    = dropout_out(W_o(dropout(U ⊙ RMSNorm(z))))  [b, n, d]
 
     Channels that are switched off are left out of the list (and of U's width), so their
     parameters do not exist; their order in z is semantic, positional, temporal. The channel
     weights are used as they are (no softmax; the table channels without SiLU or 1/N, as in
     FuXi-α's code). RMSNorm has no learned scale (FuXi-α); ``W_uv`` and ``W_qk`` have no bias,
-    ``W_o`` (FuXi-α's MFFN stage-1 ``lin0``) has one. The FuXi block's input RMSNorm is the
-    block's norm, not part of this kind. N is the row's true length (see
-    :class:`PointwiseAttention`); unlike there, it also sets the semantic channel's weight
-    against the other channels before the RMSNorm.
+    ``W_o`` (FuXi-α's MFFN stage-1 ``lin0``) has one; ``dropout_out`` is ``output_dropout``
+    (0 by default, as in FuXi-α). The FuXi block's input RMSNorm is the block's norm, not part of
+    this kind. N is set by ``normaliser`` as in :class:`PointwiseAttention`; unlike there, it also
+    sets the semantic channel's weight against the other channels before the RMSNorm, so the two
+    choices differ by up to 5.4 at FuXi-α's initial weights and N = 211 (issue 20). ``τ_i`` is the
+    query's own time t_i, or with ``time_reference: request`` the next item's t_{i+1} (FuXi-α).
     """
 
     Options = AMSOptions
@@ -307,10 +348,13 @@ class AMSAttention(Attention):
         self.heads = h
         e_qk = head_width("ams", d, h, options.qk_dim)
         self.e_v = head_width("ams", d, h, options.v_dim)
+        normaliser, width = NORMALISERS[options.normaliser], default(options.padded_width, ctx.max_len)
         makers = {
-            "semantic": lambda: SemanticChannel(d, h, e_qk),
+            "semantic": lambda: SemanticChannel(d, h, e_qk, normaliser, width),
             "positional": lambda: TableChannel(RelativePositionTable(ctx.max_len)),
-            "temporal": lambda: TableChannel(RelativeTimeTable(options.buckets, options.log_base_step)),
+            "temporal": lambda: TableChannel(
+                RelativeTimeTable(options.buckets, options.log_base_step, options.time_reference)
+            ),
         }
         enabled = [name for name in makers if getattr(options, name)]
         self.channels = nn.ModuleDict({name: makers[name]() for name in enabled})
@@ -319,6 +363,9 @@ class AMSAttention(Attention):
         self.norm = nn.RMSNorm(self.width, eps=1e-6, elementwise_affine=False)
         self.dropout = Dropout(default(options.dropout, ctx.dropout))
         self.out = nn.Linear(self.width, d)
+        self.output_dropout = Dropout(options.output_dropout)
+        semantic = [c.qk for c in self.channels.values() if isinstance(c, SemanticChannel)]
+        INITIALISATIONS[options.init]([self.uv, *semantic], self.out)
 
     @classmethod
     def requirements(cls, options: AMSOptions) -> frozenset[str]:
@@ -330,7 +377,7 @@ class AMSAttention(Attention):
         allowed = tokens.key_mask()  # [b, 1, n, n]
         z = [channel(x, tokens).masked_fill(~allowed, 0.0) @ v for channel in self.channels.values()]
         z = torch.cat(z, dim=-1)  # [b, h, n, C·e_v]
-        return self.out(self.dropout(u * self.norm(merge_heads(z))))
+        return self.output_dropout(self.out(self.dropout(u * self.norm(merge_heads(z)))))
 
 
 # ----------------------------------------------------------------------------------------------

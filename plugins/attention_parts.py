@@ -1,6 +1,6 @@
-"""Pieces several plugin modules build attention from: head bookkeeping and the learned relative
-position / time tables (HSTU / FuXi-α) that the ``ams`` attention and the ``rel_pos`` /
-``rel_time`` bias channels share.
+"""Pieces several plugin modules build attention from: head bookkeeping, the pointwise attentions'
+normalisers and initialisation, and the learned relative position / time tables (HSTU / FuXi-α)
+that the ``ams`` attention and the ``rel_pos`` / ``rel_time`` bias channels share.
 
 Dimensions: ``b`` batch, ``n`` tokens, ``h`` heads, ``e`` head width, ``d`` model width,
 ``L`` max_len.
@@ -20,8 +20,11 @@ __all__ = [
     "merge_heads",
     "logit_bias",
     "true_lengths",
+    "NORMALISERS",
+    "INITIALISATIONS",
     "RelativePositionTable",
     "time_buckets",
+    "QUERY_TIMES",
     "RelativeTimeTable",
 ]
 
@@ -68,6 +71,42 @@ def true_lengths(tokens: TokenContext, like: Tensor) -> Tensor:
 
 
 # ----------------------------------------------------------------------------------------------
+# Pointwise (SiLU) attention: what the weights are divided by, and how the projections start.
+
+
+def padded_width(tokens: TokenContext, like: Tensor, width: int) -> float:
+    """The fixed padded width ``width`` (HSTU's and FuXi-α's ``N = max_seq_len + max_output_len``),
+    whatever the row's length or the batch's padding."""
+    return float(width)
+
+
+def row_lengths(tokens: TokenContext, like: Tensor, width: int) -> Tensor:
+    """:func:`true_lengths`, in a normaliser's signature."""
+    return true_lengths(tokens, like)
+
+
+# The ``normaliser`` option of the pointwise attentions → ``N`` in ``SiLU(q kᵀ + bias) / N``, called
+# as ``(tokens, like, width)``: a ``[b, 1, 1, 1]`` tensor or a number.
+NORMALISERS = {"length": row_lengths, "padded": padded_width}
+
+
+def keep_torch_initialisation(inputs: list[nn.Linear], output: nn.Linear) -> None:
+    """``nn.Linear``'s own initialisation: nothing to redo."""
+
+
+def published_initialisation(inputs: list[nn.Linear], output: nn.Linear) -> None:
+    """HSTU's and FuXi-α's: input projections (``_uvqk``) ``N(0, 0.02²)``, the output projection's
+    weight Xavier-uniform (its bias keeps ``nn.Linear``'s)."""
+    for layer in inputs:
+        nn.init.normal_(layer.weight, std=0.02)
+    nn.init.xavier_uniform_(output.weight)
+
+
+# The ``init`` option of the pointwise attentions → how their projections are initialised.
+INITIALISATIONS = {"torch": keep_torch_initialisation, "published": published_initialisation}
+
+
+# ----------------------------------------------------------------------------------------------
 # Relative position / time tables (HSTU / FuXi-α).
 
 
@@ -92,6 +131,28 @@ class RelativePositionTable(nn.Module):
         return self.weight[offset + self.max_len - 1]
 
 
+def own_times(tokens: TokenContext) -> Tensor:
+    """``[b, n]`` each query's own timestamp."""
+    return tokens.timestamps
+
+
+def request_times(tokens: TokenContext) -> Tensor:
+    """``[b, n]`` the time of the interaction each query's prediction is for (its next token's)."""
+    if tokens.request_times is None:
+        raise ValueError(
+            "relative time table: time_reference 'request' takes each query's time from the item "
+            "after it (HSTU / FuXi-α), but these tokens carry no request times; the task must "
+            "provide them (seqrec does wherever the data has timestamps), or use time_reference 'query'"
+        )
+    return tokens.request_times
+
+
+# The ``time_reference`` option of the time tables → the query-side time of ``Δt = t_query − t_j``:
+# the query's own time (ours: within the causal prefix) or the request time (HSTU / FuXi-α: the
+# next item's time, which is not part of the prefix — its time, never its identity).
+QUERY_TIMES = {"query": own_times, "request": request_times}
+
+
 def time_buckets(dt: Tensor, buckets: int, log_base_step: float = 0.301) -> Tensor:
     """``clamp(⌊ln max(|Δt|, 1) / log_base_step⌋, 0, buckets)`` as long (HSTU / FuXi-α bucketing;
     0.301 ≈ ln 1.35, so a bucket spans a factor of 1.35 in |Δt|, |Δt| ≤ 1 s falls in bucket 0)."""
@@ -101,18 +162,20 @@ def time_buckets(dt: Tensor, buckets: int, log_base_step: float = 0.301) -> Tens
 class RelativeTimeTable(nn.Module):
     """Learned bias over log-bucketed time differences (HSTU / FuXi-α ``_ts_w``)::
 
-        T[b, i, j] = w[bucket(t_i − t_j)]        w: [buckets + 1], bucket() as in :func:`time_buckets`
+        T[b, i, j] = w[bucket(τ_i − t_j)]        w: [buckets + 1], bucket() as in :func:`time_buckets`
 
-    ``forward(tokens) -> [b, n, n]`` (query i, key j) from ``tokens.timestamps``. The difference is
-    taken to the query's own time t_i. HSTU's and FuXi-α's code use the time of the item *after*
-    the query (t_{i+1} − t_j); that time is not part of a causal prefix, so it is not used here.
-    Shared across heads; initialised N(0, 0.02²) as in HSTU. Used by the ``ams`` attention and the
-    ``rel_time`` bias channel.
+    ``forward(tokens) -> [b, n, n]`` (query i, key j) from ``tokens.timestamps``. ``τ_i`` is set by
+    ``reference`` (:data:`QUERY_TIMES`): ``query``, the query's own time t_i (the default: nothing
+    outside the causal prefix), or ``request``, the time of the item after the query, t_{i+1}
+    (``tokens.request_times``; for a row's last query, the time of the item it predicts), as
+    HSTU's and FuXi-α's code do. Shared across heads; initialised N(0, 0.02²) as in HSTU. Used by
+    the ``ams`` attention and the ``rel_time`` bias channel.
     """
 
-    def __init__(self, buckets: int = 128, log_base_step: float = 0.301):
+    def __init__(self, buckets: int = 128, log_base_step: float = 0.301, reference: str = "query"):
         super().__init__()
         self.buckets, self.log_base_step = buckets, log_base_step
+        self.query_times = QUERY_TIMES[reference]
         self.weight = nn.Parameter(torch.empty(buckets + 1).normal_(std=0.02))
 
     def forward(self, tokens: TokenContext) -> Tensor:
@@ -121,5 +184,5 @@ class RelativeTimeTable(nn.Module):
                 "relative time table: these tokens carry no timestamps; the task's data must "
                 "provide the feature 'timestamps'"
             )
-        t = tokens.timestamps
-        return self.weight[time_buckets(t[:, :, None] - t[:, None, :], self.buckets, self.log_base_step)]
+        t, query = tokens.timestamps, self.query_times(tokens)
+        return self.weight[time_buckets(query[:, :, None] - t[:, None, :], self.buckets, self.log_base_step)]

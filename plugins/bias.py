@@ -6,8 +6,9 @@ key ``j``); timestamps are seconds, only their differences ``t_i − t_j`` are u
 
 * on the embeddings: ``abs_pos`` (learned), ``sinusoidal`` (fixed);
 * on queries / keys: ``rope``;
-* on the logits: ``rel_pos``, ``rel_time`` (learned tables shared with the ``ams`` attention),
-  ``log_time_gap`` (TiSASRec as the seed simplifies it).
+* on the logits: ``rel_pos``, ``rel_time`` (learned tables shared with the ``ams`` attention;
+  one for all blocks, or with ``per_layer`` one per block as in HSTU), ``log_time_gap`` (TiSASRec
+  as the seed simplifies it).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pydantic import Field
 from torch import Tensor, nn
 
 from ablate.components import BiasChannel, BuildContext, Options, TokenContext
-from ablate_plugins.attention_parts import RelativePositionTable, RelativeTimeTable
+from ablate_plugins.attention_parts import QUERY_TIMES, RelativePositionTable, RelativeTimeTable
 
 
 def check_positions(positions: Tensor, max_len: int) -> None:
@@ -35,16 +36,38 @@ def check_positions(positions: Tensor, max_len: int) -> None:
         )
 
 
+def xavier_normal_table(table: Tensor) -> None:
+    """``N(0, 2 / (L + d))``: SASRec's code, and HSTU's and FuXi-α's models, which re-initialise
+    every parameter outside their blocks and item table so."""
+    nn.init.xavier_normal_(table)
+
+
+def truncated_normal_table(table: Tensor) -> None:
+    """``N(0, 1/d)`` cut at ±2 standard deviations: the position table of the HSTU code base's
+    SASRec (its model leaves the input preprocessor's own initialisation in place)."""
+    std = table.shape[-1] ** -0.5
+    nn.init.trunc_normal_(table, std=std, a=-2 * std, b=2 * std)
+
+
+# ``abs_pos``'s ``init`` option → how its table starts.
+POSITION_INITS = {"xavier_normal": xavier_normal_table, "truncated_normal": truncated_normal_table}
+
+
 class AbsolutePositionOptions(Options):
-    # "start": token i of a row gets row i of the table. "end": rows are counted back from the
-    # last real token, which always gets row L - 1 — what SASRec's left-padded windows do, so
-    # the row that predicts the next item is the same for every user, however long its history.
+    # "start": token i of a row gets row i of the table (HSTU, FuXi-α: right-padded rows). "end":
+    # rows are counted back from the last real token, which always gets row L - 1 — what SASRec's
+    # left-padded windows do, so the row that predicts the next item is the same for every user,
+    # however long its history.
     align: Literal["start", "end"] = "start"
+    init: Literal[tuple(POSITION_INITS)] = "xavier_normal"
 
 
 class AbsolutePosition(BiasChannel):
-    """Learned absolute positions (SASRec): ``x ← x + P[positions]``, ``P: [L, d]``; with
-    ``align: end`` every position of a row is shifted so that its last real token's is ``L − 1``.
+    """Learned absolute positions (SASRec; HSTU's and FuXi-α's trainers): ``x ← x + P[positions]``,
+    ``P: [L, d]``; with ``align: end`` every position of a row is shifted so that its last real
+    token's is ``L − 1`` (SASRec), with ``start`` not (HSTU, FuXi-α). ``P`` starts Xavier-normal
+    (SASRec, HSTU, FuXi-α) or, with ``init: truncated_normal``, ``N(0, 1/d)`` cut at ±2σ (the HSTU
+    code base's SASRec).
 
     Scaling the token embeddings (SASRec's ``√d``) is the task's business, not this channel's:
     otherwise replacing ``abs_pos`` by another bias kind would silently change the input scale.
@@ -56,7 +79,7 @@ class AbsolutePosition(BiasChannel):
     def __init__(self, options: AbsolutePositionOptions, ctx: BuildContext):
         super().__init__(options, ctx)
         self.table = nn.Embedding(ctx.max_len, ctx.dim)
-        nn.init.xavier_normal_(self.table.weight)  # SASRec's initialisation, on the item table's scale
+        POSITION_INITS[options.init](self.table.weight)
 
     def embed(self, x: Tensor, tokens: TokenContext) -> Tensor:
         positions = tokens.positions
@@ -180,19 +203,30 @@ class LogTimeGap(BiasChannel):
 # learned relative position / time biases (HSTU, FuXi-α); the tables are the ``ams`` attention's
 
 
+class RelativePositionOptions(Options):
+    # One table per block (HSTU: each layer has its own) instead of one all blocks share.
+    per_layer: bool = False
+
+
 class RelativePosition(BiasChannel):
     """Learned relative-position bias (HSTU / FuXi-α), one scalar per offset, shared by heads::
 
         B[b, 0, i, j] = w[clamp(pos_j − pos_i, −(L−1), L−1)]        w: [2L − 1], L = max_len
 
     added to every head's logits; returns ``[b, 1, n, n]``. The table is
-    :class:`ablate_plugins.attention_parts.RelativePositionTable`, the one the ``ams`` attention uses."""
+    :class:`ablate_plugins.attention_parts.RelativePositionTable`, the one the ``ams`` attention
+    uses. With ``per_layer`` each block has a table of its own (HSTU), else all blocks share one."""
 
+    Options = RelativePositionOptions
     ordered_only = True
 
-    def __init__(self, options: Options, ctx: BuildContext):
+    def __init__(self, options: RelativePositionOptions, ctx: BuildContext):
         super().__init__(options, ctx)
         self.table = RelativePositionTable(ctx.max_len)
+
+    @classmethod
+    def one_per_block(cls, options: RelativePositionOptions) -> bool:
+        return options.per_layer
 
     def logits(self, tokens: TokenContext) -> Tensor:
         return self.table(tokens).unsqueeze(1)
@@ -201,16 +235,23 @@ class RelativePosition(BiasChannel):
 class RelativeTimeOptions(Options):
     buckets: int = Field(128, ge=1)  # the largest bucket index; the table has buckets + 1 rows
     log_base_step: float = Field(0.301, gt=0.0)  # bucket width in ln|Δt| (0.301 ≈ ln 1.35)
+    # One table per block (HSTU: each layer has its own) instead of one all blocks share.
+    per_layer: bool = False
+    # The query's side of Δt: its own time ("query") or the next item's, the request time ("request":
+    # HSTU / FuXi-α; the last query's is the time of the item it predicts).
+    time_reference: Literal[tuple(QUERY_TIMES)] = "query"
 
 
 class RelativeTime(BiasChannel):
     """Learned bias over log-bucketed time differences (HSTU / FuXi-α), shared by heads::
 
-        B[b, 0, i, j] = w[clamp(⌊ln max(|t_i − t_j|, 1) / 0.301⌋, 0, buckets)]     w: [buckets + 1]
+        B[b, 0, i, j] = w[clamp(⌊ln max(|τ_i − t_j|, 1) / 0.301⌋, 0, buckets)]     w: [buckets + 1]
 
     with ``t`` in seconds; returns ``[b, 1, n, n]``. The table is
-    :class:`ablate_plugins.attention_parts.RelativeTimeTable`, the one the ``ams`` attention uses
-    (query time ``t_i``, not HSTU's next-item time, which a causal prefix does not contain)."""
+    :class:`ablate_plugins.attention_parts.RelativeTimeTable`, the one the ``ams`` attention uses.
+    ``τ_i`` is the query's own time ``t_i`` (default: a causal prefix contains it) or, with
+    ``time_reference: request``, the next item's ``t_{i+1}`` (HSTU / FuXi-α). With ``per_layer``
+    each block has a table of its own (HSTU), else all blocks share one."""
 
     Options = RelativeTimeOptions
     ordered_only = True
@@ -218,7 +259,11 @@ class RelativeTime(BiasChannel):
 
     def __init__(self, options: RelativeTimeOptions, ctx: BuildContext):
         super().__init__(options, ctx)
-        self.table = RelativeTimeTable(options.buckets, options.log_base_step)
+        self.table = RelativeTimeTable(options.buckets, options.log_base_step, options.time_reference)
+
+    @classmethod
+    def one_per_block(cls, options: RelativeTimeOptions) -> bool:
+        return options.per_layer
 
     def logits(self, tokens: TokenContext) -> Tensor:
         time_differences(tokens, "rel_time")  # a clear error when the batch has no timestamps

@@ -150,11 +150,15 @@ class MFFNOptions(Options):
     ffn_multiply: float = Field(1.0, gt=0.0)  # hidden width k = round(ffn_multiply · d)
     bias: bool = False  # biases in lin1, lin2, lin3 (FuXi-α's default: none)
     dropout: float | None = Field(None, ge=0.0, lt=1.0)  # on the normalised input; None: model's
+    # Dropout on lin2's output, inside the FFN (FuXi-α has none there; the residual connection's
+    # own dropout acts at the same place, so set that to 0 to drop it).
+    output_dropout: float = Field(0.0, ge=0.0, lt=1.0)
 
 
 class MFFN(GLU):
-    """FuXi-α's MFFN stage 2 as a block FFN: ``y = W₂(SiLU(W₁ x̂) ⊙ W₃ x̂)``, ``x̂ = dropout(x)``,
-    ``k = round(ffn_multiply · d)``, weights Xavier-uniform, no biases (FuXi-α's defaults).
+    """FuXi-α's MFFN stage 2 as a block FFN: ``y = dropout_out(W₂(SiLU(W₁ x̂) ⊙ W₃ x̂))``,
+    ``x̂ = dropout(x)``, ``k = round(ffn_multiply · d)``, weights Xavier-uniform, no biases
+    (FuXi-α's defaults); ``dropout_out`` is ``output_dropout`` (0 by default, as in FuXi-α).
 
     FuXi-α's MFFN (``X0`` the block input, ``Z`` the AMS output)::
 
@@ -168,11 +172,13 @@ class MFFN(GLU):
     would be applied twice). ``ffn: {kind: mffn}`` with ``norm: {kind: rmsnorm, placement:
     pre}`` and ``connection: {kind: residual}`` reproduces stage 2, with two remarks:
 
-    * our ``rmsnorm`` has a learned gain (initialised to 1); FuXi's ``rms_norm`` has none.
-      The two agree at initialisation and span the same functions (without biases the gain
-      folds into ``lin1`` and ``lin3``);
-    * FuXi drops the *normalised input* of the SwiGLU (done here) and not its output; for
-      FuXi's exact dropout placement set the connection's own ``dropout: 0``.
+    * our ``rmsnorm`` has a learned gain (initialised to 1) unless ``affine: false``; FuXi's
+      ``rms_norm`` has none. The two agree at initialisation and span the same functions
+      (without biases the gain folds into ``lin1`` and ``lin3``), but train differently;
+    * FuXi drops the *normalised input* of the SwiGLU (done here) and not its output (lin2's),
+      nor lin0's (the attention's output projection); the residual connection drops both unless
+      its own ``dropout: 0``, FuXi's placement. ``output_dropout`` (and the ``ams`` attention's)
+      puts either dropout back on its own.
 
     It is a SwiGLU with FuXi's hidden-size rule, input dropout and initialisation; the
     MiniMind kind ``swiglu`` differs in its width (``glu_hidden``) and output dropout.
@@ -188,9 +194,10 @@ class MFFN(GLU):
         self.dropout = Dropout(dropout_rate(options, ctx))
         for linear in (self.gate, self.up, self.down):
             nn.init.xavier_uniform_(linear.weight)
+        self.output_dropout = Dropout(options.output_dropout)
 
     def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
-        return super().forward(self.dropout(x))
+        return self.output_dropout(super().forward(self.dropout(x)))
 
 
 # -- mixture of experts -----------------------------------------------------------------------

@@ -218,6 +218,10 @@ class FRGraphAttention(SetAttention):
         if self.options.freeze_after is not None and epoch >= self.options.freeze_after:
             self.freeze_topology()
 
+    def stage_end(self, stage: int) -> None:
+        """T2G-Former's second stage (``train.second_stage``) trains on with the topology fixed."""
+        self.freeze_topology()
+
     @property
     def topology_frozen(self) -> bool:
         return not any(p.requires_grad for p in self.topology.parameters())

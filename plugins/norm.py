@@ -20,11 +20,13 @@ class LayerNormOptions(Options):
 
 class RMSNormOptions(Options):
     eps: float = Field(1e-6, gt=0.0)
+    affine: bool = True  # learned gain (FuXi-α's rms_norm has none)
 
 
-def rms_norm_reference(x: Tensor, shape: tuple[int, ...], weight: Tensor, eps: float) -> Tensor:
+def rms_norm_reference(x: Tensor, shape: tuple[int, ...], weight: Tensor | None, eps: float) -> Tensor:
     """``y = x / √(mean(x²) + eps) · w``, for torch builds without ``F.rms_norm``."""
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return y if weight is None else y * weight
 
 
 rms_norm = getattr(F, "rms_norm", rms_norm_reference)
@@ -44,17 +46,18 @@ class LayerNorm(Norm):
 
 
 class RMSNorm(Norm):
-    """``y = x / √(mean(x²) + eps) · w`` (Zhang & Sennrich 2019), ``w`` initialised to ones."""
+    """``y = x / √(mean(x²) + eps) · w`` (Zhang & Sennrich 2019), ``w`` initialised to ones;
+    without ``affine`` there is no ``w``."""
 
     Options = RMSNormOptions
 
     def __init__(self, options: RMSNormOptions, ctx: BuildContext):
         super().__init__(options, ctx)
-        self.eps = options.eps
-        self.weight = nn.Parameter(torch.ones(ctx.dim))
+        self.eps, self.shape = options.eps, (ctx.dim,)
+        self.weight = nn.Parameter(torch.ones(ctx.dim)) if options.affine else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return rms_norm(x, self.weight.shape, self.weight, self.eps)
+        return rms_norm(x, self.shape, self.weight, self.eps)
 
 
 class NoNorm(Norm):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from tiny_study import TINY_STUDY, deep_update  # noqa: F401 - re-exported to the test modules
 
 # Tests use tiny tensors: one intra-op thread avoids OpenMP spin contention on 2-core machines
 # (measured ~3x faster for the component tests). Subprocess tests run with the defaults.
@@ -27,40 +28,6 @@ def _dataset_cache(tmp_path_factory):
 
 
 SHARED_DATA = REPO.parent / "shared" / "data"
-
-TINY_STUDY = {
-    "name": "tiny",
-    "task": {
-        "kind": "seqrec",
-        "data": {"format": "synthetic", "users": 120, "items": 60, "min_len": 8, "max_len": 16, "seed": 0},
-        "max_len": 16,
-    },
-    "model": {
-        "dim": 16,
-        "blocks": 1,
-        "dropout": 0.1,
-        "attention": {"kind": "softmax", "heads": 1},
-        "ffn": {"kind": "pointwise"},
-        "norm": {"kind": "layernorm", "placement": "pre"},
-        "connection": {"kind": "residual"},
-        "bias": [{"kind": "abs_pos"}],
-    },
-    "variants": {"mlp": {"ffn": {"kind": "mlp", "mult": 2}}},
-    "train": {"epochs": 2, "batch_size": 64, "lr": 0.003, "loss": {"kind": "bce"}},
-    "seeds": [0, 1],
-    "metrics": {"primary": "ndcg@10", "also": ["hr@10"]},
-}
-
-
-def deep_update(base: dict, patch: dict) -> dict:
-    out = dict(base)
-    for key, value in patch.items():
-        out[key] = (
-            deep_update(out[key], value)
-            if isinstance(value, dict) and isinstance(out.get(key), dict)
-            else value
-        )
-    return out
 
 
 @pytest.fixture

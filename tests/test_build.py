@@ -8,6 +8,7 @@ needs nothing but the kinds' own parameters. Dimensions: ``b`` batch, ``n`` toke
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -177,6 +178,24 @@ def test_no_blocks_is_the_final_norm_alone():
     x = torch.randn(B, N, D, dtype=torch.float64)
     torch.testing.assert_close(backbone(x, full_rows()), normalise(x) * backbone.final_norm.gain)
     assert count_parameters(backbone) == D
+
+
+@pytest.mark.parametrize("placement", list(PLACEMENTS))
+def test_without_a_final_norm_the_backbone_ends_with_its_last_block(placement):
+    """``model.final_norm: false`` (HSTU and FuXi-α only L2-normalise their output): the documented
+    formula of the blocks alone; the default puts the norm after them."""
+    variant = hand_variant(placement)
+    bare = replace(variant, spec=variant.spec.model_copy(update={"final_norm": False}))
+    torch.manual_seed(0)
+    normed = build_backbone(variant, BuildContext(dim=D, max_len=N)).double()
+    torch.manual_seed(0)
+    backbone = build_backbone(bare, BuildContext(dim=D, max_len=N)).double()
+    assert isinstance(backbone.final_norm, nn.Identity)
+    assert count_parameters(normed) - count_parameters(backbone) == D  # the final norm's gain
+    x = torch.randn(B, N, D, dtype=torch.float64)
+    y = backbone(x, full_rows())  # the same blocks (same seed), without the norm after them
+    torch.testing.assert_close(normalise(y) * normed.final_norm.gain, reference(normed, placement, x))
+    assert not torch.allclose(y, normed(x, full_rows()))
 
 
 def test_default_initialiser_keeps_every_parameter():

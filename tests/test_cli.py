@@ -1,4 +1,4 @@
-"""`ablate components` and `ablate validate` output."""
+"""`ablate components` and `ablate validate` output; exit statuses and usage lines."""
 
 from __future__ import annotations
 
@@ -117,3 +117,25 @@ def test_validate_shows_the_variant_table(cli, write_study):
     assert code == 0
     assert "2 variants × 2 seeds = 4 trials" in out
     assert "mlp(mult=2.0)" in out and "layernorm (pre)" in out and "valid" in out
+
+
+def test_the_readme_states_each_exit_status_once():
+    """The README's table of exit statuses is the contract (each path is tested where it
+    arises: 1 in tests/test_drive.py (failed trials, nothing finished, a crashed worker), 2 in
+    the bad-input corpus (tests/test_corpus_*.py), 130 in tests/test_stopping.py and
+    tests/test_resume.py); the CLI's docstring says the same."""
+    from pathlib import Path
+
+    import ablate.cli
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("**Exit statuses**", 1)[1].split("\n\n", 2)[1]
+    statuses = [row.split("|")[1].strip() for row in table.splitlines()[2:]]
+    assert statuses == ["0", "1", "2", "130"]
+    for status in statuses:
+        assert f" {status} " in ablate.cli.__doc__.replace(";", " ").replace(",", " ")
+
+
+def test_usage_errors_name_the_ablate_command_however_it_was_started(cli):
+    code, _, err = cli("run", "--workers", "0", "x.yaml")
+    assert code == 2 and err.startswith("error: ablate run: Invalid value for '--workers'")

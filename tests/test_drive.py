@@ -1,5 +1,5 @@
 """The driver at full strength: search per variant, parameter matching, failures, OOM retry,
-status, bad search spaces and storage URLs."""
+status, bad search spaces and storage URLs, exit statuses, folders checked before training."""
 
 from __future__ import annotations
 
@@ -384,3 +384,173 @@ def test_precision_auto_is_bf16_on_cuda_only_and_bf16_casts_cpu_matmuls():
     with training_autocast("bf16", torch.device("cpu")):
         assert (a @ b).dtype == torch.bfloat16
     assert trains_in_bf16("auto", torch.device("cuda")) and not trains_in_bf16("fp32", torch.device("cuda"))
+
+
+def test_every_trial_failing_exits_1_and_says_so_in_one_line(cli, write_study, tmp_path, monkeypatch):
+    """No finished trial means no report: `run` lists the failures and ends with one line, exit
+    status 1 (the README's 'trials failed'), and so does `report`; `status` still shows them."""
+    monkeypatch.chdir(tmp_path)
+
+    def crashing(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(execution, "train_trial", crashing)
+    study = write_study({"seeds": [0]})
+    store = f"sqlite:///{tmp_path / 'runs' / 'tiny' / 'mlflow.db'}"
+    line = (
+        f"error: no finished trials for 'tiny' in {store} (2 failed; `ablate run --retry-failed` trains "
+        f"them again), so no report"
+    )
+    code, _, err = cli("run", study, "--quiet")
+    assert code == 1 and "Traceback" not in err
+    assert [e for e in err.splitlines() if e.startswith("error:")] == [line]
+    assert "failed base seed 0: RuntimeError: boom" in err and "failed mlp seed 0: RuntimeError: boom" in err
+    code, _, err = cli("report", study)
+    assert code == 1 and err.strip() == line
+    code, out, _ = cli("status", study)
+    assert code == 0 and "failed: base seed 0: RuntimeError: boom" in out
+
+
+@pytest.mark.parametrize("statuses, code", [((-9, 0), 1), ((2, 2), 2), ((130, 1), 1)])
+def test_a_worker_that_crashed_fails_the_run(cli, write_study, tmp_path, monkeypatch, statuses, code):
+    """`run --workers N`: a worker killed or crashed ends the run with status 1 (resume by running
+    again); workers that all met bad input (and said so) end it with 2."""
+    import subprocess
+
+    monkeypatch.chdir(tmp_path)
+    real = subprocess.Popen
+    ended = iter(statuses)
+
+    class Ended:  # a worker process that has already exited
+        def __init__(self, cmd, **kwargs):
+            self.returncode = next(ended)
+
+        def poll(self):
+            return self.returncode
+
+        def wait(self, timeout=None):
+            return self.returncode
+
+        def terminate(self):
+            pass
+
+    def popen(cmd, **kwargs):
+        return Ended(cmd, **kwargs) if "worker" in cmd else real(cmd, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    got, _, err = cli("run", write_study({"seeds": [0]}), "--workers", "2", "--quiet")
+    crashed = [s for s in statuses if s not in (0, 1)]
+    assert got == code and "Traceback" not in err
+    assert f"error: {len(crashed)} of 2 workers exited with status {crashed[0]}; run the study again" in err
+
+
+def test_a_stop_while_the_data_loads_ends_the_run_with_130(cli, write_study, tmp_path, monkeypatch):
+    """SIGTERM's handler is in place before the data is read or generated, so a loader's check
+    point (`stopping.check`) ends the run there: status 130 and the line saying how to resume."""
+    import os
+    import signal
+    import time
+
+    from ablate import stopping
+
+    monkeypatch.chdir(tmp_path)
+    study = write_study({"seeds": [0]})
+    task_cls = type(load_study(study).task)
+    calls = []
+
+    def slow_load(self):
+        calls.append(signal.getsignal(signal.SIGTERM))
+        assert calls[-1] not in (signal.SIG_DFL, signal.SIG_IGN, None)  # else SIGTERM would end pytest
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(500):  # a loader's loop over rows or users
+            stopping.check()
+            time.sleep(0.01)
+        raise AssertionError("the stop request was not seen")
+
+    monkeypatch.setattr(task_cls, "load", slow_load)
+    before = signal.getsignal(signal.SIGTERM)
+    code, _, err = cli("run", study, "--quiet")
+    assert calls and code == 130 and "Traceback" not in err, err
+    assert f"interrupted: trials in flight are re-queued; `ablate run {study}` resumes" in err
+    assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
+
+
+def test_storage_and_tracking_values_that_name_a_store(tmp_path):
+    from ablate.drive.stores import storage_problem
+    from ablate.track import tracking_problem
+
+    for good in (
+        "postgresql://ablate:secret@db-host/ablate",
+        "postgresql+psycopg://u@h:5432/db",
+        f"sqlite:///{tmp_path}/optuna.db",
+        str(tmp_path / "shared.journal"),
+        str(tmp_path / "optuna_journal_storage.log"),
+        "relative.journal",
+    ):
+        assert storage_problem(good) is None, good
+    for bad, why in (
+        ("notaurl", "not a storage URL or journal file"),
+        ("runs/x/optuna.db", "not a storage URL or journal file"),  # a SQLite file needs sqlite:///
+        ("localhost:5432/db", "not a storage URL or journal file"),
+        ("postgres://u@h/db", "unknown database kind 'postgres'"),
+        ("http://host:5000", "unknown database kind 'http'"),
+        ("sqlite://", "in-memory"),
+        ("sqlite:///:memory:", "in-memory"),
+    ):
+        assert why in (storage_problem(bad) or ""), bad
+    for good in ("http://host:5000", "https://h", "sqlite:///x/mlflow.db", "postgresql://u@h/mlflow"):
+        assert tracking_problem(good) is None
+    assert "not a tracking URI" in tracking_problem("notaurl")
+    assert "not a tracking URI" in tracking_problem("runs/tiny/mlflow.db")
+
+
+def test_folder_problem_names_what_is_in_the_way(tmp_path):
+    from ablate.drive import folder_problem
+
+    (tmp_path / "afile").write_text("x")
+    assert folder_problem(tmp_path / "new" / "deeper") is None
+    assert not (tmp_path / "new").exists()  # the probe creates nothing
+    assert folder_problem(tmp_path) is None and list(tmp_path.iterdir()) == [tmp_path / "afile"]
+    assert folder_problem(tmp_path / "afile") == f"{tmp_path / 'afile'} is a file, not a folder"
+    assert folder_problem(tmp_path / "afile" / "x" / "y") == (
+        f"{tmp_path / 'afile'} is a file, not a folder, so {tmp_path / 'afile' / 'x' / 'y'} cannot be made"
+    )
+    assert "file name too long" in folder_problem(tmp_path / ("n" * 300))
+
+
+@pytest.mark.skipif(
+    __import__("os").geteuid() == 0,
+    reason="root writes in a folder whatever its permission bits (tests/test_corpus_runs.py covers a "
+    "folder root cannot write in: /sys)",
+)
+def test_read_only_output_and_report_folders_stop_before_training(cli, write_study, tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    os.chmod(locked, 0o555)
+    try:
+        study = write_study({"seeds": [0]})
+        code, _, err = cli("run", study, "--output", str(locked / "runs"), "--quiet")
+        assert code == 2 and err.strip() == (
+            f"error: --output {locked / 'runs'}: cannot write in {locked}: permission denied"
+        )
+        code, _, err = cli("run", study, "--reports", str(locked), "--quiet")
+        assert code == 2
+        assert err.strip() == f"error: --reports {locked}: cannot write in {locked}: permission denied"
+        assert not (tmp_path / "runs" / "tiny" / "checkpoints").exists()
+    finally:
+        os.chmod(locked, 0o755)
+
+
+def test_the_output_key_is_named_with_its_line(cli, write_study, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    study = write_study(replace={"output": "afile/runs"})
+    line = next(i for i, text in enumerate(study.read_text().splitlines(), 1) if text.startswith("output:"))
+    code, _, err = cli("run", study, "--quiet")
+    assert code == 2 and err.strip() == (
+        f"error: {study}:{line}: output: {tmp_path / 'afile'} is a file, not a folder, so "
+        f"{tmp_path / 'afile' / 'runs'} cannot be made"
+    )

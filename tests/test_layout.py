@@ -16,15 +16,15 @@ CORE = REPO / "ablate"
 LAYERS = [
     {"errors", "faults", "stopping", "schema", "jagged"},
     {"components", "tasks", "registry"},
-    {"studyfile", "overrides", "blocks", "optimizers"},
+    {"studyfile", "overrides", "blocks", "optimizers", "schedules"},
     {"stats"},
-    {"search", "spec"},
-    {"study"},
-    {"build", "match", "train", "parts"},
+    {"search", "spec", "variants"},
+    {"study", "sizes"},
+    {"build", "match", "train", "parts", "preflight"},
     {"track"},
     {"drive"},
     {"results", "report"},
-    {"console", "progress", "running", "listing", "cli", "__init__"},
+    {"console", "progress", "running", "gpus", "listing", "cli", "__init__"},
 ]
 LAYER_OF = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
 # What plugins may import from the core: the interface a kind or a task is written against.

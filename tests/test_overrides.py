@@ -121,3 +121,22 @@ def test_python_run_with_overrides_returns_the_results(write_study, tmp_path, mo
     again = ablate.run(load_study(path, overrides=["train.lr=1e-3"]), ["seeds=[0,1]"], quiet=True)
     assert len(again.results) == 2
     assert "resumed: 2 trial(s) were already complete" in capsys.readouterr().err
+
+
+def test_an_override_that_breaks_a_shape_is_named(write_study):
+    """A component refusing its settings is reported at the slot; the override that set an option
+    inside it is the one named, and a combination with the file's settings names both."""
+    with pytest.raises(StudyError, match=r"^override model.attention.heads=3: model.attention: softmax"):
+        load_study(write_study(), overrides=["model.attention.heads=3"])
+    path = write_study({"model": {"attention": {"heads": 4}}})
+    with pytest.raises(StudyError) as exc:
+        load_study(path, overrides=["model.dim=18"])
+    message = str(exc.value)
+    assert message.startswith(f"{path}:16: model.attention: softmax attention: model width dim=18")
+    assert message.endswith("(with override model.dim=18)")
+    with pytest.raises(StudyError, match=r"^override model.dim=1e9: model.dim: 1000000000 gives ≈"):
+        load_study(write_study(), overrides=["model.dim=1e9"])
+    with pytest.raises(
+        StudyError, match=r"^override train.epochs=true: train.epochs: .*integer \(got True\)"
+    ):
+        load_study(write_study(), overrides=["train.epochs=true"])

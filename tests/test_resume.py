@@ -1,14 +1,18 @@
 """Kill real `ablate` processes with SIGKILL at named points (during training, evaluation,
 tracking, and between MLflow and Optuna); every (variant, seed) ends COMPLETE exactly once in
-Optuna and FINISHED exactly once in MLflow, and nothing finished is retrained."""
+Optuna and FINISHED exactly once in MLflow, and nothing finished is retrained. A journal record
+cut off mid-write is repaired; SIGTERM while the data is generated stops the run at once."""
 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import optuna
 from mlflow import MlflowClient
@@ -108,3 +112,99 @@ def test_killed_at_every_point_resumes_exactly_once(write_study, tmp_path, cli):
         f"{len(interrupted)}; MLflow FINISHED {sum(finished.values())} ({len(finished)} distinct), "
         f"KILLED {len(killed)}, RUNNING 0; {len(kept)} trials kept from before the kills, none retrained"
     )
+
+
+def test_a_record_cut_off_mid_write_is_removed_and_the_run_goes_on(write_study, tmp_path, cli, monkeypatch):
+    """A crash in the middle of a journal write leaves its last record without a newline: the next
+    run removes it (keeping the file as it was), says so in one line, and never appends to it."""
+    monkeypatch.chdir(tmp_path)
+    study = write_study(
+        {"train": {"epochs": 1}, "seeds": [0], "report": {"calibration": 0, "bootstrap": 200}}
+    )
+    out = tmp_path / "runs" / "tiny"
+    journal = out / "optuna.journal"
+    code, _, err = cli("run", study, "--quiet")
+    assert code == 0, err
+    whole = journal.read_bytes()
+    start = whole.rstrip(b"\n").rfind(b"\n") + 1  # of the last record
+    cut = whole[: start + (len(whole) - start) // 2]
+    journal.write_bytes(cut)
+
+    code, _, err = cli("run", study, "--quiet")
+    assert code == 0 and "Traceback" not in err, err
+    (backup,) = out.glob("optuna.journal.corrupt-*")
+    assert backup.read_bytes() == cut
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        f"warning: {journal}: its last record was cut off by a crash mid-write; removed it "
+        f"({len(cut) - start} bytes), the file as it was is kept as {backup.name}"
+    ]
+    repaired = journal.read_bytes()
+    assert repaired.startswith(whole[:start]) and repaired.endswith(b"\n")
+    assert all(json.loads(line) for line in repaired.splitlines())
+    complete = collections.Counter(_key(t) for t in _optuna(out) if t.state == COMPLETE)
+    assert sorted(complete) == [("base", 0), ("mlp", 0)] and set(complete.values()) == {1}
+    code, _, err = cli("run", study, "--quiet")  # nothing left to repair or train
+    assert code == 0 and "warning:" not in err and "2 trial(s) were already complete" in err
+
+
+def test_a_record_being_written_is_left_to_its_writer(tmp_path):
+    """Writers append under Optuna's journal lock: a tail without a newline seen while another
+    process holds it is a write in progress, which the check waits out instead of cutting."""
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    from ablate.drive.journal import check_journal
+
+    journal = tmp_path / "optuna.journal"
+    head = b'{"op_code":0,"worker_id":"w","study_name":"tiny","directions":[2]}\n'
+    journal.write_bytes(head + b'{"op_code":0,"worker_id":"w",')
+    lock = JournalFileSymlinkLock(str(journal))
+    lock.acquire()
+    checking = threading.Thread(target=check_journal, args=(journal,))
+    checking.start()
+    time.sleep(0.5)
+    assert checking.is_alive()  # waiting for the writer's lock
+    with open(journal, "ab") as handle:
+        handle.write(b'"study_name":"other","directions":[2]}\n')
+    lock.release()
+    checking.join(10)
+    assert not checking.is_alive()
+    assert not list(tmp_path.glob("*.corrupt-*")) and journal.read_bytes().count(b"\n") == 2
+
+
+def test_sigterm_while_a_large_data_set_is_generated_stops_within_seconds(write_study, tmp_path):
+    """`kill` of a run that is still generating its data (400k synthetic users, ~20 s) ends it
+    within seconds, with status 130 and the usual line, before any trial starts."""
+    study = write_study({"task": {"data": {"users": 400_000}}, "seeds": [0]}, replace={"variants": {}})
+    journal = tmp_path / "runs" / "tiny" / "optuna.journal"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _queued(journal) and run.poll() is None:
+            time.sleep(0.2)  # the trial is queued: the data comes next
+        time.sleep(1.0)
+        assert run.poll() is None, run.communicate()
+        stopped = time.monotonic()
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=60)
+        took = time.monotonic() - stopped
+    finally:
+        run.kill()
+    assert run.returncode == 130 and took < 10, (run.returncode, took, err[-2000:])
+    assert f"interrupted: trials in flight are re-queued; `ablate run {study}` resumes" in err
+    assert "Traceback" not in err
+    states = {t.state for t in _optuna(journal.parent)}
+    assert states == {optuna.trial.TrialState.WAITING}  # queued, never started
+
+
+def _queued(journal) -> bool:
+    try:
+        return bool(_optuna(journal.parent))
+    except (KeyError, FileNotFoundError, ValueError):  # no study yet, or a record being written
+        return False

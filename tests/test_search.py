@@ -61,7 +61,25 @@ def test_grid_points_of_each_dimension():
 def test_values_that_must_all_be_valid():
     assert FloatRange(type="float", low=0.1, high=0.9, step=0.1).values() == [0.1, 0.9]
     assert IntRange(type="int", low=1, high=8, step=7).values() == [1, 8]
+    # A short integer range is checked point by point (heads 3 need not divide dim where 2 and 4 do).
+    assert IntRange(type="int", low=1, high=4).values() == [1, 2, 3, 4]
+    assert IntRange(type="int", low=1, high=1000).values() == [1, 1000]
     assert Categorical(type="categorical", choices=["pre", "post"]).values() == ["pre", "post"]
+
+
+@pytest.mark.parametrize(
+    "dimension",
+    [{"type": "categorical", "choices": [2, 3]}, {"type": "int", "low": 2, "high": 4}],
+)
+def test_a_search_value_a_component_refuses_fails_before_training(write_study, dimension):
+    path = write_study({"search": {"trials": 2, "space": {"model.attention.heads": dimension}}})
+    with pytest.raises(StudyError) as exc:
+        load_study(path)
+    line = path.read_text().splitlines().index("    model.attention.heads:") + 1
+    assert str(exc.value).startswith(
+        f"{path}:{line}: search.space.model.attention.heads: 3 does not fit variant 'base' "
+        f"(model.attention: softmax attention: model width dim=16 is not divisible by heads=3"
+    )
 
 
 @pytest.mark.parametrize(

@@ -340,3 +340,197 @@ def test_report_settings_reach_the_report(write_study):
         load_study(write_study({"report": {"notes": ["x"], "alpha": 2}}))
     with pytest.raises(StudyError, match=r"report.ci: unknown CI method 'bca'"):
         load_study(write_study({"report": {"ci": "bca"}}))
+
+
+# -- numbers, parsing, hostile files ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "model, raw, loc",
+    [
+        ("TrainSpec", {"epochs": True}, ("epochs",)),
+        ("TrainSpec", {"lr": False}, ("lr",)),
+        ("TrainSpec", {"betas": [0.9, True]}, ("betas", 1)),
+        ("TrainSpec", {"eval_batch_size": True}, ("eval_batch_size",)),
+        ("ModelSpec", {"dim": True}, ("dim",)),
+        ("ModelSpec", {"dropout": True}, ("dropout",)),
+        ("SearchSpec", {"trials": True}, ("trials",)),
+    ],
+)
+def test_a_bool_is_no_number_anywhere_in_the_schema(model, raw, loc):
+    from pydantic import ValidationError
+
+    import ablate.search
+    import ablate.spec
+
+    cls = getattr(ablate.spec, model, None) or getattr(ablate.search, model)
+    with pytest.raises(ValidationError) as exc:
+        cls.model_validate(raw)
+    assert exc.value.errors()[0]["loc"] == loc and exc.value.errors()[0]["type"] in ("int_type", "float_type")
+
+
+def test_a_bool_is_no_number_in_component_and_task_options():
+    from pydantic import ValidationError
+
+    from ablate import registry
+
+    for slot, kind, raw in [
+        ("attention", "softmax", {"heads": True}),
+        ("ffn", "mlp", {"mult": True}),
+        ("task", "seqrec", {"max_len": True}),
+        ("task", "seqrec", {"data": {"format": "synthetic", "users": False}}),
+    ]:
+        with pytest.raises(ValidationError):
+            registry.get(slot, kind).Options.model_validate(raw)
+    # a bool where a bool goes is still one
+    assert registry.get("attention", "softmax").Options.model_validate({"bias": False}).bias is False
+
+
+def test_exponent_strings_are_integers_where_an_integer_goes():
+    """PyYAML reads ``1e3`` as a string; an integer field takes it as the number it writes."""
+    from pydantic import ValidationError
+
+    from ablate.spec import ModelSpec, TrainSpec
+
+    assert ModelSpec.model_validate({"dim": "1e3"}).dim == 1000
+    assert ModelSpec.model_validate({"dim": "1.5E2"}).dim == 150
+    assert TrainSpec.model_validate({"lr": "1e-3"}).lr == 0.001
+    for given in ("1.5e0", "1e400", "1e-3"):
+        with pytest.raises(ValidationError):
+            ModelSpec.model_validate({"dim": given})
+
+
+def _study_lines(write_study, text: str, name: str = "study.yaml"):
+    from ablate.studyfile import read_study
+
+    return read_study(write_study(text=text, name=name))
+
+
+def test_yaml_aliases_and_merge_keys_still_load(write_study):
+    raw, lines = _study_lines(
+        write_study,
+        textwrap.dedent("""\
+            shared: &shared {dim: 16, blocks: 1}
+            model:
+              <<: *shared
+              dim: 32
+            variants:
+              a: *shared
+              b: *shared
+        """),
+    )
+    assert raw["model"] == {"dim": 32, "blocks": 1} and raw["variants"]["b"] == {"dim": 16, "blocks": 1}
+    assert lines[("model", "dim")] == 4 and lines[("variants", "b")] == 7
+
+
+def test_an_alias_bomb_is_refused_fast_and_small(write_study):
+    import time
+    import tracemalloc
+
+    from ablate.studyfile import read_study
+
+    rows = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    rows += [f"{b}: &{b} [{','.join(['*' + a] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi", strict=True)]
+    path = write_study(text="\n".join(rows) + "\n")
+    tracemalloc.start()
+    start = time.perf_counter()
+    with pytest.raises(StudyError, match=r"study.yaml:6: .*holds over 100,000 values, each alias counted"):
+        read_study(path)
+    elapsed, (_, peak) = time.perf_counter() - start, tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert elapsed < 2 and peak < 50 * 2**20
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("a: &x [1, *x]\n", r"study.yaml:1: .*recursive alias"),
+        ("a:\n  b: &x {c: *x}\n", r"study.yaml:2: .*recursive alias"),
+        ("name: x\nname: y\n", r"study.yaml:2: name: duplicate key \(first at line 1\)"),
+        ("model: {dim: 1, dim: 2}\n", r"study.yaml:1: model.dim: duplicate key \(earlier on this line\)"),
+        ("a: !!python/object/new:os.system [ls]\n", r"study.yaml:1: not valid YAML: .*python/object/new"),
+        (
+            "a: {b: 1\nc: 2\n",
+            r"study.yaml:1: not valid YAML: a flow mapping opened here .* expected ',' or '}'",
+        ),
+        ("a:\n\tb: 1\n", r"study.yaml:2: not valid YAML: found character '\\t' that cannot start any token"),
+    ],
+)
+def test_yaml_problems_are_one_line_at_their_line(write_study, text, message):
+    with pytest.raises(StudyError, match=message):
+        _study_lines(write_study, text)
+
+
+def test_a_study_file_is_utf8_and_small(tmp_path):
+    from ablate.studyfile import MAX_BYTES, read_study
+
+    path = tmp_path / "study.yaml"
+    path.write_bytes(b"name: x\n\ndescription: \xe9t\xe9\n")
+    with pytest.raises(StudyError, match=r"study.yaml:3: not UTF-8: byte 0xe9 at column 14"):
+        read_study(path)
+    path.write_bytes(b"\xef\xbb\xbfname: x\n")  # a byte-order mark is UTF-8 too
+    assert read_study(path)[0] == {"name": "x"}
+    path.write_bytes(b"# " + b"x" * MAX_BYTES)
+    with pytest.raises(StudyError, match="over 4 MB"):
+        read_study(path)
+    with pytest.raises(StudyError, match="is a folder; give the study file"):
+        read_study(tmp_path)
+    with pytest.raises(StudyError, match="study file not found"):
+        read_study(tmp_path / "absent.yaml")
+
+
+def test_toml_keys_have_lines(write_study):
+    text = textwrap.dedent('''\
+        name = "t"
+        seeds = [
+          0,
+          1,
+        ]
+        description = """
+        key = 3
+        """
+        [task]
+        kind = "seqrec"
+        data.format = "synthetic"
+        [[model.bias]]
+        kind = "abs_pos"
+        [[model.bias]]
+        kind = "rope"
+        [model.attention]
+        kind = "softmax"
+    ''')
+    raw, lines = _study_lines(write_study, text, "s.toml")
+    assert raw["model"]["bias"][1] == {"kind": "rope"}
+    assert lines[("seeds",)] == 2 and ("key",) not in lines and ("description", "key") not in lines
+    assert lines[("task", "data", "format")] == 11 and lines[("task", "data")] == 11
+    assert lines[("model", "bias", 0, "kind")] == 13 and lines[("model", "bias", 1)] == 14
+    assert lines[("model", "attention", "kind")] == 17
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('name = "t"\n[task]\nkind = \n', r"s.toml:3: not valid TOML: Invalid value \(column 8\)"),
+        ('name = "t"\nname = "u"\n', r"s.toml:2: name: duplicate key \(first at line 1\)"),
+        ('[task]\nkind = "a"\n[task]\n', r"s.toml:3: task: duplicate key \(first at line 1\)"),
+    ],
+)
+def test_toml_problems_have_lines(write_study, text, message):
+    with pytest.raises(StudyError, match=message):
+        _study_lines(write_study, text, "s.toml")
+
+
+def test_toml_schema_errors_name_the_line(write_study):
+    text = textwrap.dedent("""\
+        name = "t"
+        [task]
+        kind = "seqrec"
+        data = {format = "synthetic", users = 50}
+        [model]
+        dim = 16
+        blocks = true
+        [metrics]
+        primary = "hr@10"
+    """)
+    with pytest.raises(StudyError, match=r"s.toml:7: model.blocks: Input should be a valid integer"):
+        load_study(write_study(text=text, name="s.toml"))

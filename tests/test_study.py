@@ -1,14 +1,27 @@
-"""End to end: a tiny study through the CLI — Optuna, MLflow, report — and its resume."""
+"""End to end: a tiny study through the CLI — Optuna, MLflow, report — and its resume; and every
+variant's shapes and size checked before any training (:mod:`ablate.sizes`)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import optuna
 import pandas as pd
+import pytest
+import torch
 from mlflow import MlflowClient
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
+from ablate import sizes
+from ablate.build import build_backbone
+from ablate.errors import StudyError
 from ablate.results import load_results
+from ablate.study import load_study
+
+STUDIES = sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml"))
 
 
 def test_run_writes_tracking_and_report(write_study, cli, tmp_path, monkeypatch):
@@ -115,3 +128,113 @@ def test_results_take_validation_from_the_restored_best_state_not_the_last_epoch
     assert row["valid.ndcg@10"] == 0.50 and row["test.ndcg@10"] == 0.40
     curve = loaded.curves[loaded.curves.metric == "valid.ndcg@10"]
     assert sorted(zip(curve.epoch, curve.value, strict=False)) == [(1, 0.50), (2, 0.30)]
+
+
+# -- shapes and sizes, before any training -------------------------------------------------
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
+def test_the_size_estimate_counts_the_backbone_exactly(path):
+    """Each component built once on the meta device and counted as often as the backbone holds it
+    gives the built backbone's parameters: the estimate follows ablate.build."""
+    study = load_study(path, check_files=False)
+    for variant in study.variants.values():
+        ctx = study.build_context(variant, 30)
+        built = build_backbone(variant, ctx)
+        counted = sizes.backbone_parameters(variant.spec, sizes.variant_parts(variant), ctx)
+        assert counted == sum(p.numel() for p in built.parameters()), variant.name
+
+
+def test_trained_sizes_count_the_whole_model(write_study):
+    study = load_study(write_study())
+    data = study.task.load()
+    found = sizes.trained_sizes(study, data)
+    for name, variant in study.variants.items():
+        ctx = study.build_context(variant, study.task.max_len(data))
+        model = study.task.build_model(build_backbone(variant, ctx), ctx, data)
+        assert found[name].parameters == sum(p.numel() for p in model.parameters())
+        assert 0 < found[name].activations < 10**9 and found[name].fits()
+
+
+def test_meta_builds_skip_weight_fills_and_stay_fast():
+    """Initialisers on the meta device do nothing: torch's fallbacks for some would import its
+    compiler (1–2 s of every `ablate validate`)."""
+    code = (
+        "import sys, torch; from ablate.sizes import on_meta\n"
+        "with on_meta(): e = torch.nn.Embedding(5, 3); torch.nn.init.trunc_normal_(e.weight)\n"
+        "assert e.weight.is_meta and 'torch._dynamo' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["model.attention.heads=3"],
+            "model.attention: softmax attention: model width dim=16 is not divisible",
+        ),
+        (["model.dim=2e9"], "model.dim: 2000000000 gives ≈ 2.4e19 parameters"),
+        # the base fits (6.0e10 parameters: 960 GB); its variant with a wider FFN does not
+        (["model.dim=1e5"], "study.yaml:29: variants.mlp.dim: 100000 gives ≈ 8.0e10 parameters"),
+        (["model.blocks=1e9"], "model.blocks: 1000000000 gives ≈ 1.7e12 parameters"),
+        (["train.batch_size=1e9"], "train.batch_size: variant 'base': 1000000000 gives ≈ 2,752 parameters"),
+        (["variants.mlp.ffn.mult=1e11"], "variants.mlp.ffn: ≈ 5.3e13 parameters"),
+    ],
+)
+def test_a_model_past_the_limit_is_refused_naming_the_key(write_study, overrides, message):
+    with pytest.raises(StudyError) as exc:
+        load_study(write_study(), overrides=overrides)
+    assert message in str(exc.value)
+    assert "over the limit of 1 TB" in str(exc.value) or "divisible" in message
+
+
+def test_the_tokens_and_the_task_are_blamed_once_the_data_are_known(write_study):
+    study = load_study(write_study(), overrides=["task.max_len=1e9"])  # the backbone alone fits
+    with pytest.raises(
+        StudyError, match=r"override task.max_len=1e9: task.max_len: variant 'base': 1000000000 tok"
+    ):
+        sizes.trained_sizes(study, study.task.load())
+    study = load_study(write_study())
+    variant = study.variants["base"]
+    ctx = study.build_context(variant, 16)
+    _, problem = sizes.oversized(
+        variant.spec, sizes.variant_parts(variant), ctx, 64, task_parameters=lambda ctx: 10**12
+    )
+    assert problem is not None and problem.key == ("task",) and "embedding and head" in problem.message
+
+
+def test_validate_reads_the_data_and_shows_each_size(write_study, cli):
+    code, out, err = cli("validate", write_study())
+    assert code == 0, err
+    assert "parameters, ≈" in out and "data: users 120" in out
+
+
+def test_a_grid_points_problem_is_reported_at_its_axis(write_study):
+    path = write_study({"grid": {"attention.heads": [1, 3], "ffn.kind": ["pointwise"]}})
+    with pytest.raises(StudyError) as exc:
+        load_study(path)
+    line = path.read_text().splitlines().index("  attention.heads:") + 1
+    assert str(exc.value).startswith(f"{path}:{line}: grid.attention.heads: grid point 'attention.heads=3,")
+
+
+def test_preflight_runs_one_forward_pass_and_leaves_no_trace(write_study):
+    """A shape only a forward pass meets (rope's head width is the attention's) fails before any
+    training; the check leaves the global random state and the jagged kernels' probe untouched."""
+    from ablate import jagged
+    from ablate.preflight import preflight
+
+    study = load_study(write_study({"variants": {"odd": {"dim": 15, "attention": {"heads": 3}}}}))
+    data = study.task.load()
+    before = torch.get_rng_state()
+    assert set(preflight(study, data)) == {"base", "mlp", "odd"}
+    assert torch.equal(torch.get_rng_state(), before)
+    study = load_study(
+        write_study({"variants": {"odd": {"dim": 15, "attention": {"heads": 3}, "bias": [{"kind": "rope"}]}}})
+    )
+    probed = "HAVE_FBGEMM" in vars(jagged)
+    with pytest.raises(
+        StudyError, match=r"study.yaml:\d+: variants.odd: a training step fails: rope: .* is 5 \(odd\)"
+    ):
+        preflight(study, data)
+    assert ("HAVE_FBGEMM" in vars(jagged)) == probed

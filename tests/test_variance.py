@@ -60,10 +60,13 @@ def test_explicit_default_trains_the_same_under_the_old_fingerprint(write_study)
     a = train_trial(implicit, implicit.variants["base"], 1, data, CPU)
     b = train_trial(explicit, explicit.variants["base"], 1, data, CPU)
     assert a.summary == b.summary and a.curves == b.curves
-    # The fingerprint as it was before ``vary`` existed: existing output folders resume.
-    train = implicit.spec.train.model_dump(exclude={"device", "eval_batch_size", "vary"})
+    # The fingerprint as it was before ``vary`` (and ``model.final_norm``, ``TrainSpec.LATER_OPTIONS``)
+    # existed: existing output folders resume.
+    train = implicit.spec.train.model_dump(
+        exclude={"device", "eval_batch_size", "vary", *implicit.spec.train.LATER_OPTIONS}
+    )
     content = {
-        "model": implicit.variants["base"].spec.model_dump(),
+        "model": implicit.variants["base"].spec.model_dump(exclude={"final_norm"}),
         "train": train,
         "task": implicit.spec.task.model_dump(),
         "metrics": implicit.metrics,

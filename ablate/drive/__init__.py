@@ -10,7 +10,8 @@ Exactly once, across any number of worker processes:
 * MLflow runs of a (variant, seed) left RUNNING, or FINISHED by a worker killed before it told
   Optuna, are closed as KILLED when the key is trained again, so the report sees one per key.
 
-Modules: :mod:`.stores` (where the queues and results live, local or shared), :mod:`.ledger`
+Modules: :mod:`.stores` (where the queues and results live, local or shared; :mod:`.journal`
+checks a journal file as it opens), :mod:`.ledger`
 (planned trials and their states), :mod:`.execution` (training one trial), :mod:`.driver` (the
 worker loop), :mod:`.status` (progress and ETA).
 """
@@ -18,7 +19,7 @@ worker loop), :mod:`.status` (progress and ETA).
 from .driver import Driver, Reporter, RunSummary, prepare, run_study
 from .ledger import plan
 from .status import VariantStatus, checkpointed_fractions, eta_seconds, progress, status_table
-from .stores import Stores
+from .stores import Stores, folder_problem
 
 __all__ = [
     "Driver",
@@ -28,6 +29,7 @@ __all__ = [
     "VariantStatus",
     "checkpointed_fractions",
     "eta_seconds",
+    "folder_problem",
     "plan",
     "prepare",
     "progress",

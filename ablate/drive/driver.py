@@ -26,7 +26,7 @@ from ..faults import fault_point
 from ..search import grid_order, search_budget, search_seed
 from ..stats import ReportSettings
 from ..study import Study
-from ..track import DATA_SUMMARY, STUDY_ARTIFACT, Tracker, provenance
+from ..track import DATA_ARTIFACTS, DATA_SUMMARY, STUDY_ARTIFACT, Tracker, provenance
 from ..train import TrialResult, checkpoint_interval
 from .execution import Config, Execution, Failed, Job, Pruned, SearchJob, TaskData, checkpoint_path
 from .ledger import (
@@ -106,10 +106,12 @@ class Driver:
         self._configs: dict[str, Config] = {}
 
     def _record_data(self, data: Any) -> None:
-        """The loaded data's summary (Task.data_summary) as a tag on the study's run."""
+        """The loaded data's summary (Task.data_summary) as a tag on the study's run, its files
+        (Task.artifacts) as artifacts under ``data/``."""
         try:
             summary = self.study.task.data_summary(data)
             self.tracker.set_tag(self.parent, DATA_SUMMARY, json.dumps(summary, default=str))
+            self.tracker.attach_files(self.parent, self.study.task.artifacts(data), DATA_ARTIFACTS)
         except Exception as exc:  # noqa: BLE001 - a summary is never worth a trial (data loads inside one)
             warnings.warn(f"no data summary recorded: {exc}", stacklevel=2)
 
@@ -368,10 +370,15 @@ def run_study(
 
 def prepare(study: Study, stores: Stores) -> None:
     """Create the stores and fill the queues once, before N workers start on them (MLflow's
-    and Optuna's first-use schema creation must not race)."""
+    and Optuna's first-use schema creation must not race); read the data if a trial is left."""
     driver = Driver(study, stores)
     with stores.queue_lock():
         driver.sync()
+    complete = {key_of(t) for t in driver.final.trials(TrialState.COMPLETE)}
+    if not set(driver.planned) <= complete:
+        # Read once here: a bad data file is one line from this process, not one from every worker
+        # (which then read the parsed data from the cache instead of each parsing it at once).
+        study.task.load()
 
 
 def _study_tags(study: Study) -> dict[str, str]:

@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 
 from .. import match as matching
 from ..faults import fault_point
+from ..preflight import preflight
 from ..registry import COMPONENT_SLOTS
 from ..study import Study, Variant
 from ..track import Tracker
@@ -99,12 +100,13 @@ class TaskData:
     ``on_load`` hears of the data once it is loaded (the driver records its summary)."""
 
     def __init__(self, study: Study, on_load: Callable[[Any], None] | None = None):
-        self.task = study.task
+        self.study, self.task = study, study.task
         self.on_load = on_load
 
     @cached_property
     def _loaded(self) -> tuple[Any, int]:
         data = self.task.load()
+        preflight(self.study, data)  # every variant's size and first forward pass with these data
         if self.on_load:
             self.on_load(data)
         return data, self.task.max_len(data)

@@ -96,9 +96,11 @@ def fingerprint(study: Study, variant: str) -> str:
     what they were trained with does not."""
     # ``vary`` at its default trains as before the option existed: leave it out, so old stores resume.
     skip = {"device", "eval_batch_size"} | ({"vary"} if study.spec.train.vary.everything else set())
+    skip |= study.spec.train.later_options_at_default()
     train = study.spec.train.model_dump(exclude=skip)
+    model = study.variants[variant].spec
     content = {
-        "model": study.variants[variant].spec.model_dump(),
+        "model": model.model_dump(exclude=model.later_options_at_default()),
         "train": train,
         "task": study.spec.task.model_dump(),
         "metrics": study.metrics,

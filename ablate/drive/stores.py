@@ -14,9 +14,11 @@ Everything above this module is storage-agnostic.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -34,7 +36,8 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 from ..errors import AblateError
-from ..track import default_uri
+from ..track import default_uri, tracking_problem
+from .journal import check_journal
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..study import Study
@@ -62,14 +65,24 @@ class Stores(ABC):
         tracking_uri: str | None = None,
         storage: str | None = None,
     ) -> Stores:
-        out = study.output_dir(output)
+        """The study's stores: in its output folder unless ``storage`` / ``tracking_uri`` say
+        otherwise. A value that names no store (``--storage notaurl``) is refused in one line."""
+        if storage is not None and (problem := storage_problem(storage)):
+            raise AblateError(f"--storage {_redact(storage)}: {problem}")
+        if tracking_uri is not None and (problem := tracking_problem(tracking_uri)):
+            raise AblateError(f"--tracking-uri {tracking_uri}: {problem}")
+        try:
+            out = study.output_dir(output)
+        except (ValueError, RuntimeError, OSError) as exc:  # a NUL byte; a symbolic link loop
+            named = f"--output {output}" if output is not None else f"{study.path}: output"
+            raise AblateError(f"{named}: not a usable folder: {exc}") from None
         legacy = out / "optuna.db"  # studies started before the journal default keep their store
         local = (
             f"sqlite:///{legacy}"
-            if legacy.is_file() and not (out / "optuna.journal").exists()
+            if _is_file(legacy) and not os.path.lexists(out / "optuna.journal")
             else str(out / "optuna.journal")
         )
-        url = storage or local
+        url = local if storage is None else storage if "://" in storage else str(Path(storage).resolve())
         served = "://" in url and not url.startswith("sqlite")
         return (SharedStores if served else LocalStores)(out, url, tracking_uri or default_uri(out))
 
@@ -112,13 +125,19 @@ class LocalStores(Stores):
     shared = False
 
     def started(self) -> bool:
-        return Path(self.optuna_url.removeprefix("sqlite:///")).is_file()
+        return _is_file(Path(self.optuna_url.removeprefix("sqlite:///")))
 
     def storage(self) -> optuna.storages.BaseStorage:
         url = self.optuna_url
-        if url.startswith("sqlite:///"):
-            return RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+        path = Path(url.removeprefix("sqlite:///"))
         self.output_dir.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if url.startswith("sqlite:///"):
+            try:
+                return RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+            except Exception as exc:  # noqa: BLE001 - sqlalchemy's errors: not a database, locked, …
+                raise AblateError(f"{path}: cannot open the Optuna store: {_first_line(exc)}") from None
+        check_journal(path)  # a record cut off by a crash is removed before anything is appended
         return JournalStorage(JournalFileBackend(url))
 
     @contextmanager
@@ -195,9 +214,8 @@ class SharedStores(Stores):
                 if attempt < 4 and ("already exists" in text or "duplicate key" in text):
                     time.sleep(0.5 + attempt)
                     continue
-                first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
                 where = _redact(self.optuna_url)
-                raise AblateError(f"cannot reach the Optuna storage {where}: {first}") from None
+                raise AblateError(f"cannot reach the Optuna storage {where}: {_first_line(exc)}") from None
 
     @contextmanager
     def queue_lock(self) -> Iterator[None]:
@@ -235,6 +253,75 @@ class SharedStores(Stores):
             yield
         finally:
             stop.set()
+
+
+def storage_problem(storage: str) -> str | None:
+    """Why ``storage`` names no Optuna store, or None: a database URL whose kind SQLAlchemy knows
+    (``postgresql://…``, ``sqlite:///path.db``), or a journal file (a path ending in ``.journal``
+    or ``.log``); anything else is most likely a mistyped URL, not a file to create."""
+    if "://" not in storage:
+        if Path(storage).suffix in JOURNAL_SUFFIXES:
+            return folder_problem(Path(storage).parent)
+        return (
+            "not a storage URL or journal file; give a database URL (postgresql://user:pw@host/db, "
+            "sqlite:///path/optuna.db) or a journal file path ending in .journal"
+        )
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        url = make_url(storage)
+        url.get_dialect()  # the dialect only: the database driver is imported when connecting
+    except NoSuchModuleError:  # (an ArgumentError too)
+        return f"unknown database kind '{storage.split('://')[0]}' (e.g. postgresql://user:pw@host/db)"
+    except ArgumentError:
+        return "not a database URL (e.g. postgresql://user:pw@host/db or sqlite:///path/optuna.db)"
+    if url.get_backend_name() != "sqlite":
+        return None
+    if not url.database or url.database == ":memory:":
+        return "an in-memory database is lost when the command ends; give sqlite:///path/optuna.db"
+    return folder_problem(Path(url.database).parent)
+
+
+JOURNAL_SUFFIXES = (".journal", ".log")
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why files cannot be written in ``folder`` (created first where missing), or None. Creates
+    nothing: it probes the folder, or the nearest part of its path that exists, with a temporary
+    file (which also tells a read-only file system, or a folder root may not write in)."""
+    folder = Path(os.path.abspath(folder))
+    probe = folder
+    try:
+        while not probe.exists():
+            if probe.is_symlink():
+                return f"{probe} is a symbolic link to a missing or looping target"
+            probe = probe.parent
+        if not probe.is_dir():
+            made = "" if probe == folder else f", so {folder} cannot be made"
+            return f"{probe} is a file, not a folder{made}"
+        with tempfile.TemporaryFile(dir=probe, prefix=".ablate-probe-"):
+            pass
+    except OSError as exc:
+        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return f"cannot write in {probe}: {reason}"
+        return f"cannot create {folder}: {reason}"
+    return None
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False where the path cannot even be looked at (a name over the file
+    system's limit): the folder checks name that problem."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _redact(url: str) -> str:

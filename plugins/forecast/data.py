@@ -1,6 +1,7 @@
 """Multivariate series for forecasting: loading, the standard splits, z-normalisation.
 
-* :func:`read_csv` — an ETT-style CSV (date column + numeric channels); problems name file:line.
+* :func:`read_csv` — an ETT-style CSV (date column + numeric channels, rows in time order);
+  problems name file:line.
 * :func:`synthetic` — seasonal channels driven by shared latent waves, plus noise.
 * :func:`split_borders` — the Informer / iTransformer split: ETTh 12/4/4 months of hourly rows,
   ETTm the same span at 15-minute rows, other data 0.7 / 0.1 / 0.2 by time. Validation and test
@@ -13,15 +14,17 @@ Dimensions: ``t`` rows (time), ``c`` channels.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+from pandas.tseries.api import guess_datetime_format
 
+from ablate import stopping
 from ablate.errors import DataError
+from ablate_plugins.text_files import CHECK_EVERY, Records, read_records, read_text
 
 SPLITS = ("train", "valid", "test")
 MONTH_ROWS = {"ett_hour": 30 * 24, "ett_minute": 30 * 24 * 4}  # rows per 30-day "month"
@@ -71,65 +74,84 @@ class Series:
 
 
 def read_csv(
-    path: Path, date_column: str = "date", channels: list[str] | None = None
+    path: Path,
+    date_column: str = "date",
+    channels: list[str] | None = None,
+    encoding: str | None = None,
+    sep: str = ",",
 ) -> tuple[np.ndarray, list[str]]:
     """``(values [t, c] float64, channel names)`` from an ETT-style CSV.
 
     Every row must have as many fields as the header and a number in every channel column;
-    the first that does not raises ``DataError('<file>:<line>: ...')``. Rows stay in file order.
+    the first that does not raises ``DataError('<file>:<line>: ...')``. Rows stay in file order,
+    which must be time order (:func:`check_dates`).
     """
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot read: {exc}") from None
-    rows = csv.reader(io.StringIO(text))
-    header = next(rows, None)
-    if not header or not any(h.strip() for h in header):
-        raise DataError(f"{path}:1: expected a header row (date column, then channels); the file is empty")
-    header = [h.strip() for h in header]
+    records = read_records(path, read_text(path, encoding), sep)
+    header = [str(h) for h in records.header]
+    at = f"{path}:{records.header_line}"
     if date_column not in header:
         raise DataError(
-            f"{path}:1: no date column '{date_column}' in the header ({', '.join(header)}); "
-            f"set data.date_column"
+            f"{at}: no date column '{date_column}' in the header ({', '.join(header)}); set data.date_column"
         )
     available = [h for h in header if h != date_column]
     wanted = available if channels is None else channels
     missing = [c for c in wanted if c not in available]
     if missing:
-        raise DataError(
-            f"{path}:1: channel(s) {', '.join(missing)} not in the header ({', '.join(available)})"
-        )
+        raise DataError(f"{at}: channel(s) {', '.join(missing)} not in the header ({', '.join(available)})")
     if not wanted:
-        raise DataError(f"{path}:1: no channel columns besides the date column '{date_column}'")
+        raise DataError(f"{at}: no channel columns besides the date column '{date_column}'")
+    check_dates(records, date_column)
     index = [header.index(c) for c in wanted]
     out: list[list[float]] = []
-    for line, fields in enumerate(rows, start=2):
-        if not fields or (len(fields) == 1 and not fields[0].strip()):
-            continue  # blank line
-        if len(fields) != len(header):
-            raise DataError(
-                f"{path}:{line}: expected {len(header)} fields ({', '.join(header)}); got {len(fields)}"
-            )
+    for i, fields in enumerate(records.rows):
+        if not i % CHECK_EVERY:
+            stopping.check()
         row = []
-        for i in index:
+        for j in index:
             try:
-                value = float(fields[i])
+                value = float(fields[j])
             except ValueError:
                 raise DataError(
-                    f"{path}:{line}: column '{header[i]}': {fields[i]!r} is not a number"
+                    f"{records.where(i)}: column '{header[j]}': {fields[j]!r} is not a number"
                 ) from None
             if not math.isfinite(value):
                 raise DataError(
-                    f"{path}:{line}: column '{header[i]}': {fields[i]!r} is not a finite number "
+                    f"{records.where(i)}: column '{header[j]}': {fields[j]!r} is not a finite number "
                     f"(missing values are not filled in silently; clean the file)"
                 )
             row.append(value)
         out.append(row)
-    if not out:
-        raise DataError(f"{path}: no data rows after the header")
     return np.asarray(out, dtype=np.float64), wanted
+
+
+def check_dates(records: Records, date_column: str) -> None:
+    """Rows must be in time order: a date column of numbers, or of dates in the first row's
+    format (as pandas guesses it), may not go back in time; a value that is not a date where
+    the first is one stops the load. A column of plain labels (``t0``, ``t1``) is not checked."""
+    values = records.column(date_column)
+    numbers = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+    if np.isfinite(numbers).all():
+        times, shown = numbers, values
+    else:
+        form = guess_datetime_format(str(values[0]))
+        if form is None:
+            return
+        parsed = pd.to_datetime(pd.Series(values, dtype=object), format=form, errors="coerce")
+        bad = parsed.isna().to_numpy()
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DataError(
+                f"{records.where(i)}: date column '{date_column}': {values[i]!r} is not a date in the "
+                f"format of the first row ({values[0]!r}, {form})"
+            )
+        times, shown = parsed.to_numpy(), values
+    back = np.flatnonzero(times[1:] < times[:-1])
+    if len(back):
+        i = int(back[0]) + 1
+        raise DataError(
+            f"{records.where(i)}: date column '{date_column}': {shown[i]!r} is earlier than the row "
+            f"before ({shown[i - 1]!r}); rows must be in time order"
+        )
 
 
 def synthetic(channels: int, rows: int, period: int, noise: float, seed: int) -> np.ndarray:

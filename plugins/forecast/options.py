@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from ablate.components import Options
 from ablate.tasks import TaskOptions
+from ablate_plugins.text_files import Encoding, Separator, memory_problem
 
 # How rows are split into train / validation / test (see data.split_borders).
 SplitScheme = Literal["auto", "ett_hour", "ett_minute", "ratio"]
@@ -25,6 +26,8 @@ class CsvData(Options):
     split: SplitScheme = "auto"
     # train / validation / test shares for split: ratio (test and train are rounded down).
     ratios: tuple[float, float, float] = (0.7, 0.1, 0.2)
+    sep: Separator = ","  # longer separators are regular expressions
+    encoding: Encoding = None  # the file's text encoding; None: UTF-8
 
     @model_validator(mode="after")
     def _ratios(self) -> CsvData:
@@ -43,6 +46,16 @@ class SyntheticData(Options):
     noise: float = Field(0.1, ge=0.0)
     seed: int = 0
     ratios: tuple[float, float, float] = (0.7, 0.1, 0.2)
+
+    @model_validator(mode="after")
+    def _size(self) -> SyntheticData:
+        # The series, its noise, the latent waves and the normalised copy: ~5 float64 per value.
+        problem = memory_problem(
+            self.rows * (self.channels * 40 + 24), f"{self.rows} rows × {self.channels} channels"
+        )
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 DataOptions = Annotated[SyntheticData | CsvData, Field(discriminator="format")]

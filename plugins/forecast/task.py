@@ -49,7 +49,7 @@ class ForecastTask(Task):
         opts, data = self.options, self.options.data
         if isinstance(data, CsvData):
             path = self.data_path()
-            raw, channels = read_csv(path, data.date_column, data.channels)
+            raw, channels = read_csv(path, data.date_column, data.channels, data.encoding, data.sep)
             borders = split_borders(len(raw), scheme_for(path, data.split), opts.lookback, data.ratios)
             source = str(path)
         else:

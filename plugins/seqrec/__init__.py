@@ -2,11 +2,13 @@
 HR@K / NDCG@K / MRR by full ranking or SASRec's sampled protocol."""
 
 from .batches import Batch
-from .data import Interactions, cached, read_movielens, read_table, read_user_item, read_user_lines, synthetic
+from .cache import cached
+from .data import Interactions, synthetic
 from .evaluation import popularity_evaluation
 from .losses import BCE, LossOptions, SampledSoftmax, Softmax
 from .model import SeqRecModel
 from .options import MovieLensData, SeqRecOptions, SyntheticData, TableData, UserItemData, UserLinesData
+from .readers import read_movielens, read_table, read_user_item, read_user_lines
 from .task import SeqRecTask
 
 __all__ = [

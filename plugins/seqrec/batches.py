@@ -53,6 +53,9 @@ class Batch:
     # Sorted ``row · (num_items + 1) + item`` over each row's training items (training batches
     # only; see :func:`seen_keys`), for negatives drawn among unseen items.
     seen: Tensor | None = None
+    # [b, n] float32 seconds, same origin as ``timestamps``: the time of the item each position
+    # predicts (the next one's; the target's at the last), HSTU's request time.
+    request_times: Tensor | None = None
 
     def to(self, device: torch.device | str) -> Batch:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -64,18 +67,29 @@ class Batch:
 
     def token_context(self) -> TokenContext:
         return TokenContext(
-            valid=self.valid, causal=True, positions=self.positions, timestamps=self.timestamps
+            valid=self.valid,
+            causal=True,
+            positions=self.positions,
+            timestamps=self.timestamps,
+            request_times=self.request_times,
         )
 
 
 def collate(
-    items: list[np.ndarray], targets: list[np.ndarray], times: list[np.ndarray] | None, users: np.ndarray
+    items: list[np.ndarray],
+    targets: list[np.ndarray],
+    times: list[np.ndarray] | None,
+    users: np.ndarray,
+    next_times: np.ndarray | None = None,
 ) -> Batch:
-    """Right-pad per-user windows (equal-length ``items``/``targets``/``times``) into a Batch."""
+    """Right-pad per-user windows (equal-length ``items``/``targets``/``times``) into a Batch;
+    ``next_times`` ([b] seconds, with ``times``): each window's next item's time, for the
+    request times."""
     b, n = len(items), max(len(x) for x in items)
     item_pad = np.zeros((b, n), dtype=np.int64)
     target_pad = np.zeros((b, n), dtype=np.int64)
     time_pad = np.zeros((b, n), dtype=np.float64)
+    request_pad = np.zeros((b, n), dtype=np.float64)
     for row, (x, y) in enumerate(zip(items, targets, strict=False)):
         item_pad[row, : len(x)] = x
         target_pad[row, : len(y)] = y
@@ -83,14 +97,20 @@ def collate(
             t = times[row] - times[row][0]
             time_pad[row, : len(t)] = t
             time_pad[row, len(t) :] = t[-1]  # padding repeats the last time: zero gaps
+            if next_times is not None:
+                r = np.append(t[1:], next_times[row] - times[row][0])
+                request_pad[row, : len(r)] = r
+                request_pad[row, len(r) :] = r[-1]
     valid = torch.from_numpy(item_pad > 0)
+    timed = times is not None
     return Batch(
         items=torch.from_numpy(item_pad),
         targets=torch.from_numpy(target_pad),
         valid=valid,
         positions=torch.arange(n).expand(b, n).clone(),
-        timestamps=torch.from_numpy(time_pad).float() if times is not None else None,
+        timestamps=torch.from_numpy(time_pad).float() if timed else None,
         users=torch.from_numpy(np.asarray(users, dtype=np.int64)),
+        request_times=torch.from_numpy(request_pad).float() if timed and next_times is not None else None,
     )
 
 
@@ -116,6 +136,7 @@ def rows_of(batch: Batch, rows: Tensor, width: int) -> Batch:
         kept = moved >= 0
         seen = (moved[kept] * width + seen[kept] % width).sort().values
     timestamps = batch.timestamps[rows, :n] if batch.timestamps is not None else None
+    request_times = batch.request_times[rows, :n] if batch.request_times is not None else None
     return Batch(
         items=batch.items[rows, :n],
         targets=batch.targets[rows, :n],
@@ -124,6 +145,7 @@ def rows_of(batch: Batch, rows: Tensor, width: int) -> Batch:
         timestamps=timestamps,
         users=batch.users[rows],
         seen=seen,
+        request_times=request_times,
     )
 
 
@@ -159,11 +181,16 @@ def train_batches(
         chunks = [chunks[i] for i in again]
     for chunk in chunks:
         parts = [train_part(data.sequences[u]) for u in chunk]
-        times = None
+        times = next_times = None
         if data.timestamps is not None:
             times = [train_part(data.timestamps[u])[:-1][-max_len:] for u in chunk]
+            next_times = np.array([train_part(data.timestamps[u])[-1] for u in chunk])
         batch = collate(
-            [p[:-1][-max_len:] for p in parts], [p[1:][-max_len:] for p in parts], times, data.users[chunk]
+            [p[:-1][-max_len:] for p in parts],
+            [p[1:][-max_len:] for p in parts],
+            times,
+            data.users[chunk],
+            next_times,
         )
         yield replace(batch, seen=seen_keys(parts, data.num_items))
 
@@ -203,7 +230,9 @@ def _eval_batches(
             y = np.zeros(len(w), dtype=np.int64)
             y[-1] = target(data.sequences[u], split)
             targets.append(y)
-        times = None
+        times = next_times = None
         if data.timestamps is not None:
             times = [history(data.timestamps[u], split)[-max_len:] for u in chunk]
-        yield collate(windows, targets, times, data.users[chunk]), histories, chunk
+            # The target's time: the one after the history.
+            next_times = np.array([data.timestamps[u][len(h)] for u, h in zip(chunk, histories, strict=True)])
+        yield collate(windows, targets, times, data.users[chunk], next_times), histories, chunk

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ablate.components import Options
 from ablate.tasks import TaskOptions
+from ablate_plugins.text_files import Encoding, Separator, memory_problem
+
+# What generating synthetic data holds per interaction (item, timestamp, gap, draws) and per user
+# (its arrays' headers), in bytes; items cost their successor, popularity and draw tables.
+BYTES_PER_INTERACTION, BYTES_PER_USER, BYTES_PER_ITEM = 40, 400, 48
 
 
 class SyntheticData(Options):
@@ -22,11 +27,36 @@ class SyntheticData(Options):
     seed: int = 0
     timestamps: bool = True
 
+    @field_validator("users")
+    @classmethod
+    def _users_fit(cls, users: int) -> int:
+        # Each user holds at least 3 interactions (min_len ≥ 3): a lower bound, checked alone so
+        # the error names `users`; the model check below uses the lengths.
+        _fits(users * (BYTES_PER_USER + 3 * BYTES_PER_INTERACTION), f"{users} users")
+        return users
+
+    @field_validator("items")
+    @classmethod
+    def _items_fit(cls, items: int) -> int:
+        _fits(items * BYTES_PER_ITEM, f"{items} items")
+        return items
+
     @model_validator(mode="after")
     def _lengths(self) -> SyntheticData:
         if self.min_len > self.max_len:
             raise ValueError(f"min_len ({self.min_len}) must not exceed max_len ({self.max_len})")
+        mean = (self.min_len + self.max_len) / 2
+        _fits(
+            self.users * (BYTES_PER_USER + mean * BYTES_PER_INTERACTION) + self.items * BYTES_PER_ITEM,
+            f"{self.users} users × {mean:g} interactions on average ({self.items} items)",
+        )
         return self
+
+
+def _fits(estimate: float, what: str) -> None:
+    problem = memory_problem(estimate, what)
+    if problem:
+        raise ValueError(problem)
 
 
 class FileData(Options):
@@ -35,6 +65,10 @@ class FileData(Options):
     path: str  # relative paths are resolved against the study file's folder
     k_core: int | None = Field(None, ge=1)  # repeatedly drop users and items with fewer rows
     remap: bool = True  # items → 1..m in id order; false keeps the file's (positive) ids
+    encoding: Encoding = None  # the file's text encoding; None: UTF-8
+    # How user and item ids are read (see ids.py): auto — integers if every id of a column is one,
+    # else text; integer — refuse any other id; text — every id is text ("007" is not "7").
+    ids: Literal["auto", "integer", "text"] = "auto"
 
 
 class MovieLensData(FileData):
@@ -60,7 +94,7 @@ class TableData(FileData):
     """CSV / TSV with named (``header: true``) or 0-based (``header: false``) columns."""
 
     format: Literal["csv"]
-    sep: str = Field(",", min_length=1)  # "\t" for TSV
+    sep: Separator = ","  # "\t" for TSV; longer separators are regular expressions
     header: bool = True
     user: str | int = "user"
     item: str | int = "item"

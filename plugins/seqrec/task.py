@@ -17,10 +17,12 @@ from ablate.tasks import Evaluation, LossPart, Task
 from . import losses, metrics
 from . import metrics as M
 from .batches import Batch, length_groups, train_batches, train_part
-from .data import Interactions, cached, read_movielens, read_table, read_user_item, read_user_lines, synthetic
+from .cache import cached
+from .data import Interactions, synthetic
 from .evaluation import evaluate
 from .model import SeqRecModel, padded_layout
 from .options import FileData, MovieLensData, SeqRecOptions, TableData, UserItemData, UserLinesData
+from .readers import read_movielens, read_table, read_user_item, read_user_lines
 
 # Each file format's reader, called with the format's options (less ``format`` / ``path``).
 READERS = {
@@ -79,6 +81,11 @@ class SeqRecTask(Task):
                 f"{loaded.source}: next-item prediction needs at least 2 items; found {loaded.num_items}"
             )
         return loaded
+
+    def artifacts(self, data: Interactions) -> dict[str, bytes]:
+        """File data: which source id each user unit and item index stands for (``users.csv``,
+        ``items.csv``), so predictions can be traced back to the file's ids."""
+        return data.id_maps() if isinstance(self.options.data, FileData) else {}
 
     def negatives(self, data: Interactions, split: str) -> np.ndarray:
         """``[u, k]`` sampled-protocol candidates for ``split``, drawn once per data set."""

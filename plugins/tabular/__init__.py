@@ -2,9 +2,11 @@
 FT-Transformer ``.npy`` layout or a declared CSV, train-only scaling, accuracy / RMSE per row."""
 
 from .batches import Batch
-from .data import Table, prepare, read_csv, read_npy, synthetic
+from .csv_data import read_csv
+from .data import Table, read_npy, synthetic
 from .model import FeatureTokenizer, TabularModel
 from .options import CsvData, NpyData, SyntheticData, TabularOptions
+from .preparation import prepare
 from .task import TabularTask
 
 __all__ = [

@@ -1,11 +1,10 @@
-"""Tabular data: loaders, the declared missing-value policy, encoding and train-only scaling.
+"""Tabular data: the raw and prepared tables, and the loaders that need no text parsing.
 
 * :func:`read_npy` — the FT-Transformer / T2G-Former folder layout (``N_*``, ``C_*``, ``y_*``,
   ``info.json``), already split into train / val / test.
-* :func:`read_csv` — one CSV with declared numeric and categorical columns, split at random.
 * :func:`synthetic` — rows whose target is a known function of the features.
-* :func:`prepare` — apply the missing-value policy, encode categories (index ``card`` is "unseen
-  in training"), fit numeric scaling and target standardisation on the training rows only.
+* :func:`.csv_data.read_csv` — CSV files with declared numeric and categorical columns.
+* :func:`.preparation.prepare` — the missing-value policy, category codes, train-only scaling.
 
 Dimensions: ``r`` rows, ``k`` numeric features, ``m`` categorical features.
 """
@@ -20,13 +19,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ablate import stopping
 from ablate.errors import DataError
+from ablate_plugins.text_files import read_bytes
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
 NPY_SPLITS = {"train": "train", "valid": "val", "test": "test"}
 MISSING_CATEGORY = "\x00missing"  # the category a missing categorical value becomes under "impute"
+TASK_TYPES = ("regression", "binclass", "multiclass")
 
 
 @dataclass
@@ -91,23 +93,25 @@ class Table:
 
 
 def read_npy(folder: Path) -> RawTable:
+    if folder.is_file():
+        raise DataError(
+            f"{folder}: is a file; format npy reads a folder (N_train.npy, y_train.npy, info.json, ...)"
+        )
     if not folder.is_dir():
         raise DataError(f"{folder}: folder not found (expected N_train.npy, y_train.npy, info.json, ...)")
     info_path = folder / "info.json"
-    try:
-        info = json.loads(info_path.read_text())
-    except FileNotFoundError:
-        raise DataError(f"{info_path}: file not found (it gives task_type)") from None
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{info_path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    info = _info(info_path)
     task_type = info.get("task_type")
-    if task_type not in ("regression", "binclass", "multiclass"):
+    if task_type not in TASK_TYPES:
         raise DataError(
             f"{info_path}: task_type must be regression, binclass or multiclass (got {task_type!r})"
         )
     splits = {}
     for split, suffix in NPY_SPLITS.items():
+        stopping.check()
         y = _load(folder / f"y_{suffix}.npy")
+        if y.ndim != 1:
+            raise DataError(f"{folder / f'y_{suffix}.npy'}: expected a [rows] array; got shape {y.shape}")
         n = len(y)
         numeric = _load(folder / f"N_{suffix}.npy", optional=True)
         categorical = _load(folder / f"C_{suffix}.npy", optional=True)
@@ -126,26 +130,76 @@ def read_npy(folder: Path) -> RawTable:
             if numeric is None
             else numeric
             if np.issubdtype(numeric.dtype, np.floating)
-            else numeric.astype(np.float64)
+            else _numbers(numeric, folder / f"N_{suffix}.npy")
         )
+        _check_finite(numeric, folder / f"N_{suffix}.npy")
         categorical = (
             np.empty((n, 0), dtype=object)
             if categorical is None
             else np.where(pd.isna(categorical), None, categorical.astype(str)).astype(object)
         )
-        y = y.astype(np.float64) if task_type == "regression" else y.astype(str).astype(object)
+        if task_type == "regression":
+            y = _numbers(y, folder / f"y_{suffix}.npy")
+            _check_finite(y[:, None], folder / f"y_{suffix}.npy")
+        else:
+            y = y.astype(str).astype(object)
         splits[split] = RawSplit(
             numeric, categorical, y, [f"{folder}/*_{suffix}.npy row {i}" for i in range(n)]
         )
     k, m = splits["train"].numeric.shape[1], splits["train"].categorical.shape[1]
-    numeric_names = list(info.get("N_cols") or [f"num{i}" for i in range(k)])
-    categorical_names = list(info.get("C_cols") or [f"cat{i}" for i in range(m)])
+    for split, part in splits.items():
+        if part.numeric.shape[1] != k or part.categorical.shape[1] != m:
+            raise DataError(
+                f"{folder}: the {split} arrays have {part.numeric.shape[1]} numeric and "
+                f"{part.categorical.shape[1]} categorical features, train has {k} and {m}"
+            )
+    numeric_names = _names(info, "N_cols", info_path) or [f"num{i}" for i in range(k)]
+    categorical_names = _names(info, "C_cols", info_path) or [f"cat{i}" for i in range(m)]
     if len(numeric_names) != k or len(categorical_names) != m:
         raise DataError(
             f"{info_path}: N_cols / C_cols name {len(numeric_names)} / {len(categorical_names)} "
             f"columns, the arrays have {k} / {m}"
         )
     return RawTable(splits, task_type, numeric_names, categorical_names, str(folder))
+
+
+def _info(path: Path) -> dict:
+    if not path.exists():
+        raise DataError(f"{path}: file not found (it gives task_type)")
+    try:
+        info = json.loads(read_bytes(path).decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 JSON (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    if not isinstance(info, dict):
+        raise DataError(f"{path}: expected a JSON object with task_type; got {type(info).__name__}")
+    return info
+
+
+def _names(info: dict, key: str, path: Path) -> list[str] | None:
+    names = info.get(key)
+    if names is None:
+        return None
+    if not isinstance(names, list):
+        raise DataError(f"{path}: {key} must be a list of column names; got {names!r:.60}")
+    return [str(n) for n in names]
+
+
+def _numbers(array: np.ndarray, path: Path) -> np.ndarray:
+    """``array`` as float64; an array of other things (strings, objects) raises naming the file."""
+    try:
+        return array.astype(np.float64)
+    except (ValueError, TypeError):
+        raise DataError(f"{path}: expected numbers; the array holds {array.dtype} values") from None
+
+
+def _check_finite(values: np.ndarray, path: Path) -> None:
+    """NaN is a missing value (the policy decides); ±inf is never a value."""
+    bad = np.isinf(values)
+    if bad.any():
+        row, column = np.argwhere(bad)[0]
+        raise DataError(f"{path}: row {row}, column {column} is {values[row, column]} (not a finite number)")
 
 
 def _load(path: Path, optional: bool = False) -> np.ndarray | None:
@@ -155,77 +209,8 @@ def _load(path: Path, optional: bool = False) -> np.ndarray | None:
         raise DataError(f"{path}: file not found")
     try:
         return np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise DataError(f"{path}: not a readable .npy array: {exc}") from None
-
-
-def read_csv(
-    path: Path,
-    target: str,
-    task_type: str,
-    numeric: list[str],
-    categorical: list[str],
-    na_values: list[str],
-    ratios: tuple[float, float, float],
-    split_seed: int,
-) -> RawTable:
-    """Read declared columns; a numeric field that is neither a number nor a missing marker
-    raises ``DataError('<file>:<line>: ...')``. Rows are split at random with ``split_seed``."""
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: could not parse: {str(exc).splitlines()[0]}") from None
-    wanted = [target, *numeric, *categorical]
-    absent = [c for c in wanted if c not in frame.columns]
-    if absent:
-        raise DataError(
-            f"{path}:1: declared column(s) {', '.join(absent)} not in the header ({', '.join(frame.columns)})"
-        )
-    if frame.empty:
-        raise DataError(f"{path}: no data rows after the header")
-    lines = np.arange(len(frame)) + 2  # header is line 1
-    missing = {"", *na_values}
-    is_na = frame[wanted].apply(lambda col: col.str.strip().isin(missing))
-    nums = np.full((len(frame), len(numeric)), np.nan)
-    for j, name in enumerate(numeric + ([target] if task_type == "regression" else [])):
-        parsed = pd.to_numeric(frame[name].str.strip().where(~is_na[name]), errors="coerce")
-        bad = parsed.isna() & ~is_na[name]
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise DataError(
-                f"{path}:{lines[i]}: column '{name}': {frame[name].iloc[i]!r} is not a number "
-                f"(missing values are written as empty or one of {', '.join(na_values)})"
-            )
-        if j < len(numeric):
-            nums[:, j] = parsed.to_numpy(dtype=np.float64)
-        else:
-            y = parsed.to_numpy(dtype=np.float64)
-
-    def labels(name: str) -> np.ndarray:
-        values = frame[name].str.strip().to_numpy(dtype=object)
-        values[is_na[name].to_numpy()] = None
-        return values
-
-    if task_type != "regression":
-        y = labels(target)
-    cats = (
-        np.column_stack([labels(c) for c in categorical])
-        if categorical
-        else np.empty((len(frame), 0), dtype=object)
-    )
-    order = np.random.default_rng(split_seed).permutation(len(frame))
-    n_train, n_valid = int(len(frame) * ratios[0]), int(len(frame) * ratios[1])
-    parts = {
-        "train": order[:n_train],
-        "valid": order[n_train : n_train + n_valid],
-        "test": order[n_train + n_valid :],
-    }
-    splits = {
-        s: RawSplit(nums[i], cats[i], y[i], [f"{path}:{lines[r]}" for r in i]) for s, i in parts.items()
-    }
-    return RawTable(splits, task_type, list(numeric), list(categorical), str(path))
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataError(f"{path}: not a readable .npy array: {str(exc).splitlines()[0]}") from None
 
 
 def synthetic(
@@ -256,7 +241,8 @@ def synthetic(
     else:
         edges = np.quantile(score, np.linspace(0, 1, classes + 1)[1:-1])
         y = np.array([f"class{i}" for i in np.searchsorted(edges, score)], dtype=object)
-    cats = np.array([[f"v{v}" for v in row] for row in c], dtype=object).reshape(rows, categorical)
+    stopping.check()
+    cats = np.char.add("v", c.astype(str)).astype(object).reshape(rows, categorical)
     n_train, n_valid = int(rows * 0.64), int(rows * 0.16)
     bounds = {
         "train": slice(0, n_train),
@@ -274,171 +260,3 @@ def synthetic(
         [f"c{i}" for i in range(categorical)],
         f"synthetic(seed={seed})",
     )
-
-
-# ---------------------------------------------------------------------------------------
-# Preparation
-
-
-def apply_missing(raw: RawTable, policy: str) -> tuple[RawTable, list[str]]:
-    """The declared missing-value policy; returns the table and what was done (for the log)."""
-    notes = []
-    out = {}
-    train_mean = None
-    if policy == "impute":
-        train = raw.splits["train"].numeric
-        with np.errstate(all="ignore"):
-            train_mean = np.nanmean(train, axis=0) if len(train) else np.zeros(train.shape[1])
-        empty = np.isnan(train_mean)
-        if empty.any():
-            names = [raw.numeric_names[j] for j in np.flatnonzero(empty)]
-            raise DataError(
-                f"{raw.source}: numeric column(s) {', '.join(names)} have no training value to impute from"
-            )
-    for split, part in raw.splits.items():
-        num_na = np.isnan(part.numeric)
-        cat_na = _is_none(part.categorical)
-        y_na = np.isnan(part.y) if raw.task_type == "regression" else _is_none(part.y)
-        feature_na = num_na.any(axis=1) | cat_na.any(axis=1)
-        if y_na.any() and policy != "drop":
-            i = int(np.flatnonzero(y_na)[0])
-            raise DataError(
-                f"{part.where[i]}: the target is missing (policy '{policy}' never fills in targets; "
-                f"use missing: drop to drop such rows)"
-            )
-        if policy == "error" and feature_na.any():
-            i = int(np.flatnonzero(feature_na)[0])
-            names = [
-                n
-                for n, bad in zip(
-                    raw.numeric_names + raw.categorical_names, np.r_[num_na[i], cat_na[i]], strict=True
-                )
-                if bad
-            ]
-            raise DataError(
-                f"{part.where[i]}: missing value in {', '.join(names)} (data.missing is 'error'; "
-                f"declare 'drop' or 'impute' to handle missing values)"
-            )
-        keep = ~(feature_na | y_na) if policy == "drop" else np.ones(len(part.y), dtype=bool)
-        numeric, categorical = part.numeric[keep], part.categorical[keep].copy()
-        if policy == "impute":
-            numeric = np.where(np.isnan(numeric), train_mean, numeric)
-            categorical[_is_none(categorical)] = MISSING_CATEGORY
-        dropped = int((~keep).sum())
-        if dropped:
-            notes.append(f"{split}: dropped {dropped} row(s) with missing values")
-        if policy == "impute" and (num_na.any() or cat_na.any()):
-            notes.append(
-                f"{split}: imputed {int(num_na.sum())} numeric and {int(cat_na.sum())} categorical value(s)"
-            )
-        rows = np.flatnonzero(keep)
-        out[split] = (RawSplit(numeric, categorical, part.y[keep], [part.where[i] for i in rows]), rows)
-    for split, (_, rows) in out.items():
-        if len(rows) == 0:
-            raise DataError(
-                f"{raw.source}: the {split} split has no rows left after the missing-value policy"
-            )
-    raw = RawTable(
-        {s: p for s, (p, _) in out.items()},
-        raw.task_type,
-        raw.numeric_names,
-        raw.categorical_names,
-        raw.source,
-        kept={s: r for s, (_, r) in out.items()},
-    )
-    return raw, notes
-
-
-def _is_none(values: np.ndarray) -> np.ndarray:
-    """Missing entries of an object array (None or NaN)."""
-    return pd.isna(values).astype(bool).reshape(values.shape)
-
-
-def quantile_transformer(train_rows: int, seed: int):
-    """FT-Transformer's quantile transform: normal output, ``max(min(r/30, 1000), 10)`` quantiles."""
-    from sklearn.preprocessing import QuantileTransformer
-
-    return QuantileTransformer(
-        output_distribution="normal",
-        n_quantiles=max(min(train_rows // 30, 1000), 10),
-        subsample=10**9,
-        random_state=seed,
-    )
-
-
-def prepare(raw: RawTable, missing: str, scaling: str, standardize_target: bool, seed: int = 0) -> Table:
-    raw, notes = apply_missing(raw, missing)
-    train = raw.splits["train"]
-
-    # Categories: codes from the training rows; values unseen there share the last index.
-    vocabularies = [sorted(set(train.categorical[:, j])) for j in range(train.categorical.shape[1])]
-    cardinalities = [len(v) + 1 for v in vocabularies]
-
-    def encode(part: RawSplit) -> np.ndarray:
-        codes = np.empty(part.categorical.shape, dtype=np.int64)
-        for j, vocab in enumerate(vocabularies):
-            index = {v: i for i, v in enumerate(vocab)}
-            codes[:, j] = [index.get(v, len(vocab)) for v in part.categorical[:, j]]
-        return codes
-
-    # Numeric scaling fitted on training rows only.
-    if scaling == "quantile" and train.numeric.shape[1]:
-        transform = quantile_transformer(len(train.numeric), seed).fit(train.numeric).transform
-    elif scaling == "standard" and train.numeric.shape[1]:
-        mean, std = train.numeric.mean(axis=0), train.numeric.std(axis=0)
-        std = np.where(std > 0, std, 1.0)
-        transform = lambda a: (a - mean) / std  # noqa: E731
-    else:
-        transform = lambda a: a  # noqa: E731
-
-    # Target: standardised regression value, or class index from the training labels.
-    y_mean, y_std, classes = 0.0, 1.0, 1
-    if raw.task_type == "regression":
-        if standardize_target:
-            y_mean, y_std = float(train.y.mean()), float(train.y.std()) or 1.0
-        encode_y = lambda part: ((part.y - y_mean) / y_std).astype(np.float32)  # noqa: E731
-    else:
-        labels = sorted(set(train.y))
-        if raw.task_type == "binclass" and len(labels) != 2:
-            raise DataError(
-                f"{raw.source}: binclass needs exactly 2 target classes in train; found {len(labels)}"
-            )
-        if len(labels) < 2:
-            raise DataError(f"{raw.source}: classification needs at least 2 target classes in train")
-        classes = 1 if raw.task_type == "binclass" else len(labels)
-        label_index = {v: i for i, v in enumerate(labels)}
-
-        def encode_y(part: RawSplit) -> np.ndarray:
-            unseen = [i for i, v in enumerate(part.y) if v not in label_index]
-            if unseen:
-                raise DataError(
-                    f"{part.where[unseen[0]]}: target class {part.y[unseen[0]]!r} never occurs in the "
-                    f"training rows"
-                )
-            return np.array([label_index[v] for v in part.y], dtype=np.int64)
-
-    splits = {}
-    for split, part in raw.splits.items():
-        y = encode_y(part)
-        splits[split] = Split(
-            numeric=np.asarray(transform(part.numeric), dtype=np.float32).reshape(len(part.y), -1),
-            categorical=encode(part),
-            y=y,
-            y_raw=part.y.astype(np.float64) if raw.task_type == "regression" else y,
-            rows=raw.kept[split].astype(np.int64),
-        )
-    table = Table(
-        splits,
-        raw.task_type,
-        classes,
-        cardinalities,
-        raw.numeric_names,
-        raw.categorical_names,
-        y_mean,
-        y_std,
-        raw.source,
-        notes,
-    )
-    if notes:
-        log.warning("%s", table.describe())
-    return table

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from ablate.components import Options
 from ablate.tasks import TaskOptions
+from ablate_plugins.text_files import Encoding, Separator, memory_problem
 
 TaskType = Literal["regression", "binclass", "multiclass"]
 # What to do with a missing value: refuse the data (naming file and row), drop the rows that have
@@ -25,10 +26,11 @@ class NpyData(Options):
 
 
 class CsvData(Options):
-    """One CSV with a header row; columns are declared, the split is drawn with ``split_seed``."""
+    """CSV files with declared columns: one file split at random with ``split_seed``, or separate
+    ``valid`` / ``test`` files, or a ``split_column`` naming each row's split."""
 
     format: Literal["csv"]
-    path: str
+    path: str  # the training rows (and those of the splits no file or split column gives)
     target: str
     task_type: TaskType
     numeric: list[str] = []
@@ -36,8 +38,17 @@ class CsvData(Options):
     missing: MissingPolicy  # declared, never assumed
     # Missing-value markers besides an empty field.
     na_values: list[str] = ["NA", "NaN", "nan", "?"]
-    ratios: tuple[float, float, float] = (0.64, 0.16, 0.2)  # train / valid / test (FT-Transformer's)
+    # train / valid / test shares of the rows drawn at random from `path` (FT-Transformer's); with a
+    # `valid` or `test` file, the other splits share `path` in proportion to theirs.
+    ratios: tuple[float, float, float] = (0.64, 0.16, 0.2)
     split_seed: int = 0
+    header: bool = True  # false: the file's first line is data and `columns` names the columns
+    columns: list[str] | None = None
+    sep: Separator = ","  # "\t" for TSV, ";" ...; longer separators are regular expressions
+    encoding: Encoding = None  # the files' text encoding; None: UTF-8
+    valid: str | None = None  # a file of validation rows, laid out as `path`
+    test: str | None = None  # a file of test rows, laid out as `path`
+    split_column: str | None = None  # a column whose value in each row is train, valid or test
 
     @model_validator(mode="after")
     def _columns(self) -> CsvData:
@@ -50,7 +61,48 @@ class CsvData(Options):
             raise ValueError(f"the target '{self.target}' is also declared as a feature")
         if any(r <= 0 for r in self.ratios) or abs(sum(self.ratios) - 1.0) > 1e-6:
             raise ValueError(f"ratios must be three positive shares summing to 1 (got {self.ratios})")
+        self._check_layout()
+        self._check_splits()
         return self
+
+    def _check_layout(self) -> None:
+        if self.header and self.columns is not None:
+            raise ValueError("columns names the columns of a file without a header; set header: false")
+        if not self.header and self.columns is None:
+            raise ValueError("header: false needs columns: the names of the file's columns, in order")
+        if self.columns is not None:
+            twice = sorted({c for c in self.columns if self.columns.count(c) > 1})
+            if twice:
+                raise ValueError(f"columns names {', '.join(twice)} more than once")
+            absent = [c for c in self.declared() if c not in self.columns]
+            if absent:
+                raise ValueError(f"declared column(s) {', '.join(absent)} not in columns")
+
+    def _check_splits(self) -> None:
+        if self.split_column is None:
+            if self.valid is not None and self.test is not None and "ratios" in self.model_fields_set:
+                raise ValueError("ratios are not used when both valid and test files are given")
+            return
+        if self.valid is not None or self.test is not None:
+            raise ValueError("split_column and valid / test files are two ways to split: choose one")
+        if self.split_column in (self.target, *self.numeric, *self.categorical):
+            raise ValueError(
+                f"split_column '{self.split_column}' is also declared as the target or a feature"
+            )
+        if "ratios" in self.model_fields_set or "split_seed" in self.model_fields_set:
+            raise ValueError(
+                "ratios and split_seed are not used with split_column: its values split the rows"
+            )
+
+    def declared(self) -> list[str]:
+        """Every column the options name, in file-reading order."""
+        split = [self.split_column] if self.split_column else []
+        return [self.target, *self.numeric, *self.categorical, *split]
+
+    def files(self) -> dict[str, str]:
+        """Option name → path of each file the options name: ``path`` first."""
+        named = {"path": self.path, "valid": self.valid, "test": self.test}
+        return {k: v for k, v in named.items() if v is not None}
 
 
 class SyntheticData(Options):
@@ -70,6 +122,14 @@ class SyntheticData(Options):
     def _features(self) -> SyntheticData:
         if self.numeric + self.categorical == 0:
             raise ValueError("synthetic data needs at least one numeric or categorical feature")
+        # Per numeric value its draw, copies and scaled forms; per category a code and its string.
+        estimate = self.rows * (self.numeric * 40 + self.categorical * 100 + 64)
+        problem = memory_problem(
+            estimate + self.categorical * self.cardinality * 8,
+            f"{self.rows} rows × {self.numeric} numeric + {self.categorical} categorical features",
+        )
+        if problem:
+            raise ValueError(problem)
         return self
 
 

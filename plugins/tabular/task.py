@@ -5,19 +5,22 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ablate.components import BuildContext
+from ablate.components import Attention, BuildContext, Component, Options
 from ablate.tasks import Evaluation, Task
 
 from . import evaluation
 from .batches import Batch, train_batches
-from .data import Table, prepare, read_csv, read_npy, synthetic
+from .csv_data import read_csv
+from .data import Table, read_npy, synthetic
 from .model import TabularModel
 from .options import CsvData, NpyData, TabularOptions
+from .preparation import prepare
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +43,32 @@ class TabularTask(Task):
         if not isinstance(data, NpyData):
             return data.task_type
         try:
-            return json.loads((self.data_path() / "info.json").read_text()).get("task_type")
+            info = json.loads((self.data_path() / "info.json").read_text())
         except (OSError, ValueError):
             return None  # check_files / load report the problem
+        return info.get("task_type") if isinstance(info, dict) else None
+
+    def incompatibility(self, slot: str, kind: type[Component], options: Options) -> str | None:
+        """An attention kind that mixes no tokens leaves the readout token, which the head reads,
+        blind to every feature: each row would get the same prediction."""
+        if issubclass(kind, Attention) and not kind.mixes_tokens:
+            return (
+                f"attention kind '{kind.kind_name()}' mixes no tokens, so the readout token the head "
+                f"reads never sees a feature and every row gets the same prediction (a constant "
+                f"predictor); choose an attention kind that mixes tokens (softmax, fr_graph)"
+            )
+        return None
+
+    def check_files(self) -> str | None:
+        """Every file the data options name exists (``path``, and ``valid`` / ``test`` files)."""
+        data = self.options.data
+        if not isinstance(data, CsvData):
+            return super().check_files()
+        for option, name in data.files().items():
+            path = self.base_dir / Path(name).expanduser()
+            if not path.exists():
+                return f"{option}: file not found: {path}"
+        return None
 
     def check_metric(self, name: str) -> str | None:
         return evaluation.check(name, self.declared_task_type())
@@ -55,17 +81,7 @@ class TabularTask(Task):
         if isinstance(data, NpyData):
             raw, missing = read_npy(self.data_path()), data.missing
         elif isinstance(data, CsvData):
-            raw = read_csv(
-                self.data_path(),
-                data.target,
-                data.task_type,
-                data.numeric,
-                data.categorical,
-                data.na_values,
-                data.ratios,
-                data.split_seed,
-            )
-            missing = data.missing
+            raw, missing = read_csv(data, self.base_dir), data.missing
         else:
             raw = synthetic(**data.model_dump(exclude={"format"}))
             missing = "error"

@@ -7,6 +7,7 @@ Dimensions: ``b`` batch, ``n`` tokens, ``h`` heads, ``e`` head width, ``d = h·e
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pydantic
 import pytest
@@ -263,8 +264,11 @@ def assert_dropout_from_model_and_train_only(build, kind, make_tokens, **options
 # pointwise (HSTU)
 
 
-def pointwise_reference(attn: PointwiseAttention, x: Tensor, tokens: TokenContext) -> Tensor:
-    """``W_o(U ⊙ LayerNorm(Σ_j SiLU(q_i·k_j + B_ij)/N_b · v_j))`` with N_b the row's real-token count."""
+def pointwise_reference(
+    attn: PointwiseAttention, x: Tensor, tokens: TokenContext, padded: int | None = None
+) -> Tensor:
+    """``W_o(U ⊙ LayerNorm(Σ_j SiLU(q_i·k_j + B_ij)/N_b · v_j))`` with N_b the row's real-token count,
+    or ``padded`` when given (the padded-width normaliser)."""
     b, n, d = x.shape
     h, eq, ev = attn.heads, attn.e_qk, attn.e_v
     proj = silu(torch.einsum("bnd,kd->bnk", x, attn.uvqk.weight))
@@ -278,7 +282,7 @@ def pointwise_reference(attn: PointwiseAttention, x: Tensor, tokens: TokenContex
     see = allowed(tokens)
     o = torch.zeros(b, n, h, ev, dtype=x.dtype)
     for r in range(b):
-        length = int(tokens.valid[r].sum())
+        length = int(tokens.valid[r].sum()) if padded is None else padded
         for head in range(h):
             for i in range(n):
                 for j in range(n):
@@ -365,8 +369,12 @@ def time_bucket(dt: float, buckets: int, step: float = 0.301) -> int:
     return min(max(math.floor(math.log(max(abs(dt), 1.0)) / step), 0), buckets)
 
 
-def ams_reference(attn: AMSAttention, x: Tensor, tokens: TokenContext, max_len: int = 16) -> Tensor:
-    """``W_o(U ⊙ RMSNorm(concat_c Σ_j A_c[i, j] v_j))`` over the enabled channels, by loops."""
+def ams_reference(
+    attn: AMSAttention, x: Tensor, tokens: TokenContext, max_len: int = 16, padded: int | None = None
+) -> Tensor:
+    """``W_o(U ⊙ RMSNorm(concat_c Σ_j A_c[i, j] v_j))`` over the enabled channels, by loops; the
+    semantic channel divided by the row's real-token count or ``padded``; the temporal channel's
+    query time its own, or the request time under ``time_reference: request``."""
     b, n, d = x.shape
     h, ev = attn.heads, attn.e_v
     opts = attn.options
@@ -381,7 +389,7 @@ def ams_reference(attn: AMSAttention, x: Tensor, tokens: TokenContext, max_len: 
         for rotation in tokens.rotations:
             q, k = rotation(q, k, tokens)
         bias = 0 if tokens.logit_bias is None else tokens.logit_bias.expand(b, h, n, n)
-        lengths = tokens.valid.sum(-1).to(x.dtype)[:, None, None, None]
+        lengths = tokens.valid.sum(-1).to(x.dtype)[:, None, None, None] if padded is None else padded
         weights["semantic"] = silu(torch.einsum("bhie,bhje->bhij", q, k) + bias) / lengths
     if opts.positional:
         w = attn.channels["positional"].table.weight
@@ -390,12 +398,13 @@ def ams_reference(attn: AMSAttention, x: Tensor, tokens: TokenContext, max_len: 
     if opts.temporal:
         w = attn.channels["temporal"].table.weight
         t = tokens.timestamps
+        tau = t if opts.time_reference == "query" else tokens.request_times
         table = torch.stack(
             [
                 torch.stack(
                     [
                         torch.stack(
-                            [w[time_bucket(float(t[r, i] - t[r, j]), opts.buckets)] for j in range(n)]
+                            [w[time_bucket(float(tau[r, i] - t[r, j]), opts.buckets)] for j in range(n)]
                         )
                         for i in range(n)
                     ]
@@ -527,6 +536,132 @@ def test_ams_gradcheck(build, make_tokens, gradcheck_all):
 
 def test_ams_dropout(build, make_tokens):
     assert_dropout_from_model_and_train_only(build, AMSAttention, make_tokens, heads=2)
+
+
+# ----------------------------------------------------------------------------------------------
+# The published behaviours of pointwise (HSTU) and ams (FuXi-α), each an option (issue 20).
+
+SILU_KINDS = [PointwiseAttention, AMSAttention]
+REFERENCES = {PointwiseAttention: pointwise_reference, AMSAttention: ams_reference}
+
+
+def requested(tokens: TokenContext) -> TokenContext:
+    """``tokens`` (with timestamps) plus request times: each query's next token's time; the last
+    real token's is a later time of its own (the item it predicts), padding repeats it."""
+    t = tokens.timestamps
+    nxt = torch.cat([t[:, 1:], t[:, -1:]], dim=1)
+    last = tokens.valid.sum(1) - 1
+    rows = torch.arange(len(t))
+    target = t[rows, last] + torch.tensor([7200.0, 50.0], dtype=t.dtype)[: len(t)]
+    request = torch.where(torch.arange(t.shape[1])[None] >= last[:, None], target[:, None], nxt)
+    tokens.request_times = request
+    return tokens
+
+
+@pytest.mark.parametrize("kind", SILU_KINDS, ids=lambda k: k.__name__)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("width", [None, 211])
+def test_padded_normaliser_divides_by_a_fixed_width(build, make_tokens, kind, causal, width):
+    """``normaliser: padded``: N is ``padded_width`` (else ``max_len``, 16 here) for every row."""
+    options = dict(heads=2, normaliser="padded") | ({} if width is None else dict(padded_width=width))
+    attn = build(kind, D, **options)
+    tokens = timed(make_tokens(LENGTHS, N, causal))
+    x = torch.randn(2, N, D, dtype=torch.float64)
+    expected = REFERENCES[kind](attn, x, tokens, padded=16 if width is None else width)
+    torch.testing.assert_close(attn(x, tokens)[tokens.valid], expected[tokens.valid])
+    by_length = build(kind, D, heads=2)
+    by_length.load_state_dict(attn.state_dict())
+    assert not torch.allclose(by_length(x, tokens)[tokens.valid], expected[tokens.valid])
+
+
+@pytest.mark.parametrize("kind", SILU_KINDS, ids=lambda k: k.__name__)
+def test_padded_normaliser_keeps_padding_invariance(build, make_tokens, padding_invariant, kind):
+    """A fixed N, never the batch's own padded width: extra padding changes nothing."""
+    attn = build(kind, D, heads=2, normaliser="padded", padded_width=40)
+    padding_invariant(
+        with_garbage_times(attn, TIMES),
+        torch.randn(2, N, D, dtype=torch.float64),
+        make_tokens(LENGTHS, N, True),
+    )
+
+
+@pytest.mark.parametrize("kind", SILU_KINDS, ids=lambda k: k.__name__)
+def test_padded_width_needs_the_padded_normaliser(kind):
+    with pytest.raises(pydantic.ValidationError, match="padded_width=211 is N under normaliser 'padded'"):
+        kind.Options(padded_width=211)
+    with pytest.raises(pydantic.ValidationError, match="normaliser"):
+        kind.Options(normaliser="batch")
+    assert kind.Options(normaliser="padded", padded_width=211).padded_width == 211
+
+
+def test_ams_request_time_matches_reference(build, make_tokens):
+    """``time_reference: request``: the temporal channel buckets τ_i − t_j with τ_i the next
+    token's time (the predicted item's at the last query), FuXi-α's request time."""
+    attn = build(AMSAttention, D, heads=2, buckets=40, time_reference="request")
+    tokens = requested(timed(make_tokens(LENGTHS, N, causal=True)))
+    x = torch.randn(2, N, D, dtype=torch.float64)
+    y = attn(x, tokens)
+    torch.testing.assert_close(y[tokens.valid], ams_reference(attn, x, tokens)[tokens.valid])
+    own = build(AMSAttention, D, heads=2, buckets=40)
+    own.load_state_dict(attn.state_dict())
+    assert not torch.allclose(own(x, tokens)[tokens.valid], y[tokens.valid])
+
+
+def test_ams_request_time_sees_only_the_next_time(build, make_tokens):
+    """Under the request time, outputs ≤ t depend on the times up to t + 1 (the request time of
+    query t), on nothing later, and do depend on the time at t + 1."""
+    attn = build(AMSAttention, D, heads=1, buckets=40, time_reference="request")
+    tokens = requested(timed(make_tokens([5], N, causal=True), TIMES[:1]))
+    x = torch.randn(1, N, D, dtype=torch.float64)
+    y = attn(x, tokens)
+    for t in range(N - 2):
+        later = replace(
+            tokens, request_times=tokens.request_times.clone(), timestamps=tokens.timestamps.clone()
+        )
+        later.timestamps[:, t + 2 :] += 1e4
+        later.request_times[:, t + 1 :] += 1e4
+        torch.testing.assert_close(attn(x, later)[:, : t + 1], y[:, : t + 1])
+        moved = replace(tokens, request_times=tokens.request_times.clone())
+        moved.request_times[:, t] += 1e5  # query t's request time, i.e. the time at t + 1
+        assert not torch.allclose(attn(x, moved)[:, t], y[:, t])
+
+
+def test_ams_request_time_needs_request_times(build, make_tokens):
+    attn = build(AMSAttention, D, heads=2, time_reference="request")
+    with pytest.raises(ValueError, match="carry no request times"):
+        attn(torch.randn(2, N, D, dtype=torch.float64), timed(make_tokens(LENGTHS, N, causal=True)))
+
+
+@pytest.mark.parametrize("kind", SILU_KINDS, ids=lambda k: k.__name__)
+def test_output_dropout_drops_the_output_projection_in_training_only(build, make_tokens, kind):
+    """``output_dropout: p``: each output entry is the eval output / (1 − p) or 0; 0 by default."""
+    assert build(kind, D, heads=2).output_dropout.p == 0.0
+    attn = build(kind, D, heads=2, dropout=0.0, output_dropout=0.5)
+    tokens = timed(make_tokens(LENGTHS, N, causal=True))
+    x = torch.randn(2, N, D, dtype=torch.float64)
+    y = attn(x, tokens)
+    attn.train()
+    dropped = attn(x, tokens)
+    kept = dropped != 0
+    assert 0 < kept.sum() < kept.numel()
+    torch.testing.assert_close(dropped[kept], 2 * y[kept])
+
+
+@pytest.mark.parametrize("kind", SILU_KINDS, ids=lambda k: k.__name__)
+def test_published_initialisation(build, kind):
+    """``init: published``: input projections N(0, 0.02²) (HSTU's ``_uvqk``), the output
+    projection's weight Xavier-uniform; ``torch`` keeps nn.Linear's U(±1/√fan_in)."""
+    d = 64
+    attn = build(kind, d, heads=2, init="published")
+    inputs = [attn.uvqk] if kind is PointwiseAttention else [attn.uv, attn.channels["semantic"].qk]
+    for layer in inputs:
+        assert abs(layer.weight.std().item() / 0.02 - 1) < 0.05 and abs(layer.weight.mean().item()) < 2e-3
+    fan_out, fan_in = attn.out.weight.shape
+    bound = math.sqrt(6 / (fan_in + fan_out))
+    assert attn.out.weight.abs().max() <= bound
+    assert abs(attn.out.weight.std().item() / (bound / math.sqrt(3)) - 1) < 0.05
+    plain = build(kind, d, heads=2)
+    assert all(p.abs().max() <= p.shape[1] ** -0.5 for p in [plain.out.weight, *(m.weight for m in inputs)])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -14,8 +14,12 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from ablate import registry, sizes
 from ablate.blocks import Backbone, Block, PreNorm
+from ablate.build import build_backbone, count_parameters
 from ablate.components import BiasChannel, BuildContext, TokenContext
+from ablate.spec import ModelSpec
+from ablate.study import Part, Variant
 from ablate_plugins.attention import SoftmaxAttention
 from ablate_plugins.bias import (
     AbsolutePosition,
@@ -527,3 +531,131 @@ def test_the_backbone_applies_exactly_the_declared_rotations(make_tokens, kind, 
     model.bias.append(kind(kind.Options(), BuildContext(dim=8)))
     model(torch.randn(2, 6, 8, dtype=torch.float64), make_tokens([6, 4], 6, causal=True))
     assert seen == [1 if rotated else 0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The published behaviours as options (issue 20): request-time buckets, one table per layer,
+# HSTU's position-table initialisation
+
+
+def with_request_times(tokens: TokenContext) -> TokenContext:
+    """Request times: each token's next token's time; the last real token's a later time of its
+    own (the item it predicts); padding repeats it."""
+    t = tokens.timestamps
+    last = (tokens.valid.sum(1) - 1).clamp(min=0)
+    target = t.gather(1, last[:, None]) + 3600.0
+    nxt = torch.cat([t[:, 1:], t[:, -1:]], dim=1)
+    position = torch.arange(t.shape[1])[None]
+    return replace(tokens, request_times=torch.where(position >= last[:, None], target, nxt))
+
+
+def test_rel_time_request_time_matches_reference(build, make_tokens):
+    """``time_reference: request``: B[i, j] = w[bucket(τ_i − t_j)], τ_i the next token's time."""
+    channel = randomised(build(RelativeTime, D, buckets=40, time_reference="request"))
+    tokens = with_request_times(timed(make_tokens([5, 3], 5, causal=True)))
+    t, tau = tokens.timestamps.double(), tokens.request_times.double()
+    bias = channel.logits(tokens)
+    for b in range(2):
+        for i in range(5):
+            for j in range(5):
+                dt = abs(float(tau[b, i] - t[b, j]))
+                k = min(max(math.floor(math.log(max(dt, 1.0)) / 0.301), 0), 40)
+                torch.testing.assert_close(bias[b, 0, i, j], channel.table.weight[k])
+    own = build(RelativeTime, D, buckets=40)
+    own.load_state_dict(channel.state_dict())
+    assert not torch.allclose(own.logits(tokens), bias)
+
+
+def test_rel_time_request_time_needs_request_times(build, make_tokens):
+    channel = build(RelativeTime, D, time_reference="request")
+    with pytest.raises(ValueError, match="carry no request times"):
+        channel.logits(timed(make_tokens([3], 3, causal=True)))
+    with pytest.raises(ValueError, match="time_reference"):
+        RelativeTime.Options(time_reference="next")
+
+
+def test_only_per_layer_tables_are_one_per_block():
+    for kind in ALL_KINDS:
+        assert not kind.one_per_block(kind.Options())
+    for kind in (RelativePosition, RelativeTime):
+        assert kind.one_per_block(kind.Options(per_layer=True))
+
+
+def per_layer_variant(per_layer: bool, blocks: int = 2) -> Variant:
+    """HSTU's layout: pointwise attention, no FFN, pre-norm LayerNorm, absolute positions shared and
+    relative position / time tables, per layer or shared."""
+
+    def part(slot, kind, **options):
+        cls = registry.get(slot, kind)
+        return Part(slot, cls, cls.Options(**options))
+
+    return Variant(
+        name="hstu",
+        spec=ModelSpec(dim=8, blocks=blocks, dropout=0.0),
+        attention=part("attention", "pointwise", heads=2),
+        ffn=part("ffn", "none"),
+        norm=part("norm", "layernorm"),
+        connection=part("connection", "residual", dropout=0.0),
+        bias=(
+            part("bias", "abs_pos"),
+            part("bias", "rel_pos", per_layer=per_layer),
+            part("bias", "rel_time", buckets=40, per_layer=per_layer),
+        ),
+    )
+
+
+def test_per_layer_tables_give_each_block_its_own_bias(make_tokens):
+    """``per_layer: true`` (HSTU): block l's attention sees P_l[pos_j − pos_i] + T_l[bucket(t_i − t_j)]
+    from tables of its own; the shared channels (``abs_pos``) act once, on the embeddings."""
+    torch.manual_seed(0)
+    variant = per_layer_variant(per_layer=True)
+    backbone = build_backbone(variant, BuildContext(dim=8, max_len=16)).double().eval()
+    assert [type(c) for c in backbone.bias] == [AbsolutePosition]
+    tables = [(block.bias[0].table.weight, block.bias[1].table.weight) for block in backbone.blocks]
+    assert all(type(block.bias[0]) is RelativePosition for block in backbone.blocks)
+    assert tables[0][0] is not tables[1][0] and tables[0][1] is not tables[1][1]
+    for block in backbone.blocks:
+        randomised(block.bias)
+    shared = build_backbone(per_layer_variant(per_layer=False), BuildContext(dim=8, max_len=16))
+    assert count_parameters(backbone) == count_parameters(shared) + (31 + 41)  # one more of each table
+    ctx = BuildContext(dim=8, max_len=16)
+    assert sizes.backbone_parameters(variant.spec, sizes.variant_parts(variant), ctx) == count_parameters(
+        backbone
+    )
+
+    tokens = timed(make_tokens([6, 4], 6, causal=True))
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    with torch.no_grad():
+        y = backbone(x, tokens)
+        # By hand: x + P_abs, then per block x ← x + attention(LN(x)) with the block's own bias.
+        h = x + backbone.bias[0].table.weight[tokens.positions]
+        t = tokens.timestamps.double()
+        for block, (w_pos, w_time) in zip(backbone.blocks, tables, strict=True):
+            bias = torch.zeros(2, 1, 6, 6, dtype=torch.float64)
+            for b in range(2):
+                for i in range(6):
+                    for j in range(6):
+                        k = min(
+                            max(math.floor(math.log(max(abs(float(t[b, i] - t[b, j])), 1.0)) / 0.301), 0), 40
+                        )
+                        bias[b, 0, i, j] = w_pos[j - i + 15] + w_time[k]
+            h = h + block.attention(block.mix.norm(h), replace(tokens, logit_bias=bias))
+        torch.testing.assert_close(y[tokens.valid], backbone.final_norm(h)[tokens.valid])
+        # The last-token path sees the same per-block biases.
+        last = backbone(x, tokens, last_only=True)
+        torch.testing.assert_close(last, y[torch.arange(2), tokens.valid.sum(1) - 1])
+
+
+def test_truncated_normal_position_table():
+    """``init: truncated_normal`` (the HSTU code base's SASRec): N(0, 1/d) cut at ±2σ, whose standard
+    deviation is 0.880/√d; the default stays Xavier-normal, N(0, 2 / (L + d))."""
+    torch.manual_seed(0)
+    L, d = 4000, 64
+    ctx = BuildContext(dim=d, max_len=L)
+    table = AbsolutePosition(AbsolutePosition.Options(init="truncated_normal"), ctx).table.weight
+    sigma = d**-0.5
+    assert table.abs().max() <= 2 * sigma
+    truncated_std = math.sqrt(1 - 4 * math.exp(-2) / math.sqrt(2 * math.pi) / (math.erf(2 / math.sqrt(2))))
+    assert abs(table.std().item() / (truncated_std * sigma) - 1) < 0.01
+    xavier = AbsolutePosition(AbsolutePosition.Options(), ctx).table.weight
+    assert abs(xavier.std().item() / math.sqrt(2 / (L + d)) - 1) < 0.01

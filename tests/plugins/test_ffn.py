@@ -230,6 +230,35 @@ def test_mffn_in_a_pre_rmsnorm_residual_block_is_fuxi_stage_2(build):
     torch.testing.assert_close(layer(h, mffn), fuxi)
 
 
+def test_mffn_output_dropout_drops_lin2s_output(build):
+    """``output_dropout: p`` (0 by default): ``y = mask ⊙ lin2(…) / (1 − p)``, in training only."""
+    assert build(MFFN, D, model_dropout=0.5).output_dropout.p == 0.0
+    mffn = build(MFFN, D, dropout=0.0, output_dropout=0.5)
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    torch.testing.assert_close(mffn(x), gated(mffn, x, "silu"))
+    mffn.train()
+    torch.manual_seed(1)
+    y = mffn(x)
+    torch.testing.assert_close(y, gated(mffn, x, "silu") * dropout_mask(1, x.shape, 0.5))
+
+
+def test_mffn_block_with_fuxis_dropout_sites_in_training(build):
+    """FuXi-α stage 2 in training: ``x = h + lin2(SiLU(lin1(ĥ)) ⊙ lin3(ĥ))``, ``ĥ = dropout(h /
+    √(mean(h²) + eps))`` with no learned gain and no dropout after lin2: ``rmsnorm`` with
+    ``affine: false`` and the residual connection's ``dropout: 0``."""
+    mffn = build(MFFN, D, model_dropout=0.5).train()
+    layer = PreNorm(
+        build(RMSNorm, D, affine=False), build(Residual, D, model_dropout=0.5, dropout=0.0)
+    ).train()
+    assert list(layer.parameters()) == []
+    h = 3 * torch.randn(2, 5, D, dtype=torch.float64)
+    h_hat = h / torch.sqrt((h * h).mean(-1, keepdim=True) + 1e-6) * dropout_mask(1, h.shape, 0.5)
+    silu = HAND_ACTIVATIONS["silu"]
+    fuxi = h + silu(h_hat @ mffn.gate.weight.T) * (h_hat @ mffn.up.weight.T) @ mffn.down.weight.T
+    torch.manual_seed(1)
+    torch.testing.assert_close(layer(h, mffn), fuxi)
+
+
 def test_mffn_position_wise_and_padding(build, position_wise, make_tokens, padding_invariant):
     mffn = build(MFFN, D, ffn_multiply=2.0)
     x = torch.randn(2, 5, D, dtype=torch.float64)

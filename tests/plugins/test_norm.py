@@ -25,9 +25,10 @@ def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
     return y if weight is None else y * weight + bias
 
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """``x / √(mean(x²) + eps) · w``."""
-    return x / torch.sqrt((x * x).sum(-1, keepdim=True) / x.shape[-1] + eps) * weight
+def rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+    """``x / √(mean(x²) + eps) · w`` (no ``w`` without affine parameters)."""
+    y = x / torch.sqrt((x * x).sum(-1, keepdim=True) / x.shape[-1] + eps)
+    return y if weight is None else y * weight
 
 
 def reference(norm, x: Tensor) -> Tensor:
@@ -50,6 +51,7 @@ KINDS = [
     pytest.param(LayerNorm, {"affine": False}, id="layernorm-no-affine"),
     pytest.param(RMSNorm, {}, id="rmsnorm"),
     pytest.param(RMSNorm, {"eps": 0.5}, id="rmsnorm-eps"),
+    pytest.param(RMSNorm, {"affine": False}, id="rmsnorm-no-affine"),
 ]
 
 
@@ -68,6 +70,13 @@ def test_rmsnorm_starts_as_pure_normalisation(build):
 
 def test_layernorm_without_affine_has_no_parameters(build):
     assert list(build(LayerNorm, D, affine=False).parameters()) == []
+
+
+def test_rmsnorm_without_affine_has_no_parameters(build):
+    """FuXi-α's ``rms_norm`` has no learned gain."""
+    assert list(build(RMSNorm, D, affine=False).parameters()) == []
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    torch.testing.assert_close(rms_norm_reference(x, (D,), None, 1e-3), rms_norm(x, None, 1e-3))
 
 
 def test_rms_norm_fallback_matches_reference():

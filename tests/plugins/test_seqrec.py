@@ -198,7 +198,7 @@ def test_min_rating_filter_and_short_users_are_counted(tmp_path):
 def test_malformed_line_names_file_and_line(tmp_path, bad, expected):
     path = write(tmp_path / "u.data", ["1\t2\t3\t4", "", "2\t3\t4\t5", bad, "5\t6\t7\t8"])
     with pytest.raises(DataError) as info:
-        read_movielens(path)
+        read_movielens(path, ids="integer")  # ids: auto would read 'abc' as a text id
     message = str(info.value)
     assert message.startswith(f"{path}:4: expected 4 fields user, item, rating, timestamp; ")
     assert expected in message and "\n" not in message
@@ -211,7 +211,7 @@ def test_malformed_first_line_names_line_1(tmp_path):
 
 
 def test_empty_file_is_a_data_error(tmp_path):
-    with pytest.raises(DataError, match="no interactions"):
+    with pytest.raises(DataError, match="the file is empty"):
         read_movielens(write(tmp_path / "u.data", []))
 
 
@@ -622,3 +622,22 @@ def test_micro_batches_keep_negatives_among_each_users_unseen_items(study):
         for user, row in zip(users.tolist(), drawn.tolist(), strict=False):
             rated = set(data.sequences[int(np.flatnonzero(data.users == user)[0])][:-2].tolist())
             assert not rated & set(row)
+
+
+def test_request_times_are_the_time_of_the_item_each_position_predicts(tmp_path):
+    """``request_times`` (HSTU's / FuXi-α's request time, for ``time_reference: request``): position
+    i's is item i + 1's time, the last position's the target's, from the window's first item as
+    ``timestamps``; padding repeats the last; micro-batches keep them."""
+    from ablate_plugins.seqrec.batches import eval_batches, length_groups
+
+    (batch,) = task_for(tmp_path).train_batches(TWO_USERS, 8, torch.Generator().manual_seed(0))
+    assert batch.request_times.tolist() == [[10.0, 30.0]]  # items [1, 2] at 100, 110; targets at 110, 130
+    assert batch.token_context().request_times is batch.request_times
+    ((valid, _, _),) = eval_batches(TWO_USERS, "valid", max_len=50, batch_size=8)
+    assert valid.request_times.tolist() == [[2, 2, 2], [10, 30, 60]]
+    ((test, _, _),) = eval_batches(TWO_USERS, "test", max_len=50, batch_size=8)
+    assert test.request_times.tolist() == [[2, 4, 4, 4], [10, 30, 60, 100]]
+    ((cut, _, _),) = eval_batches(TWO_USERS, "test", max_len=2, batch_size=8)
+    assert cut.timestamps.tolist() == [[0, 2], [0, 30]] and cut.request_times.tolist() == [[2, 4], [30, 70]]
+    short, long = length_groups(test, 2, TWO_USERS.num_items + 1)
+    assert short.request_times.tolist() == [[2, 4]] and long.request_times.tolist() == [[10, 30, 60, 100]]

@@ -126,7 +126,7 @@ def test_k_core_iterates_to_a_fixed_point(tmp_path):
 def test_malformed_lines_name_file_and_line(tmp_path, reader, lines, line_no, expected):
     path = write(tmp_path / "d.txt", lines)
     with pytest.raises(DataError) as info:
-        reader(path)
+        reader(path, ids="integer")  # ids: auto would read 'x' as a text id
     assert str(info.value).startswith(f"{path}:{line_no}: ") and expected in str(info.value)
 
 
@@ -161,10 +161,14 @@ def test_tsv_without_header_uses_column_indices(tmp_path):
 @pytest.mark.parametrize(
     "lines,kwargs,expected",
     [
-        (["user,item", "1,2", "1,x", "1,3"], {}, ":3: item column 'item' holds 'x', which is not an integer"),
+        (
+            ["user,item", "1,2", "1,x", "1,3"],
+            {"ids": "integer"},
+            ":3: item column 'item' holds 'x', which is not an integer",
+        ),
         (["user,item,t", "1,2,5", "1,3,soon"], {"timestamp": "t"}, ":3: timestamp column 't' holds 'soon'"),
-        (["user,item", "1,2", "1,3,4"], {}, ":3: expected 2 fields, got 3"),
-        (["user,item", "1,2"], {"item": "movie"}, ": no column 'movie' for item (columns: user, item)"),
+        (["user,item", "1,2", "1,3,4"], {}, ":3: expected 2 fields (user, item); got 3"),
+        (["user,item", "1,2"], {"item": "movie"}, ":1: no column 'movie' for item (columns: user, item)"),
     ],
 )
 def test_csv_errors_name_file_and_line(tmp_path, lines, kwargs, expected):
@@ -227,7 +231,7 @@ def test_task_load_goes_through_the_cache(tmp_path, monkeypatch):
 
 def test_bad_data_file_exits_2_with_one_line(write_study, cli, tmp_path):
     write(tmp_path / "d.txt", ["1 5", "1 6", "1 seven"])
-    path = write_study(replace={"task.data": {"format": "user_item", "path": "d.txt"}})
+    path = write_study(replace={"task.data": {"format": "user_item", "path": "d.txt", "ids": "integer"}})
     code, out, err = cli(
         "run", str(path), "-q", "-o", str(tmp_path / "out"), "--reports", str(tmp_path / "r")
     )

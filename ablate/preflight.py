@@ -1,0 +1,71 @@
+"""What is checked once the data are loaded, before any training (``ablate validate`` and every
+run's first data load): each variant's size with the task's embedding and head and the data's
+tokens per row (:func:`ablate.sizes.trained_sizes`), and one forward pass of a small batch through
+each variant small enough to build on the CPU — a shape that only a forward pass meets (``rope``
+needs an even head width, which the attention kind sets) fails here, not in every trial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from . import jagged
+from .build import build_backbone
+from .sizes import Size, trained_sizes
+from .study import Study
+
+# A model this small is built for real and takes one forward pass before training (≈ 0.1 s).
+FORWARD_PARAMETERS = 20_000_000
+FORWARD_ROWS = 2
+
+
+def preflight(study: Study, data: Any) -> dict[str, Size]:
+    """Each variant's size; raises :class:`~ablate.errors.StudyError` naming the variant's key
+    when one is too large, refuses its shapes or fails its first forward pass."""
+    sizes = trained_sizes(study, data)
+    for name, size in sizes.items():
+        if size.parameters <= FORWARD_PARAMETERS:
+            problem = first_forward_problem(study, name, data)
+            if problem is not None:
+                where, key = study.locate(name)
+                raise where.error(key, f"a training step fails: {problem}")
+    return sizes
+
+
+def first_forward_problem(study: Study, name: str, data: Any) -> str | None:
+    """What a component raised (ValueError, AssertionError: its own checks) on the loss of one
+    small training batch in evaluation mode, or None. Other errors are left to training, which
+    reports them per trial; the global random state is left as it was."""
+    task, variant = study.task, study.variants[name]
+    with torch.random.fork_rng(devices=[]), torch.no_grad(), _light_kernels():
+        generator = torch.Generator().manual_seed(0)
+        ctx = study.build_context(variant, task.max_len(data))
+        try:
+            model = task.build_model(build_backbone(variant, ctx), ctx, data).eval()
+            batch = next(iter(task.train_batches(data, FORWARD_ROWS, generator)), None)
+            if batch is not None:
+                task.loss(model, batch, study.loss, generator)
+        except (ValueError, AssertionError) as exc:
+            return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        except Exception:  # noqa: BLE001 - not a component's own check: training reports it
+            return None
+    return None
+
+
+@contextmanager
+def _light_kernels() -> Iterator[None]:
+    """The pure-torch jagged ops unless fbgemm is loaded already: importing it takes longer than
+    the rest of `ablate validate` (both forms give the same values). Evaluation mode keeps the
+    fused training kernels out too."""
+    probed = "HAVE_FBGEMM" in vars(jagged)
+    if not probed:
+        jagged.HAVE_FBGEMM = False
+    try:
+        yield
+    finally:
+        if not probed:
+            del jagged.HAVE_FBGEMM

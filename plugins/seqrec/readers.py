@@ -1,0 +1,221 @@
+"""The seqrec file formats → rows ``(user, item[, rating][, timestamp])`` in file order →
+:func:`~.data.sequences`.
+
+* :func:`read_movielens` — MovieLens ``u.data`` (tab) or ``ratings.dat`` (``::``), optionally gzipped.
+* :func:`read_user_item` — SASRec's ``user item`` lines, chronological per user.
+* :func:`read_user_lines` — one line per user: ``user i1 i2 …`` (S3-Rec / ICLRec).
+* :func:`read_table` — CSV / TSV with configurable user / item / rating / timestamp columns.
+
+Every reader takes ``encoding`` (:func:`ablate_plugins.text_files.read_text`) and ``ids``
+(:mod:`.ids`); a problem stops it with one line naming the file and line. Integer-id files of the
+whitespace formats are parsed by pandas in one pass; any other file line by line.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ablate import stopping
+from ablate.errors import DataError
+from ablate_plugins.text_files import CHECK_EVERY, Records, read_records, read_text
+
+from .data import FIELDS, Filters, Interactions, sequences
+from .ids import id_column
+
+ID, NUMBER = "id", "number"  # what a column holds
+KEPT_IDS = "remap: false keeps item ids as indices, so they must be integers; set remap: true to map them"
+
+
+def _numbers(values: np.ndarray, fail: Callable[[int, str], DataError]) -> np.ndarray:
+    """Finite numbers (ratings, timestamps) from strings; the first that is not one fails."""
+    parsed = pd.to_numeric(pd.Series(values, dtype=object).str.strip(), errors="coerce").to_numpy()
+    bad = ~np.isfinite(parsed.astype(np.float64))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        finite = pd.notna(parsed[i])
+        raise fail(i, "which is not a finite number" if finite else "which is not a number")
+    return parsed.astype(np.float64)
+
+
+def _columns(
+    values: dict[str, np.ndarray],
+    kinds: dict[str, str],
+    ids: str,
+    remap: bool,
+    fail: Callable[[str, int, str], DataError],
+) -> pd.DataFrame:
+    """Each column read as ids or numbers; ``fail(name, row, why)`` makes the error."""
+    out = {}
+    for name, raw in values.items():
+        fails = lambda row, why, name=name: fail(name, row, why)  # noqa: E731
+        if kinds[name] == ID:
+            out[name] = id_column(raw, ids, fails, KEPT_IDS if name == "item" and not remap else "")
+        else:
+            out[name] = _numbers(raw, fails)
+    return pd.DataFrame(out)
+
+
+# ---------------------------------------------------------------------------------------
+# Whitespace-separated formats
+
+
+def _integer_frame(text: str, names: tuple[str, ...], kinds: tuple[str, ...]) -> pd.DataFrame | None:
+    """The fast path: every id an integer within 64 bits, every other field a finite number, every
+    line ``len(names)`` fields. None when any of that fails (the line-by-line path says where)."""
+    dtypes = {n: (np.int64 if k == ID else np.float64) for n, k in zip(names, kinds, strict=True)}
+    try:
+        frame = pd.read_csv(io.StringIO(text), sep=r"\s+", header=None, names=list(names), dtype=dtypes)
+    except (ValueError, OverflowError, pd.errors.ParserError):
+        return None
+    # pandas pads short lines with NaN and may take extra fields of the first line as an index.
+    first = next(line for line in text.splitlines() if line.strip())
+    numbers = frame[[n for n, k in zip(names, kinds, strict=True) if k == NUMBER]].to_numpy()
+    if len(first.split()) != len(names) or frame.isna().any().any() or not np.isfinite(numbers).all():
+        return None
+    return frame
+
+
+def _read_columns(
+    path: Path, text: str, names: tuple[str, ...], kinds: tuple[str, ...], ids: str, remap: bool
+) -> pd.DataFrame:
+    """Whitespace-separated columns; malformed lines raise with file:line."""
+    if ids != "text":
+        frame = _integer_frame(text, names, kinds)
+        if frame is not None:
+            return frame
+    what = f"{len(names)} fields {', '.join(names)}"
+    rows, lines = [], []
+    for number, line in enumerate(io.StringIO(text, newline=""), start=1):
+        if not number % CHECK_EVERY:
+            stopping.check()
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != len(names):
+            raise DataError(f"{path}:{number}: expected {what}; got {len(fields)}: {line.strip()!r}")
+        rows.append(fields)
+        lines.append(number)
+    if not rows:
+        raise DataError(f"{path}: no interactions (the file is empty)")
+    columns = [np.array(c, dtype=object) for c in zip(*rows, strict=True)]
+
+    def fail(name: str, row: int, why: str) -> DataError:
+        value = columns[names.index(name)][row]
+        return DataError(f"{path}:{lines[row]}: expected {what}; got {name} {value!r}, {why}")
+
+    return _columns(
+        dict(zip(names, columns, strict=True)), dict(zip(names, kinds, strict=True)), ids, remap, fail
+    )
+
+
+def read_movielens(
+    path: Path,
+    min_rating: float | None = None,
+    k_core: int | None = None,
+    remap: bool = True,
+    encoding: str | None = None,
+    ids: str = "auto",
+) -> Interactions:
+    """Read ``user item rating timestamp`` lines (tab, whitespace or ``::`` separated)."""
+    text = read_text(path, encoding)
+    if "::" in text[:4096]:
+        text = text.replace("::", "\t")
+    frame = _read_columns(path, text, FIELDS, (ID, ID, NUMBER, NUMBER), ids, remap)
+    return sequences(frame, str(path), Filters(min_rating, k_core, remap))
+
+
+def read_user_item(
+    path: Path, k_core: int | None = None, remap: bool = True, encoding: str | None = None, ids: str = "auto"
+) -> Interactions:
+    """SASRec format: ``user item`` per line (whitespace separated), each user's lines in
+    chronological order. There is no time: file order is the order."""
+    frame = _read_columns(path, read_text(path, encoding), ("user", "item"), (ID, ID), ids, remap)
+    return sequences(frame, str(path), Filters(None, k_core, remap))
+
+
+def read_user_lines(
+    path: Path, k_core: int | None = None, remap: bool = True, encoding: str | None = None, ids: str = "auto"
+) -> Interactions:
+    """One line per user: ``user i1 i2 …`` (whitespace separated, chronological)."""
+    text = read_text(path, encoding)
+    users, items, lines = [], [], []
+    for number, line in enumerate(io.StringIO(text, newline=""), start=1):
+        if not number % CHECK_EVERY:
+            stopping.check()
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) < 2:
+            raise DataError(
+                f"{path}:{number}: expected 'user item item …'; got a user with no items: {line.strip()!r}"
+            )
+        users += [fields[0]] * (len(fields) - 1)
+        items += fields[1:]
+        lines += [number] * (len(fields) - 1)
+    if not users:
+        raise DataError(f"{path}: no interactions (the file is empty)")
+    values = {"user": np.array(users, dtype=object), "item": np.array(items, dtype=object)}
+
+    def fail(name: str, row: int, why: str) -> DataError:
+        return DataError(
+            f"{path}:{lines[row]}: expected ids 'user item item …'; got {values[name][row]!r}, {why}"
+        )
+
+    frame = _columns(values, {"user": ID, "item": ID}, ids, remap, fail)
+    return sequences(frame, str(path), Filters(None, k_core, remap))
+
+
+# ---------------------------------------------------------------------------------------
+# CSV / TSV
+
+
+def read_table(
+    path: Path,
+    sep: str = ",",
+    header: bool = True,
+    user: str | int = "user",
+    item: str | int = "item",
+    timestamp: str | int | None = None,
+    rating: str | int | None = None,
+    min_rating: float | None = None,
+    k_core: int | None = None,
+    remap: bool = True,
+    encoding: str | None = None,
+    ids: str = "auto",
+) -> Interactions:
+    """CSV / TSV: columns named (with a header) or 0-based indices (without one). Other columns
+    are ignored. Ratings and timestamps must be numbers; ids follow ``ids``."""
+    if min_rating is not None and rating is None:
+        raise DataError(f"{path}: min_rating needs a rating column (set 'rating')")
+    wanted = {"user": user, "item": item, "timestamp": timestamp, "rating": rating}
+    wanted = {k: v for k, v in wanted.items() if v is not None}
+    records = read_records(path, read_text(path, encoding), sep, header)
+    at = f"{path}:{records.header_line}" if header else str(path)
+    for name, column in wanted.items():
+        if column not in records.header:
+            have = ", ".join(map(str, records.header))
+            no_header = " (or header: false if the first line is data)" if header else ""
+            raise DataError(
+                f"{at}: no column {column!r} for {name} (columns: {have}); set data.{name} to one of them"
+                f"{no_header}"
+            )
+    values = {name: records.column(column) for name, column in wanted.items()}
+    kinds = {name: ID if name in ("user", "item") else NUMBER for name in wanted}
+    return sequences(
+        _columns(values, kinds, ids, remap, _table_fail(records, wanted)),
+        str(path),
+        Filters(min_rating, k_core, remap),
+    )
+
+
+def _table_fail(records: Records, wanted: dict[str, str | int]) -> Callable[[str, int, str], DataError]:
+    def fail(name: str, row: int, why: str) -> DataError:
+        value = records.rows[row][records.header.index(wanted[name])]
+        return DataError(f"{records.where(row)}: {name} column {wanted[name]!r} holds {value!r}, {why}")
+
+    return fail
