@@ -202,6 +202,7 @@ def validate(study_file: StudyArg, overrides: OverridesArg = None) -> None:
     """Check a study file without training: keys, types, kinds, compatibility, every model's
     shapes and size, and the data (read as `ablate run` reads them, through the same cache)."""
     from .errors import warn
+    from .folders import output_problem
     from .preflight import preflight
     from .sizes import machine_memory
     from .study import load_study
@@ -210,6 +211,9 @@ def validate(study_file: StudyArg, overrides: OverridesArg = None) -> None:
         study = load_study(study_file, overrides=overrides or ())
         data = study.task.load()
     sizes = preflight(study, data)
+    problem = output_problem(study)  # as `ablate run` would, without --output
+    if problem is not None:
+        raise problem
     n, design = len(study.variants), study.spec.sequential
     seeds = [len(study.spec.seed_list)] if design is None else [design.initial, design.max]
     span = lambda times: " to ".join(str(times * k) for k in seeds)  # noqa: E731

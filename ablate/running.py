@@ -15,8 +15,9 @@ from rich.markup import escape
 
 from . import stopping
 from .console import err, out, progress_bars
-from .drive import Stores, folder_problem, prepare, progress, run_study
+from .drive import Stores, prepare, progress, run_study
 from .errors import AblateError, RunFailed
+from .folders import folder_problem, study_key_error
 from .progress import BarReporter, StoreWatch
 from .results import Results, load_results
 from .study import Study
@@ -153,20 +154,6 @@ def check_folders(
         f"{problem} (the output folder is runs/<name> in the current folder; output: in "
         f"{study.path} or --output puts it elsewhere)"
     )
-
-
-def study_key_error(study: Study, key: tuple[str, ...], message: str) -> AblateError:
-    """``file:line: key: message`` for a key of the study's file (or the override that set it)."""
-    from .overrides import OverriddenLocator, parse_overrides
-    from .studyfile import Locator, read_study
-
-    try:
-        _, lines = read_study(study.path)
-    except (OSError, AblateError):  # read once already (edited since?): a line number is a nicety
-        lines = {}
-    given = parse_overrides(study.overrides)
-    where = OverriddenLocator(study.path, lines, given) if given else Locator(study.path, lines)
-    return where.error(key, message)
 
 
 def standing_failures(study: Study, stores: Stores) -> list[tuple[str, int, str]]:

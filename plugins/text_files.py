@@ -201,8 +201,19 @@ def _check_header(path: Path, line: int, columns: list[str], sep: str) -> None:
     seen = set()
     for name in columns:
         if name in seen:
-            raise DataError(f"{path}:{line}: the header names column {name!r} twice")
+            hint = (
+                "; if the first line is data, not a header, set data.header: false" if _numeric(name) else ""
+            )
+            raise DataError(f"{path}:{line}: the header names column {name!r} twice{hint}")
         seen.add(name)
+
+
+def _numeric(name: str) -> bool:
+    try:
+        float(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _separator_hint(fields: list[str], sep: str) -> str:

@@ -109,8 +109,7 @@ CASES = [
     Case(
         "output-key-under-a-file",
         {"study.yaml": study_text(replace={"output": "afile/runs"}), "afile": "a file\n"},
-        ("study.yaml:", ": output: ", "afile is a file, not a folder"),
-        run(),
+        ("study.yaml:", ": output: ", "afile is a file, not a folder"),  # validate and run
     ),
     Case(
         "output-option-under-a-file",
@@ -128,13 +127,12 @@ CASES = [
         "output-override-under-a-file",
         {"study.yaml": STUDY, "afile": "a file\n"},
         ("override output=afile/runs:", "output:", "afile is a file"),
-        run("output=afile/runs"),
+        ("{command}", "{dir}/study.yaml", "output=afile/runs"),
     ),
     Case(
         "default-output-under-a-file",
         {"study.yaml": STUDY_DEFAULT_OUTPUT, "runs": "a file\n"},
         ("runs is a file, not a folder", "output:", "--output"),
-        run(),
     ),
     Case(
         "output-name-too-long",

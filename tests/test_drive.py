@@ -518,30 +518,34 @@ def test_folder_problem_names_what_is_in_the_way(tmp_path):
     assert "file name too long" in folder_problem(tmp_path / ("n" * 300))
 
 
-@pytest.mark.skipif(
-    __import__("os").geteuid() == 0,
-    reason="root writes in a folder whatever its permission bits (tests/test_corpus_runs.py covers a "
-    "folder root cannot write in: /sys)",
-)
 def test_read_only_output_and_report_folders_stop_before_training(cli, write_study, tmp_path, monkeypatch):
-    import os
+    """A folder the user may not write in (simulated: root, as CI runs, writes in a folder whatever
+    its permission bits; tests/test_corpus_runs.py also covers /sys, which even root cannot)."""
+    import errno
+    import tempfile
+
+    import ablate.folders
 
     monkeypatch.chdir(tmp_path)
     locked = tmp_path / "locked"
     locked.mkdir()
-    os.chmod(locked, 0o555)
-    try:
-        study = write_study({"seeds": [0]})
-        code, _, err = cli("run", study, "--output", str(locked / "runs"), "--quiet")
-        assert code == 2 and err.strip() == (
-            f"error: --output {locked / 'runs'}: cannot write in {locked}: permission denied"
-        )
-        code, _, err = cli("run", study, "--reports", str(locked), "--quiet")
-        assert code == 2
-        assert err.strip() == f"error: --reports {locked}: cannot write in {locked}: permission denied"
-        assert not (tmp_path / "runs" / "tiny" / "checkpoints").exists()
-    finally:
-        os.chmod(locked, 0o755)
+    real = tempfile.TemporaryFile
+
+    def refuse_locked(*args, dir=None, **kwargs):  # noqa: A002 - tempfile's own keyword
+        if dir is not None and str(dir).startswith(str(locked)):
+            raise PermissionError(errno.EACCES, "Permission denied", str(dir))
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(ablate.folders.tempfile, "TemporaryFile", refuse_locked)
+    study = write_study({"seeds": [0]})
+    code, _, err = cli("run", study, "--output", str(locked / "runs"), "--quiet")
+    assert code == 2 and err.strip() == (
+        f"error: --output {locked / 'runs'}: cannot write in {locked}: permission denied"
+    )
+    code, _, err = cli("run", study, "--reports", str(locked), "--quiet")
+    assert code == 2
+    assert err.strip() == f"error: --reports {locked}: cannot write in {locked}: permission denied"
+    assert not (tmp_path / "runs" / "tiny" / "checkpoints").exists()
 
 
 def test_the_output_key_is_named_with_its_line(cli, write_study, tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ LAYERS = [
     {"stats"},
     {"search", "spec", "variants"},
     {"study", "sizes"},
-    {"build", "match", "train", "parts", "preflight"},
+    {"build", "match", "train", "parts", "folders", "preflight"},
     {"track"},
     {"drive"},
     {"results", "report"},

@@ -16,10 +16,11 @@ checks a journal file as it opens), :mod:`.ledger`
 worker loop), :mod:`.status` (progress and ETA).
 """
 
+from ..folders import folder_problem
 from .driver import Driver, Reporter, RunSummary, prepare, run_study
 from .ledger import plan
 from .status import VariantStatus, checkpointed_fractions, eta_seconds, progress, status_table
-from .stores import Stores, folder_problem
+from .stores import Stores
 
 __all__ = [
     "Driver",

@@ -14,11 +14,9 @@ Everything above this module is storage-agnostic.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import socket
-import tempfile
 import threading
 import time
 import uuid
@@ -36,6 +34,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 from ..errors import AblateError
+from ..folders import folder_problem
 from ..track import default_uri, tracking_problem
 from .journal import check_journal
 
@@ -284,30 +283,6 @@ def storage_problem(storage: str) -> str | None:
 
 
 JOURNAL_SUFFIXES = (".journal", ".log")
-
-
-def folder_problem(folder: Path) -> str | None:
-    """Why files cannot be written in ``folder`` (created first where missing), or None. Creates
-    nothing: it probes the folder, or the nearest part of its path that exists, with a temporary
-    file (which also tells a read-only file system, or a folder root may not write in)."""
-    folder = Path(os.path.abspath(folder))
-    probe = folder
-    try:
-        while not probe.exists():
-            if probe.is_symlink():
-                return f"{probe} is a symbolic link to a missing or looping target"
-            probe = probe.parent
-        if not probe.is_dir():
-            made = "" if probe == folder else f", so {folder} cannot be made"
-            return f"{probe} is a file, not a folder{made}"
-        with tempfile.TemporaryFile(dir=probe, prefix=".ablate-probe-"):
-            pass
-    except OSError as exc:
-        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            return f"cannot write in {probe}: {reason}"
-        return f"cannot create {folder}: {reason}"
-    return None
 
 
 def _is_file(path: Path) -> bool:
