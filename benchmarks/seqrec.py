@@ -91,7 +91,7 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
                 break
         seconds = time.perf_counter() - start
     per_step = seconds / steps
-    flops = step_flops(task, model, data, study, generator, autocast)
+    flops = step_flops(task, model, data, study, steps, autocast)
     steps_per_epoch = len(list(task.train_batches(data, train.batch_size, torch.Generator().manual_seed(0))))
     return {
         "model": model,
@@ -109,14 +109,23 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
     }
 
 
-def step_flops(task, model, data, study, generator, autocast) -> int:
-    """Matrix-multiply FLOPs of one more training step (forward and backward, as executed: padding
-    and the masked half of causal attention included), counted by torch's FlopCounterMode."""
-    batch = next(iter(task.train_batches(data, study.spec.train.batch_size, generator)))
-    with FlopCounterMode(display=False) as counter:
-        backward_parts(task, model, batch, study.loss, generator, autocast)
+def step_flops(task, model, data, study, steps: int, autocast) -> float:
+    """Matrix-multiply FLOPs per training step (forward and backward, as executed: padding and the
+    masked half of causal attention included), counted by torch's FlopCounterMode over the same
+    ``steps`` batches the timing ran. Loss parts run one at a time here: the mode counts the ops of
+    its own thread only, and parallel parts run theirs in other threads (same ops either way)."""
+    generator = torch.Generator().manual_seed(0)
+    batches = task.train_batches(data, study.spec.train.batch_size, generator)
+    saved = task.loss_part_work
+    task.loss_part_work = lambda *args: None
+    try:
+        with FlopCounterMode(display=False) as counter:
+            for _, batch in zip(range(steps), batches, strict=False):
+                backward_parts(task, model, batch, study.loss, generator, autocast)
+    finally:
+        task.loss_part_work = saved
     model.zero_grad(set_to_none=True)
-    return counter.get_total_flops()
+    return counter.get_total_flops() / steps
 
 
 def machine_peak(dtype: torch.dtype, size: int = 2048, reps: int = 5) -> float:

@@ -105,7 +105,8 @@ def quantile_transformer(train_rows: int, seed: int):
 
     return QuantileTransformer(
         output_distribution="normal",
-        n_quantiles=max(min(train_rows // 30, 1000), 10),
+        # At most one quantile per row: scikit-learn would lower it so itself, with a warning.
+        n_quantiles=max(min(max(min(train_rows // 30, 1000), 10), train_rows), 1),
         subsample=10**9,
         random_state=seed,
     )
