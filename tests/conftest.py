@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from tiny_study import TINY_STUDY, deep_update  # noqa: F401 - re-exported to the test modules
+from tiny_study import TINY_STUDY, deep_update, tiny_spec  # noqa: F401 - re-exported to the test modules
 
 # Tests use tiny tensors: one intra-op thread avoids OpenMP spin contention on 2-core machines
 # (measured ~3x faster for the component tests). Subprocess tests run with the defaults.
@@ -43,13 +42,7 @@ def write_study(tmp_path):
     ) -> Path:
         path = tmp_path / name
         if text is None:
-            spec = deep_update(copy.deepcopy(TINY_STUDY), patch or {})
-            for dotted, value in (replace or {}).items():
-                *parents, last = dotted.split(".")
-                node = spec
-                for key in parents:
-                    node = node.setdefault(key, {})
-                node[last] = value
+            spec = tiny_spec(patch, replace)
             spec.setdefault("output", str(tmp_path / "runs" / spec["name"]))
             text = yaml.safe_dump(spec, sort_keys=False)
         path.write_text(text)

@@ -6,12 +6,11 @@ Test modules build lists of ``Case`` and parametrise one test over them with ``c
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from tiny_study import TINY_STUDY, deep_update
+from tiny_study import tiny_spec
 
 
 @dataclass(frozen=True)
@@ -33,13 +32,7 @@ class Case:
 def study_text(patch: dict | None = None, replace: dict | None = None, drop: tuple[str, ...] = ()) -> str:
     """The tiny test study as YAML, ``patch`` deep-merged, ``replace`` setting dotted keys whole,
     ``drop`` removing dotted keys. Its output folder is relative (``runs/``), inside the case's folder."""
-    spec = deep_update(copy.deepcopy(TINY_STUDY), patch or {})
-    for dotted, value in (replace or {}).items():
-        *parents, last = dotted.split(".")
-        node = spec
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[last] = value
+    spec = tiny_spec(patch, replace)
     for dotted in drop:
         *parents, last = dotted.split(".")
         node = spec

@@ -4,6 +4,8 @@ conftest.py under the one module name ``conftest``)."""
 
 from __future__ import annotations
 
+import copy
+
 TINY_STUDY = {
     "name": "tiny",
     "task": {
@@ -37,3 +39,15 @@ def deep_update(base: dict, patch: dict) -> dict:
             else value
         )
     return out
+
+
+def tiny_spec(patch: dict | None = None, replace: dict | None = None) -> dict:
+    """The tiny study with ``patch`` deep-merged and ``replace``'s dotted keys set whole."""
+    spec = deep_update(copy.deepcopy(TINY_STUDY), patch or {})
+    for dotted, value in (replace or {}).items():
+        *parents, last = dotted.split(".")
+        node = spec
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return spec
