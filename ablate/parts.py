@@ -13,7 +13,6 @@ gradients are computed apart and added in part order, the same sums in one strea
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -21,7 +20,7 @@ from pydantic import BaseModel
 from torch import Tensor, nn
 
 from .components import dropout_generator, has_auxiliary_losses, total_auxiliary_loss
-from .tasks import LossPart, Task
+from .tasks import LossPart, Task, cpu_streams
 
 
 def with_auxiliary(part: Tensor | LossPart, model: nn.Module) -> Tensor:
@@ -72,39 +71,27 @@ def parallel_parts(
     generator: torch.Generator,
     autocast: torch.autocast,
 ) -> Tensor:
-    """Each ``work[i](generator_i)`` forward (under ``autocast``) and backward in one of up to
-    ``torch.get_num_threads()`` single-threaded CPU streams; gradients added in part order."""
+    """Each ``work[i](generator_i)`` forward (under ``autocast``) and backward, in
+    :func:`~ablate.tasks.cpu_streams` (one single-threaded stream per torch thread on a CPU);
+    gradients added in part order."""
     # Seeds drawn in the caller, in part order: the same whatever the number of streams.
     order_seeds = torch.randint(2**62, (len(work),), generator=generator).tolist()
     dropout_seeds = torch.randint(2**62, (len(work),)).tolist()
-    with autocast:
-        enabled, dtype = torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
     params = [p for p in model.parameters() if p.requires_grad]
+    device = params[0].device
 
     def run(i: int) -> tuple[Tensor, tuple[Tensor | None, ...] | None]:
-        with (
-            torch.enable_grad(),
-            dropout_generator(torch.Generator().manual_seed(dropout_seeds[i])),
-            torch.autocast("cpu", dtype=dtype, enabled=enabled),
-        ):
+        with dropout_generator(torch.Generator().manual_seed(dropout_seeds[i])):
             part = work[i](torch.Generator().manual_seed(order_seeds[i]))
             value = part.value * part.share if isinstance(part, LossPart) else part
         if not torch.isfinite(value):
             return value.detach(), None
-        return value.detach(), torch.autograd.grad(value, params, allow_unused=True)
+        with torch.autocast(device.type, enabled=False):  # the backward outside autocast, as serially
+            return value.detach(), torch.autograd.grad(value, params, allow_unused=True)
 
-    streams = min(len(work), torch.get_num_threads()) if next(model.parameters()).device.type == "cpu" else 1
-    if streams > 1:
-        # Threads take torch's process-wide thread count when they first run an op: one each.
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            with ThreadPoolExecutor(streams, thread_name_prefix="ablate-parts") as pool:
-                results = list(pool.map(run, range(len(work))))
-        finally:
-            torch.set_num_threads(threads)
-    else:
-        results = [run(i) for i in range(len(work))]
+    # cpu_streams carries the caller's grad mode and autocast into its threads.
+    with torch.enable_grad(), autocast:
+        results = list(cpu_streams(run, range(len(work)), device))
     total = None
     for value, grads in results:
         if grads is None:

@@ -135,7 +135,7 @@ class TrainSpec(Strict):
     epochs: int = Field(20, gt=0)
     batch_size: int = Field(128, gt=0)
     # Rows per evaluation forward; unset: 64 on CPU, where each torch thread evaluates its own
-    # batches (ablate.tasks.evaluation_streams) and 64 rows of a d ≈ 50 model stay in a core's
+    # batches (ablate.tasks.cpu_streams) and 64 rows of a d ≈ 50 model stay in a core's
     # cache, 512 on a GPU. ML-1M full ranking: 0.98–1.22× (median ≈ 1.13×) as fast as one
     # two-threaded stream of 128 rows, 1.05–1.6× of 512 (benchmarks/RESULTS.md, session 8).
     eval_batch_size: int | None = Field(None, gt=0)

@@ -9,6 +9,7 @@ Dimensions: ``b`` batch, ``n`` tokens, ``d`` model width.
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -40,16 +41,17 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
-def evaluation_streams(
+def cpu_streams(
     work: Callable[[Item], Result], items: Iterable[Item], device: torch.device
 ) -> Iterator[Result]:
     """``work(item)`` for each item, results in the items' order.
 
     On a CPU with several torch threads the items go to one Python thread per torch thread,
-    each running its ops single-threaded (torch releases the GIL inside ops): at evaluation's
-    small matrices (d = 50, a few thousand rows) two single-threaded streams beat one
-    two-threaded stream (benchmarks/seqrec.py). Grad mode and autocast are thread-local, so
-    the caller's are carried into the threads. At most two items per stream are in flight.
+    each running its ops single-threaded (torch releases the GIL inside ops): at small matrices
+    (d = 50, a few thousand rows) two single-threaded streams beat one two-threaded stream
+    (benchmarks/seqrec.py) — evaluation batches, and training's micro-batches (ablate.parts). Grad mode and
+    autocast are thread-local, so the caller's are carried into the threads. At most two items
+    per stream are in flight.
     """
     streams = torch.get_num_threads() if torch.device(device).type == "cpu" else 1
     if streams == 1:
@@ -80,6 +82,14 @@ def evaluation_streams(
     finally:
         pool.shutdown(cancel_futures=True)
         torch.set_num_threads(streams)
+
+
+def cache_dir() -> Path:
+    """Where tasks and kernels keep what they derive from their inputs (parsed data sets, compiled
+    kernels): ``$ABLATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/ablate``, else ``~/.cache/ablate``."""
+    if os.environ.get("ABLATE_CACHE_DIR"):
+        return Path(os.environ["ABLATE_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ablate"
 
 
 class TaskOptions(Options):

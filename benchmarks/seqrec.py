@@ -160,18 +160,18 @@ def evaluation_time(study, model, data, reps: int = 5) -> dict[str, float]:
 
     rows = study.spec.train.eval_rows(torch.device("cpu"))
     paths = {
-        "task": (plain_forward, rows, evaluation.evaluation_streams),
-        "task_first": (plain_forward, rows, evaluation.evaluation_streams),
+        "task": (plain_forward, rows, evaluation.cpu_streams),
+        "task_first": (plain_forward, rows, evaluation.cpu_streams),
         "one_stream_128": (plain_forward, 128, one_stream),
         "one_stream_512": (plain_forward, 512, one_stream),
-        "whole_block": (whole_final_block, rows, evaluation.evaluation_streams),
+        "whole_block": (whole_final_block, rows, evaluation.cpu_streams),
     }
     times = {name: [] for name in paths}
-    streams = evaluation.evaluation_streams
+    streams = evaluation.cpu_streams
     try:
         for _ in range(reps):
             for name, (forward, batch_size, schedule) in paths.items():
-                model.forward, evaluation.evaluation_streams = forward, schedule
+                model.forward, evaluation.cpu_streams = forward, schedule
                 if name == "task_first":  # a split's first evaluation makes its batches
                     data.batch_cache.clear()
                 start = time.perf_counter()
@@ -180,7 +180,7 @@ def evaluation_time(study, model, data, reps: int = 5) -> dict[str, float]:
                 )
                 times[name].append(time.perf_counter() - start)
     finally:
-        model.forward, evaluation.evaluation_streams = plain_forward, streams
+        model.forward, evaluation.cpu_streams = plain_forward, streams
     return {name: sorted(t)[len(t) // 2] for name, t in times.items()} | {"rows": rows}
 
 

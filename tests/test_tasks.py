@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ablate.components import BuildContext, Component, Options
-from ablate.tasks import LossPart, Task, evaluation_streams
+from ablate.tasks import LossPart, Task, cpu_streams
 from ablate.train import backward_parts, training_autocast
 
 
@@ -40,7 +40,7 @@ def observe(item: int) -> tuple:
 
 def test_items_are_worked_in_single_threaded_streams_and_come_back_in_order(two_threads):
     with torch.no_grad():
-        seen = list(evaluation_streams(observe, range(12), torch.device("cpu")))
+        seen = list(cpu_streams(observe, range(12), torch.device("cpu")))
     assert [s[0] for s in seen] == list(range(12))
     assert {s[1] for s in seen} == {"ablate-eval_0", "ablate-eval_1"}
     assert {s[2] for s in seen} == {1}
@@ -50,16 +50,16 @@ def test_items_are_worked_in_single_threaded_streams_and_come_back_in_order(two_
 
 def test_autocast_reaches_the_streams(two_threads):
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        seen = list(evaluation_streams(observe, range(3), "cpu"))
+        seen = list(cpu_streams(observe, range(3), "cpu"))
     assert {s[4] for s in seen} == {torch.bfloat16}
-    assert {s[4] for s in evaluation_streams(observe, range(3), "cpu")} == {torch.float32}
+    assert {s[4] for s in cpu_streams(observe, range(3), "cpu")} == {torch.float32}
 
 
 def test_one_thread_or_another_device_runs_in_the_caller(two_threads):
     caller = threading.current_thread().name
-    assert {s[1] for s in evaluation_streams(observe, range(3), torch.device("meta"))} == {caller}
+    assert {s[1] for s in cpu_streams(observe, range(3), torch.device("meta"))} == {caller}
     torch.set_num_threads(1)
-    assert {s[1] for s in evaluation_streams(observe, range(3), "cpu")} == {caller}
+    assert {s[1] for s in cpu_streams(observe, range(3), "cpu")} == {caller}
 
 
 def test_a_failing_item_raises_in_the_caller_and_restores_the_thread_count(two_threads):
@@ -69,7 +69,7 @@ def test_a_failing_item_raises_in_the_caller_and_restores_the_thread_count(two_t
         return item
 
     with pytest.raises(ValueError, match="item 5"):
-        list(evaluation_streams(work, range(10), "cpu"))
+        list(cpu_streams(work, range(10), "cpu"))
     assert torch.get_num_threads() == 2
 
 

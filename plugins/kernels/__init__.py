@@ -6,7 +6,7 @@ the ``[b, h, n, n]`` probabilities and over the masked upper triangle too. Its d
 lanes of :func:`ablate.components.keep_mask`, so it keeps exactly the entries the unfused form
 keeps. Where no compiler is found the callers use the unfused form (one warning line); set
 ``ABLATE_FUSED_KERNELS=0`` to use it anyway. The library is cached under
-``$ABLATE_CACHE_DIR/kernels`` (else ``$XDG_CACHE_HOME/ablate``, else ``~/.cache/ablate``), keyed by
+``kernels/`` of :func:`ablate.tasks.cache_dir` (where parsed data sets are cached too), keyed by
 the source, the compiler flags and the CPU's feature flags (it is built with ``-march=native``).
 """
 
@@ -26,18 +26,13 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ablate.tasks import cache_dir
+
 SOURCE = Path(__file__).with_name("softmax_dropout.c")
 # -ffast-math lets the compiler vectorise expf (glibc's vector maths) and the row sums.
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared"]
 _I64, _F32, _I32, _INT = ctypes.c_int64, ctypes.c_float, ctypes.c_int32, ctypes.c_int
 _ARGS = [ctypes.c_void_p] * 4 + [_I64] * 5 + [_INT, _I64, _I64, _I32, _F32]
-
-
-def _cache_dir() -> Path:
-    if os.environ.get("ABLATE_CACHE_DIR"):
-        return Path(os.environ["ABLATE_CACHE_DIR"]) / "kernels"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "ablate" / "kernels"
 
 
 def _cpu_flags() -> str:
@@ -59,7 +54,7 @@ def library() -> ctypes.CDLL | None:
         return None
     source = SOURCE.read_bytes()
     key = hashlib.sha256(source + " ".join([compiler, *FLAGS, _cpu_flags()]).encode()).hexdigest()[:16]
-    path = _cache_dir() / f"softmax_dropout-{key}.so"
+    path = cache_dir() / "kernels" / f"softmax_dropout-{key}.so"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:

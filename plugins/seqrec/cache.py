@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ablate.errors import DataError
+from ablate.tasks import cache_dir
 
 from .data import Interactions
 
@@ -20,13 +21,6 @@ log = logging.getLogger(__name__)
 
 # 2: text ids (``item_ids`` as str, ``user_ids``).
 CACHE_VERSION = 2
-
-
-def cache_dir() -> Path:
-    """``$ABLATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/ablate``, else ``~/.cache/ablate``."""
-    if os.environ.get("ABLATE_CACHE_DIR"):
-        return Path(os.environ["ABLATE_CACHE_DIR"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ablate"
 
 
 def file_hash(path: Path) -> str:

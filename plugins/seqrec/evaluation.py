@@ -8,7 +8,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from ablate.tasks import Evaluation, evaluation_streams
+from ablate.tasks import Evaluation, cpu_streams
 
 from . import metrics as M
 from .batches import eval_batches, history, target, train_part
@@ -60,9 +60,7 @@ def evaluate(
     model.eval()
     users, ranks = [], {p: [] for p in protocols}
     try:
-        for batch_users, found in evaluation_streams(
-            rank, eval_batches(data, split, max_len, batch_size), device
-        ):
+        for batch_users, found in cpu_streams(rank, eval_batches(data, split, max_len, batch_size), device):
             users.append(batch_users)
             for p, r in found.items():
                 ranks[p].append(r)
