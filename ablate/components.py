@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from pydantic import ConfigDict
 from torch import Tensor, nn
 
+from . import kernels
 from .jagged import Jagged, Padded, last_of_rows
 from .schema import Strict
 
@@ -49,31 +50,45 @@ def default(value, fallback):
     return fallback if value is None else value
 
 
-# CPU dropout draws its masks with :func:`keep_mask` (False: torch's own kernels — for the benchmark
-# that compares the two).
+# CPU dropout: counter-based lanes, fused where built (False: torch's kernels, for the benchmark).
 FAST_CPU_DROPOUT = True
+
+# splitmix64's constants (Steele, Lea & Flood 2014) as signed 64-bit integers: the lanes of
+# ablate/kernels/lanes.h, computed here with torch ops (int64 products wrap as uint64 ones).
+_GOLDEN, _MIX1, _MIX2 = (c - 2**64 for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def dropout_key() -> int:
+    """One 64-bit draw of this thread's dropout generator: the key of a call's lanes."""
+    generator = getattr(_DROPOUT, "generator", None)
+    return int(torch.empty((), dtype=torch.int64).random_(-(2**63), None, generator=generator))
+
+
+def _shift_right(z: Tensor, bits: int) -> Tensor:
+    """Logical (unsigned) right shift of int64 ``z``: torch's ``>>`` is arithmetic."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def keep_lanes(shape: tuple[int, ...], device: torch.device, key: int | None = None) -> Tensor:
+    """``shape`` int16 lanes uniform over -32768..32767: entry ``i`` (row-major) is 16-bit lane
+    ``i mod 4`` of splitmix64's output for counter ``i // 4`` under ``key`` (default: a fresh
+    :func:`dropout_key`). The fused kernels (:mod:`ablate.kernels`) compute the same lanes where
+    they use them and compare them with :func:`keep_threshold` themselves."""
+    key = dropout_key() if key is None else key
+    n = math.prod(shape)
+    z = torch.arange(1, (n + 3) // 4 + 1, dtype=torch.int64, device=device) * _GOLDEN + key
+    z = (z ^ _shift_right(z, 30)) * _MIX1
+    z = (z ^ _shift_right(z, 27)) * _MIX2
+    z = z ^ _shift_right(z, 31)
+    return z.view(torch.int16)[:n].view(shape)  # lane k of a draw: its bits 16k..16k+15
 
 
 def keep_mask(shape: tuple[int, ...], keep: float, device: torch.device) -> Tensor:
-    """``shape`` bool, each entry True with probability ``keep`` (to within 2⁻¹⁷), independently.
-
-    Each 64-bit draw of the generator gives four 16-bit lanes, each compared with one threshold:
-    a quarter of the generator calls of ``torch.bernoulli`` — which on CPU draws one number per
-    element and made dropout a quarter of a SASRec training step (benchmarks/RESULTS.md)."""
+    """``shape`` bool, each True with probability ``keep`` (to within 2⁻¹⁷), independently."""
     return keep_lanes(shape, device) >= keep_threshold(keep)
 
 
-def keep_lanes(shape: tuple[int, ...], device: torch.device) -> Tensor:
-    """``shape`` int16 lanes uniform over -32768..32767, four from each 64-bit draw: the random
-    part of :func:`keep_mask` (fused kernels compare them with :func:`keep_threshold` themselves)."""
-    n = math.prod(shape)
-    generator = getattr(_DROPOUT, "generator", None)
-    draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=device)
-    draws.random_(-(2**63), None, generator=generator)  # all 64 bits
-    return draws.view(torch.int16)[:n].view(shape)
-
-
-# The generator CPU dropout masks draw from in this thread (None: the global one), so that
+# The generator CPU dropout keys are drawn from in this thread (None: the global one), so that
 # loss parts trained in parallel streams (ablate.parts) each draw from their own.
 _DROPOUT = threading.local()
 
@@ -96,15 +111,18 @@ def keep_threshold(keep: float) -> int:
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """Inverted dropout, as :func:`torch.nn.functional.dropout`: zero each entry with probability
-    ``p`` and scale the rest by ``1 / (1 - p)``. On CPU the mask comes from :func:`keep_mask`
-    (``p`` rounded to a multiple of 2⁻¹⁶); elsewhere torch's own kernel is already fast."""
+    ``p`` and scale the rest by ``1 / (1 - p)``. On CPU the mask is :func:`keep_mask`'s (``p``
+    rounded to a multiple of 2⁻¹⁶), applied by the fused kernel where it is built (one pass each
+    way, no mask stored) and by torch ops otherwise; elsewhere torch's own kernel is already fast."""
     if not training or p == 0.0:
         return x
     if x.device.type != "cpu" or not FAST_CPU_DROPOUT:
         return F.dropout(x, p, True)
-    # A float mask: multiplying by a bool one would convert it to float inside the product, in
-    # the forward and again in the backward pass.
-    return x * keep_mask(x.shape, 1.0 - p, x.device).to(x.dtype).mul_(1.0 / (1.0 - p))
+    key, threshold, scale = dropout_key(), keep_threshold(1.0 - p), 1.0 / (1.0 - p)
+    if kernels.takes(x):
+        return kernels.dropout(x, key, threshold, scale)
+    # A float mask: a bool one would be converted inside the product, forward and backward.
+    return x * (keep_lanes(x.shape, x.device, key) >= threshold).to(x.dtype).mul_(scale)
 
 
 class Dropout(nn.Module):

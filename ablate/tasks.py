@@ -9,11 +9,11 @@ Dimensions: ``b`` batch, ``n`` tokens, ``d`` model width.
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -63,33 +63,32 @@ def cpu_streams(
     dtype = torch.get_autocast_dtype("cpu")
 
     def in_stream(item: Item) -> Result:
+        if torch.get_num_threads() != 1:  # this thread's own count (OpenMP's is per thread)
+            torch.set_num_threads(1)
         with torch.set_grad_enabled(grad), torch.autocast("cpu", dtype=dtype, enabled=autocast):
             return work(item)
 
-    # A new thread takes torch's process-wide thread count when it first runs an op, so the
-    # pool's threads run single-threaded; the caller's count is restored afterwards.
-    torch.set_num_threads(1)
-    pool = ThreadPoolExecutor(streams, thread_name_prefix="ablate-eval")
+    pending = deque()
     try:
-        pending = deque()
         for item in items:
-            pending.append(pool.submit(in_stream, item))
+            pending.append(_stream_pool(streams).submit(in_stream, item))
             if len(pending) >= 2 * streams:
                 stopping.check()
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
-    finally:
-        pool.shutdown(cancel_futures=True)
-        torch.set_num_threads(streams)
+    finally:  # stopped early: drop what has not started, let what has finish
+        for future in pending:
+            future.cancel()
+        wait(pending)
 
 
-def cache_dir() -> Path:
-    """Where tasks and kernels keep what they derive from their inputs (parsed data sets, compiled
-    kernels): ``$ABLATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/ablate``, else ``~/.cache/ablate``."""
-    if os.environ.get("ABLATE_CACHE_DIR"):
-        return Path(os.environ["ABLATE_CACHE_DIR"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ablate"
+@cache
+def _stream_pool(streams: int) -> ThreadPoolExecutor:
+    """One pool per stream count, kept: a fresh pool per batch cost SASRec's training step 7–12%
+    (new threads' first ops set up per-thread state; benchmarks/RESULTS.md, session 12). Its
+    threads run their ops single-threaded (``cpu_streams``)."""
+    return ThreadPoolExecutor(streams, thread_name_prefix="ablate-stream")
 
 
 class TaskOptions(Options):

@@ -548,7 +548,9 @@ def run_authors(which: str, root: Path, args):
             *ablate_contenders(HSTU_FUXI, GIN[name][1], args.micro_batches or [4, 1], args.precision, steps),
         ]
         groups.append((contenders, interleaved(contenders, args.reps)))
-    title = f"## Side by side: {which}, {args.threads} thread(s)"
+    # A title of its own without anomaly detection, so both runs keep their sections.
+    off = "" if args.anomaly == "on" else ", authors' anomaly detection off"
+    title = f"## Side by side{off}: {which}, {args.threads} thread(s)"
     note = f"ML-1M users 1–2999, one epoch = {steps_per_epoch} steps of 128" + (
         f", {args.steps} steps timed per block" if args.steps else ""
     )

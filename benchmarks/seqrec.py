@@ -35,12 +35,11 @@ import torch
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 from torch.utils.flop_counter import FlopCounterMode
 
-from ablate import components, jagged
+from ablate import components, jagged, kernels
 from ablate.build import build_backbone, count_parameters
 from ablate.jagged import last_of_rows
 from ablate.study import load_study
 from ablate.train import PeakMemory, backward_parts, training_autocast
-from ablate_plugins import kernels
 from ablate_plugins.seqrec import evaluation, losses
 from ablate_plugins.seqrec.batches import length_groups
 

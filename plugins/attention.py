@@ -17,10 +17,9 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from ablate import components
+from ablate import components, kernels
 from ablate.components import Attention, BuildContext, Dropout, Options, TokenContext, default
 from ablate.jagged import last_of_rows
-from ablate_plugins import kernels
 from ablate_plugins.attention_parts import (
     INITIALISATIONS,
     NORMALISERS,
@@ -62,7 +61,7 @@ def scaled_dot_product_attention(
     m = k.shape[2]
     # Three-dimensional bmm: matmul on [b, h, ...] tensors loops over the leading dims in backward.
     q, k, v = q.reshape(b * h, n, e) * e**-0.5, k.reshape(b * h, m, e), v.reshape(b * h, m, e)
-    lanes = components.keep_lanes((b * h, n, m), q.device)  # drawn whole, chunked or not
+    key = components.dropout_key()  # one key for the whole [b·h, n, m]: chunks draw what one call would
     threshold, scale = components.keep_threshold(1.0 - dropout_p), 1.0 / (1.0 - dropout_p)
     causal = is_causal and n == m
     # Causal queries [s, t) see keys [0, t) only: query chunks skip most of the masked upper
@@ -75,7 +74,7 @@ def scaled_dot_product_attention(
         and q.dtype != torch.float64  # float64 is for reference checks: keep torch's ops
         and (attn_mask is None or attn_mask.dtype != torch.bool)
     )
-    outs = []
+    outs, lanes = [], None
     for s, t in itertools.pairwise(bounds):
         keys = t if causal else m
         logits = torch.bmm(q[:, s:t], k[:, :keys].transpose(1, 2))
@@ -86,13 +85,15 @@ def scaled_dot_product_attention(
             logits = logits.reshape(b * h, t - s, keys)
         if fused:
             probs = kernels.softmax_dropout(
-                logits.float(), lanes[:, s:t, :keys], threshold, scale, s, is_causal
+                logits.float(), key, (s * m, n * m, m), threshold, scale, s, is_causal
             ).to(v.dtype)
         else:
             if is_causal:
                 logits = logits.masked_fill(
                     ~torch.ones(t - s, keys, dtype=torch.bool, device=q.device).tril(s), float("-inf")
                 )
+            if lanes is None:
+                lanes = components.keep_lanes((b * h, n, m), q.device, key)
             probs = logits.softmax(-1) * (lanes[:, s:t, :keys] >= threshold) * scale
         outs.append(torch.bmm(probs, v[:, :keys]))
     return (outs[0] if len(outs) == 1 else torch.cat(outs, 1)).view(b, h, n, e)

@@ -14,7 +14,7 @@ CORE = REPO / "ablate"
 
 # ablate/README.md's table, top to bottom.
 LAYERS = [
-    {"errors", "faults", "stopping", "schema", "jagged"},
+    {"errors", "faults", "stopping", "schema", "jagged", "cache", "kernels"},
     {"components", "tasks", "registry"},
     {"studyfile", "overrides", "blocks", "optimizers", "schedules"},
     {"stats"},
@@ -28,7 +28,7 @@ LAYERS = [
 ]
 LAYER_OF = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
 # What plugins may import from the core: the interface a kind or a task is written against.
-PLUGIN_INTERFACE = {"components", "tasks", "jagged", "errors", "stopping"}
+PLUGIN_INTERFACE = {"components", "tasks", "jagged", "errors", "stopping", "cache", "kernels"}
 
 
 def _room(path: Path) -> str:

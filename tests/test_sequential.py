@@ -343,7 +343,7 @@ def _complete(tmp_path) -> dict[str, list[int]]:
 
 def test_driver_adds_seeds_only_where_still_open(cli, write_study, tmp_path, monkeypatch):
     """``heavy-dropout`` (0.6, about −40 % NDCG@10) is decided at the first look; ``near`` (dropout
-    0.21 for 0.2) gets every seed up to max. A trial failing in a look holds its variant (waiting),
+    0.21 for 0.2) is not, and gets more seeds. A trial failing in a look holds its variant (waiting),
     the run ends, and ``--retry-failed`` decides it."""
     monkeypatch.chdir(tmp_path)
     study = write_study(
@@ -364,7 +364,8 @@ def test_driver_adds_seeds_only_where_still_open(cli, write_study, tmp_path, mon
     code, _, err = cli("run", study, "--quiet")
     assert code == 1 and "heavy-dropout seed 1: ValueError: boom" in err
     complete = _complete(tmp_path)
-    # near: equivalent at 5 seeds here (|Δ| ≈ 0.002, margin 2 % ≈ 0.008), or open to the maximum of 7
+    # near: decided at the second look (5 seeds) — the seeds' dropout draws are common to both
+    # variants, so the pairs differ by little more than the 0.01 of dropout — or open to the maximum of 7
     near = complete["near"]
     assert near in ([0, 1, 2, 3, 4], list(range(7))) and complete["base"] == near
     assert complete["heavy-dropout"] == [0, 2]  # seed 1 failed: the variant waits at look 1
@@ -373,7 +374,10 @@ def test_driver_adds_seeds_only_where_still_open(cli, write_study, tmp_path, mon
     rows = {line.strip("│ ").split()[0]: line for line in out.splitlines() if "│" in line}
     assert "waiting for 3 seeds (look 1)" in rows["heavy-dropout"] and "3/7" in rows["heavy-dropout"]
     assert f"{len(near)}/7" in rows["near"]
-    assert f"equivalent at {len(near)} seeds" in rows["near"] or "at the maximum of 7 seeds" in rows["near"]
+    decided = any(
+        f"{verdict} at {len(near)} seeds" in rows["near"] for verdict in ("equivalent", "worse", "better")
+    )
+    assert decided if len(near) == 5 else "at the maximum of 7 seeds" in rows["near"]
 
     monkeypatch.setattr(execution, "train_trial", real_train)
     code, _, err = cli("run", study, "--quiet", "--retry-failed")

@@ -42,9 +42,13 @@ def test_items_are_worked_in_single_threaded_streams_and_come_back_in_order(two_
     with torch.no_grad():
         seen = list(cpu_streams(observe, range(12), torch.device("cpu")))
     assert [s[0] for s in seen] == list(range(12))
-    assert {s[1] for s in seen} == {"ablate-eval_0", "ablate-eval_1"}
+    assert {s[1] for s in seen} == {"ablate-stream_0", "ablate-stream_1"}
     assert {s[2] for s in seen} == {1}
     assert {s[3] for s in seen} == {False}  # the caller's no_grad reached the streams
+    assert torch.get_num_threads() == 2
+    # The next call reuses the same two threads, still single-threaded; the caller keeps its two.
+    again = list(cpu_streams(observe, range(4), torch.device("cpu")))
+    assert {s[1] for s in again} <= {"ablate-stream_0", "ablate-stream_1"} and {s[2] for s in again} == {1}
     assert torch.get_num_threads() == 2
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ablate.cache import cache_dir
 from ablate.errors import DataError
-from ablate.tasks import cache_dir
 
 from .data import Interactions
 

@@ -525,7 +525,7 @@ def test_length_groups_cut_sorted_rows_to_their_own_length(tmp_path):
     assert [len(g.users) for g in groups] == [b // 3 + (i < b % 3) for i in range(3)]
     assert sorted(torch.cat([g.users for g in groups]).tolist()) == sorted(batch.users.tolist())
     lengths = torch.cat([g.lengths for g in groups])
-    assert lengths.tolist() == sorted(lengths.tolist())  # shortest rows first
+    assert lengths.tolist() == sorted(lengths.tolist(), reverse=True)  # longest rows first
     for group in groups:
         n = int(group.lengths.max())
         assert group.items.shape == (len(group.users), n)
@@ -639,5 +639,5 @@ def test_request_times_are_the_time_of_the_item_each_position_predicts(tmp_path)
     assert test.request_times.tolist() == [[2, 4, 4, 4], [10, 30, 60, 100]]
     ((cut, _, _),) = eval_batches(TWO_USERS, "test", max_len=2, batch_size=8)
     assert cut.timestamps.tolist() == [[0, 2], [0, 30]] and cut.request_times.tolist() == [[2, 4], [30, 70]]
-    short, long = length_groups(test, 2, TWO_USERS.num_items + 1)
+    long, short = length_groups(test, 2, TWO_USERS.num_items + 1)
     assert short.request_times.tolist() == [[2, 4]] and long.request_times.tolist() == [[10, 30, 60, 100]]

@@ -1,6 +1,7 @@
-"""The fused CPU kernel (causal mask, softmax and dropout in one pass per row) against the
-unfused form it replaces, in float64, forward and backward; and softmax attention with it
-against the plain math, chunked or not."""
+"""The fused CPU kernels against the unfused forms they replace: the counter-based lanes (C and
+torch ops against splitmix64 written out in Python integers), dropout (float32 and bfloat16,
+forward and backward), causal mask + softmax + dropout in float64, forward and backward; and
+softmax attention with them against the plain math, chunked or not."""
 
 from __future__ import annotations
 
@@ -15,12 +16,67 @@ import pytest
 import torch
 
 import ablate_plugins.attention as attention
-from ablate import components
-from ablate_plugins import kernels
+from ablate import components, kernels
 
 pytestmark = pytest.mark.skipif(
-    kernels.library() is None, reason="no C compiler: the fused kernel is not built"
+    kernels.library() is None, reason="no C compiler: the fused kernels are not built"
 )
+CPU = torch.device("cpu")
+
+
+def splitmix_lane(key: int, i: int) -> int:
+    """Entry ``i``'s lane under ``key``, in Python's unbounded integers: 16-bit lane ``i mod 4``
+    (signed) of splitmix64's output for counter ``i // 4`` (Steele, Lea & Flood 2014)."""
+    m = 2**64 - 1
+    z = (key + (i // 4 + 1) * 0x9E3779B97F4A7C15) & m
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    z ^= z >> 31
+    lane = (z >> (16 * (i % 4))) & 0xFFFF
+    return lane - 65536 if lane >= 32768 else lane
+
+
+@pytest.mark.parametrize("key", [0, 1, -1, 2**63 - 1, -(2**63), 0x1234_5678_9ABC_DEF0])
+def test_lanes_are_splitmix64_in_torch_and_in_the_kernel(key):
+    n = 1001
+    lanes = components.keep_lanes((n,), CPU, key)
+    assert lanes.tolist() == [splitmix_lane(key % 2**64, i) for i in range(n)]
+    # The kernel's lanes, read back through dropout of ones at threshold 0 (kept: lane ≥ 0).
+    kept = kernels.dropout(torch.ones(n), key, 0, 1.0) != 0
+    assert torch.equal(kept, lanes >= 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1,), (7, 5), (300, 301)])
+def test_dropout_kernel_equals_the_unfused_form_forward_and_backward(dtype, shape):
+    torch.manual_seed(0)
+    x = torch.randn(shape).to(dtype).requires_grad_()
+    key, threshold, scale = 12345, components.keep_threshold(0.75), 1 / 0.75
+    out = kernels.dropout(x, key, threshold, scale)
+    keep = components.keep_lanes(shape, CPU, key) >= threshold
+    # Kept entries: the float product with the scale, rounded to the dtype (nearest even).
+    assert torch.equal(out, torch.where(keep, (x.detach().float() * scale).to(dtype), 0))
+    weights = torch.randn(shape).to(dtype)
+    (grad,) = torch.autograd.grad((out * weights).sum(), x)
+    assert torch.equal(grad, torch.where(keep, (weights.float() * scale).to(dtype), 0))
+
+
+def test_dropout_kernel_splits_work_across_threads_without_changing_it():
+    x = torch.randn(3 * kernels._DROPOUT_GRAIN + 17)
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            results.append(kernels.dropout(x, 99, components.keep_threshold(0.5), 2.0))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(results[0], results[1])
+
+
+def test_dropout_kernel_reads_a_non_contiguous_input_as_its_row_major_copy():
+    x = torch.randn(40, 30).t()
+    assert torch.equal(kernels.dropout(x, 7, 0, 1.5), kernels.dropout(x.contiguous(), 7, 0, 1.5))
 
 
 def reference(logits, lanes, threshold, scale, offset, causal):
@@ -36,14 +92,17 @@ def reference(logits, lanes, threshold, scale, offset, causal):
 
 
 @pytest.mark.parametrize(
-    ("rows", "m", "offset", "causal"), [(7, 7, 0, True), (3, 9, 4, True), (5, 6, 0, False), (1, 4, 3, True)]
+    ("rows", "m", "offset", "causal"),
+    # the last: rows longer than the kernels' block of lanes (1024), not starting at a multiple of 4
+    [(7, 7, 0, True), (3, 9, 4, True), (5, 6, 0, False), (1, 4, 3, True), (3, 1501, 1499, True)],
 )
 def test_kernel_matches_the_unfused_form_forward_and_backward(rows, m, offset, causal):
     torch.manual_seed(0)
     logits = (3 * torch.randn(4, rows, m)).requires_grad_()
-    lanes = components.keep_lanes((4, rows, m), torch.device("cpu"))
+    key = 2024
+    lanes = components.keep_lanes((4, rows, m), CPU, key)
     threshold, scale = components.keep_threshold(0.7), 1 / 0.7
-    out = kernels.softmax_dropout(logits, lanes, threshold, scale, offset, causal)
+    out = kernels.softmax_dropout(logits, key, (0, rows * m, m), threshold, scale, offset, causal)
     leaf = logits.detach().double().requires_grad_()
     expected = reference(leaf, lanes, threshold, scale, offset, causal)
     torch.testing.assert_close(out.double(), expected, atol=1e-6, rtol=1e-5)
@@ -58,24 +117,24 @@ def test_kernel_matches_the_unfused_form_forward_and_backward(rows, m, offset, c
 def test_kernel_splits_work_across_threads_without_changing_it():
     torch.manual_seed(1)
     logits = torch.randn(9, 12, 12)
-    lanes = components.keep_lanes((9, 12, 12), torch.device("cpu"))
     threads = torch.get_num_threads()
     try:
         results = []
         for count in (1, 3):
             torch.set_num_threads(count)
-            results.append(kernels.softmax_dropout(logits, lanes, components.keep_threshold(0.8), 1.25))
+            results.append(
+                kernels.softmax_dropout(logits, 5, (0, 144, 12), components.keep_threshold(0.8), 1.25)
+            )
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(results[0], results[1])
 
 
 def test_kernel_refuses_what_it_cannot_read():
-    lanes = components.keep_lanes((2, 3, 3), torch.device("cpu"))
     with pytest.raises(ValueError, match="contiguous float32"):
-        kernels.softmax_dropout(torch.randn(2, 3, 3, dtype=torch.float64), lanes, 0, 1.0)
+        kernels.softmax_dropout(torch.randn(2, 3, 3, dtype=torch.float64), 0, (0, 9, 3), 0, 1.0)
     with pytest.raises(ValueError, match="contiguous float32"):
-        kernels.softmax_dropout(torch.randn(2, 3, 3).transpose(1, 2), lanes, 0, 1.0)
+        kernels.softmax_dropout(torch.randn(2, 3, 3).transpose(1, 2), 0, (0, 9, 3), 0, 1.0)
 
 
 def plain(q, k, v, attn_mask, is_causal, p):
@@ -138,7 +197,7 @@ def test_a_built_wheel_carries_the_kernel_source(tmp_path):
     """A non-editable install compiles from the installed package: the C source must ship in it."""
     source = tmp_path / "source"  # a copy: building in the checkout would leave build/ behind
     shutil.copytree(
-        Path(__file__).resolve().parents[2],
+        Path(__file__).resolve().parents[1],
         source,
         ignore=shutil.ignore_patterns(
             ".git", ".venv", "runs", "reports", "build", "*.egg-info", "__pycache__"
@@ -161,4 +220,20 @@ def test_a_built_wheel_carries_the_kernel_source(tmp_path):
         capture_output=True,
     )
     (wheel,) = tmp_path.glob("*.whl")
-    assert "ablate_plugins/kernels/softmax_dropout.c" in zipfile.ZipFile(wheel).namelist()
+    names = zipfile.ZipFile(wheel).namelist()
+    sources = {"ablate/kernels/softmax_dropout.c", "ablate/kernels/dropout.c", "ablate/kernels/lanes.h"}
+    assert sources <= set(names)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dropout_keeps_the_same_entries_fused_or_not(dtype, monkeypatch):
+    """:func:`ablate.components.dropout` through the kernel and through torch ops (no compiler):
+    the same draws of the same generator keep the same entries."""
+    x = torch.randn(33, 17).to(dtype)
+    torch.manual_seed(8)
+    fused = components.dropout(x, 0.3)
+    monkeypatch.setattr(kernels, "library", lambda: None)
+    torch.manual_seed(8)
+    unfused = components.dropout(x, 0.3)
+    assert torch.equal(fused != 0, unfused != 0) and 0 < int((fused != 0).sum()) < x.numel()
+    torch.testing.assert_close(fused, unfused, atol=0, rtol=1e-2)  # bfloat16: the scale's rounding

@@ -1,0 +1,194 @@
+"""Fused CPU kernels, compiled from C on first use with the machine's C compiler.
+
+* ``dropout``: inverted dropout in one pass forward and one backward (dropout.c), where torch's
+  form draws a mask, compares, converts it and multiplies; the mask is never stored, the backward
+  pass regenerates it.
+* ``softmax_dropout``: a causal mask, softmax and dropout over attention logits in one pass per
+  row forward and one backward (softmax_dropout.c), where torch makes about eight passes over
+  the ``[b, h, n, n]`` probabilities and over the masked upper triangle too.
+
+Both draw their dropout from counter-based lanes (lanes.h): an entry's draw is a function of a
+key and its index, which :func:`ablate.components.keep_lanes` computes with torch ops, so the
+fused and unfused forms keep exactly the same entries. Where no compiler is found the callers
+use the unfused form (one warning line); set ``ABLATE_FUSED_KERNELS=0`` to use it anyway. The
+library is cached under ``kernels/`` of :func:`ablate.cache.cache_dir` (where parsed data sets
+are cached too), keyed by the sources, the compiler flags and the CPU's feature flags (it is
+built with ``-march=native``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ..cache import cache_dir
+
+HERE = Path(__file__).parent
+SOURCES = [HERE / "softmax_dropout.c", HERE / "dropout.c"]
+HEADERS = [HERE / "lanes.h"]
+# -ffast-math lets the compiler vectorise expf (glibc's vector maths) and the row sums.
+FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared"]
+_PTR, _I64, _U64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64
+_F32, _I32 = ctypes.c_float, ctypes.c_int32
+_SOFTMAX_ARGS = [_PTR] * 3 + [_I64] * 5 + [ctypes.c_int, _U64, _I64, _I64, _I64, _I32, _F32]
+_DROPOUT_ARGS = [_PTR] * 2 + [_I64] * 2 + [_U64, _I32, _F32]
+_SIGNATURES = {
+    "softmax_dropout_forward": _SOFTMAX_ARGS,
+    "softmax_dropout_backward": _SOFTMAX_ARGS,
+    "dropout_float32": _DROPOUT_ARGS,
+    "dropout_bfloat16": _DROPOUT_ARGS,
+}
+_DROPOUT_DTYPES = {torch.float32: "dropout_float32", torch.bfloat16: "dropout_bfloat16"}
+
+
+def _cpu_flags() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return os.uname().machine
+    return next((line for line in text.splitlines() if line.startswith(("flags", "Features"))), "")
+
+
+@cache
+def library() -> ctypes.CDLL | None:
+    """The compiled kernels, or None (kernels switched off, or no working C compiler)."""
+    if os.environ.get("ABLATE_FUSED_KERNELS", "1") == "0":
+        return None
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        warnings.warn("no C compiler found: dropout and attention use torch's unfused ops", stacklevel=2)
+        return None
+    source = b"".join(path.read_bytes() for path in SOURCES + HEADERS)
+    key = hashlib.sha256(source + " ".join([compiler, *FLAGS, _cpu_flags()]).encode()).hexdigest()[:16]
+    path = cache_dir() / "kernels" / f"ablate-kernels-{key}.so"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            built = Path(tmp) / path.name
+            done = subprocess.run(
+                [compiler, *FLAGS, *map(str, SOURCES), "-o", str(built), "-lm"],
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode != 0:
+                warnings.warn(
+                    f"compiling the fused kernels failed ({done.stderr.strip()[:200]}): dropout and "
+                    "attention use torch's unfused ops",
+                    stacklevel=2,
+                )
+                return None
+            os.replace(built, path)  # atomic: concurrent workers may build it at the same time
+    lib = ctypes.CDLL(str(path))
+    for name, argtypes in _SIGNATURES.items():
+        getattr(lib, name).argtypes = argtypes
+        getattr(lib, name).restype = None
+    return lib
+
+
+@cache
+def _pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads, thread_name_prefix="ablate-kernel")
+
+
+def _run(function, pointers: list[int], count: int, parts: int, args: list) -> None:
+    """``function(*pointers, lo, hi, *args)`` over ``[0, count)`` (matrices or entries) in at most
+    ``parts`` pieces, one per torch intra-op thread (ctypes releases the GIL, so they run in
+    parallel)."""
+    threads = max(1, min(torch.get_num_threads(), parts))
+    bounds = [count * i // threads for i in range(threads + 1)]
+    calls = [[*pointers, lo, hi, *args] for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    if threads == 1:
+        function(*calls[0])
+        return
+    for future in [_pool(threads).submit(function, *call) for call in calls]:
+        future.result()
+
+
+def _unsigned(key: int) -> int:
+    return key & (2**64 - 1)
+
+
+class _SoftmaxDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits: Tensor, lanes: tuple, threshold: int, scale: float, offset: int, causal: bool):
+        matrices, rows, m = logits.shape
+        y, out = torch.empty_like(logits), torch.empty_like(logits)
+        args = [rows, m, offset, int(causal), *lanes, threshold, scale]
+        pointers = [t.data_ptr() for t in (logits, y, out)]
+        _run(library().softmax_dropout_forward, pointers, matrices, matrices, args)
+        ctx.save_for_backward(y)
+        ctx.args = args
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (y,) = ctx.saved_tensors
+        grad = grad.contiguous()
+        grad_logits = torch.empty_like(y)
+        pointers = [t.data_ptr() for t in (grad, y, grad_logits)]
+        _run(library().softmax_dropout_backward, pointers, y.shape[0], y.shape[0], ctx.args)
+        return grad_logits, None, None, None, None, None
+
+
+def softmax_dropout(
+    logits: Tensor,
+    key: int,
+    lane_strides: tuple[int, int, int],
+    threshold: int,
+    scale: float,
+    offset: int = 0,
+    causal: bool = True,
+) -> Tensor:
+    """``where(lane ≥ threshold, softmax(logits masked causally) · scale, 0)`` for contiguous
+    float32 ``logits [r, rows, m]``; row ``i`` sees keys ``j ≤ offset + i`` when ``causal``.
+    Entry ``[b, i, j]`` draws lane ``base + b · matrix_stride + i · row_stride + j`` of ``key``
+    (``lane_strides = (base, matrix_stride, row_stride)``: where these logits sit in the whole
+    probabilities the lanes number). Call only where :func:`library` is not None."""
+    if logits.dtype != torch.float32 or not logits.is_contiguous():
+        raise ValueError("softmax_dropout takes contiguous float32 logits")
+    return _SoftmaxDropout.apply(logits, (_unsigned(key), *lane_strides), threshold, scale, offset, causal)
+
+
+# Entries per thread below which splitting a dropout call costs more than it saves.
+_DROPOUT_GRAIN = 1 << 16
+
+
+class _Dropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, key: int, threshold: int, scale: float):
+        ctx.args = [_unsigned(key), threshold, scale]
+        return _dropout(x.contiguous(), ctx.args)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return _dropout(grad.contiguous(), ctx.args), None, None, None
+
+
+def _dropout(x: Tensor, args: list) -> Tensor:
+    out = torch.empty_like(x)
+    function = getattr(library(), _DROPOUT_DTYPES[x.dtype])
+    _run(function, [x.data_ptr(), out.data_ptr()], x.numel(), x.numel() // _DROPOUT_GRAIN + 1, args)
+    return out
+
+
+def dropout(x: Tensor, key: int, threshold: int, scale: float) -> Tensor:
+    """``where(lane ≥ threshold, x · scale, 0)``, entry ``i`` of ``x`` (row-major) drawing lane
+    ``i`` of ``key``; its gradient is the same on the incoming gradient. For float32 and
+    bfloat16 (:func:`takes`); call only where :func:`library` is not None."""
+    return _Dropout.apply(x, key, threshold, scale)
+
+
+def takes(x: Tensor) -> bool:
+    """Whether :func:`dropout` has a kernel for ``x``: a CPU tensor of a dtype it has, library built."""
+    return x.device.type == "cpu" and x.dtype in _DROPOUT_DTYPES and library() is not None
