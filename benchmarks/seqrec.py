@@ -188,10 +188,10 @@ KERNELS = ("ablate", "ablate, unfused", "torch")
 
 @contextmanager
 def cpu_kernels(kind: str):
-    """``ablate``: the package's CPU paths (dropout masks from 16-bit lanes, per-position
-    negatives' logits from one matmul on small catalogues, the fused causal softmax-dropout
-    kernel); ``ablate, unfused``: the same without the fused kernel; ``torch``: torch's dropout
-    and gathered negatives."""
+    """``ablate``: the package's CPU paths (the fused dropout and causal softmax-dropout kernels,
+    per-position negatives' logits from one matmul on small catalogues); ``ablate, unfused``: the
+    same draws through torch ops, as without a C compiler; ``torch``: torch's dropout and gathered
+    negatives."""
     saved = components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT, kernels.library
     components.FAST_CPU_DROPOUT = kind != "torch"
     losses.DENSE_LOGITS_LIMIT = saved[1] if kind != "torch" else 0
@@ -290,9 +290,11 @@ def table(rows: list[dict], timed: dict, epochs: int, max_steps: int, loads: tup
         f"{torch.get_num_threads()} CPU threads ({platform.processor() or platform.machine()}); "
         f"{measured} of "
         f"training per row (Adam step included, evaluation excluded); tokens/s counts real target tokens; "
-        f"padding = padded / real tokens; peak = resident-set growth; CPU kernels: `ablate` = dropout masks "
-        f"from 16-bit lanes and per-position negatives' logits from one matmul, `torch` = torch's dropout "
-        f"and gathered negatives (the code before 2026-11-22's session 5). Load average (1 min) "
+        f"padding = padded / real tokens; peak = resident-set growth; CPU kernels: `ablate` = the fused C "
+        f"kernels (dropout, causal softmax + dropout; counter-based draws) and per-position negatives' "
+        f"logits from one matmul, `ablate, unfused` = the same draws through torch ops (no C compiler), "
+        f"`torch` = torch's dropout and gathered negatives (the code before 2026-11-22's session 5). "
+        f"Load average (1 min) "
         f"{loads[0]:.1f} before, {loads[1]:.1f} after.{(' ' + note) if note else ''}",
         "",
         "| config | data | layout | length_pool | micro_batches | precision | CPU kernels | step s | epoch s "
