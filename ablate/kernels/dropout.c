@@ -8,12 +8,9 @@
 void dropout_float32(const float *x, float *out, int64_t i0, int64_t i1, uint64_t key, int32_t threshold,
                      float scale) {
     int16_t lanes[LANE_BLOCK];
-    for (int64_t start = i0; start < i1; start += LANE_BLOCK) {
-        const int64_t n = i1 - start < LANE_BLOCK ? i1 - start : LANE_BLOCK;
-        fill_lanes(key, start, n, lanes);
-        const float *xs = x + start;
-        float *outs = out + start;
-        for (int64_t j = 0; j < n; j++) outs[j] = lanes[j] >= threshold ? xs[j] * scale : 0.0f;
+    for (int64_t at = i0, n; at < i1; at += n) {
+        n = next_lanes(key, at, i1, lanes);
+        for (int64_t j = 0; j < n; j++) out[at + j] = lanes[j] >= threshold ? x[at + j] * scale : 0.0f;
     }
 }
 
@@ -31,11 +28,9 @@ static inline uint16_t round_bf16(float f) {
 void dropout_bfloat16(const uint16_t *x, uint16_t *out, int64_t i0, int64_t i1, uint64_t key,
                       int32_t threshold, float scale) {
     int16_t lanes[LANE_BLOCK];
-    for (int64_t start = i0; start < i1; start += LANE_BLOCK) {
-        const int64_t n = i1 - start < LANE_BLOCK ? i1 - start : LANE_BLOCK;
-        fill_lanes(key, start, n, lanes);
-        const uint16_t *xs = x + start;
-        uint16_t *outs = out + start;
-        for (int64_t j = 0; j < n; j++) outs[j] = lanes[j] >= threshold ? round_bf16(widen(xs[j]) * scale) : 0;
+    for (int64_t at = i0, n; at < i1; at += n) {
+        n = next_lanes(key, at, i1, lanes);
+        for (int64_t j = 0; j < n; j++)
+            out[at + j] = lanes[j] >= threshold ? round_bf16(widen(x[at + j]) * scale) : 0;
     }
 }

@@ -29,3 +29,10 @@ static inline void fill_lanes(uint64_t key, int64_t i0, int64_t n, int16_t *lane
     memcpy(all, draws, (size_t)count * sizeof(uint64_t));
     memcpy(lanes, all + skip, (size_t)n * sizeof(int16_t));
 }
+
+/* The lanes of entries [start, min(end, start + LANE_BLOCK)); returns how many. */
+static inline int64_t next_lanes(uint64_t key, int64_t start, int64_t end, int16_t *lanes) {
+    const int64_t n = end - start < LANE_BLOCK ? end - start : LANE_BLOCK;
+    fill_lanes(key, start, n, lanes);
+    return n;
+}

@@ -42,9 +42,8 @@ void softmax_dropout_forward(const float *x, float *y, float *out, int64_t m0, i
                 total += e;
             }
             const float inv = 1.0f / total, kept = scale / total;
-            for (int64_t j0 = 0; j0 < limit; j0 += LANE_BLOCK) {
-                const int64_t n = limit - j0 < LANE_BLOCK ? limit - j0 : LANE_BLOCK;
-                fill_lanes(key, lane0 + j0, n, lanes);
+            for (int64_t j0 = 0, n; j0 < limit; j0 += n) {
+                n = next_lanes(key, lane0 + j0, lane0 + limit, lanes);
                 for (int64_t j = 0; j < n; j++) {
                     outr[j0 + j] = lanes[j] >= threshold ? yr[j0 + j] * kept : 0.0f;
                     yr[j0 + j] *= inv;
@@ -71,9 +70,8 @@ void softmax_dropout_backward(const float *g, const float *y, float *gx, int64_t
             const int64_t lane0 = base + b * matrix_stride + i * row_stride;
             const int64_t limit = row_limit(i, m, offset, causal);
             float dot = 0.0f;
-            for (int64_t j0 = 0; j0 < limit; j0 += LANE_BLOCK) {
-                const int64_t n = limit - j0 < LANE_BLOCK ? limit - j0 : LANE_BLOCK;
-                fill_lanes(key, lane0 + j0, n, lanes);
+            for (int64_t j0 = 0, n; j0 < limit; j0 += n) {
+                n = next_lanes(key, lane0 + j0, lane0 + limit, lanes);
                 for (int64_t j = 0; j < n; j++) {
                     const float d = lanes[j] >= threshold ? gr[j0 + j] * scale : 0.0f;
                     gxr[j0 + j] = d;
