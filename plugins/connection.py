@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
+from ablate import kernels
 from ablate.components import BuildContext, Connection, Dropout, Options, Stem, default
 
 __all__ = ["Residual", "HyperConnection", "ManifoldHyperConnection", "StreamStem", "sinkhorn_knopp"]
@@ -169,7 +170,15 @@ class HyperConnection(Connection):
 def sinkhorn_knopp(logits: Tensor, iters: int = 20) -> Tensor:
     """Doubly stochastic matrices from ``logits [..., s, s]``: ``M = exp(logits)``, then
     ``iters`` rounds of column normalisation followed by row normalisation, ``M ← T_r(T_c(M))``
-    (rows sum to 1 exactly, columns to within the convergence of the iteration)."""
+    (rows sum to 1 exactly, columns to within the convergence of the iteration). On CPU in
+    float32/float64 one fused kernel (:func:`ablate.kernels.sinkhorn`) computes the same."""
+    if kernels.sinkhorn_takes(logits):
+        return kernels.sinkhorn(logits, iters)
+    return sinkhorn_iterations(logits, iters)
+
+
+def sinkhorn_iterations(logits: Tensor, iters: int) -> Tensor:
+    """:func:`sinkhorn_knopp` in torch ops (GPU, other dtypes, no C compiler; tests' reference)."""
     m = torch.exp(logits - logits.amax(dim=(-2, -1), keepdim=True))  # scaling cancels below
     for _ in range(iters):
         m = m / m.sum(dim=-2, keepdim=True)  # columns

@@ -12,6 +12,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -237,3 +238,64 @@ def test_dropout_keeps_the_same_entries_fused_or_not(dtype, monkeypatch):
     unfused = components.dropout(x, 0.3)
     assert torch.equal(fused != 0, unfused != 0) and 0 < int((fused != 0).sum()) < x.numel()
     torch.testing.assert_close(fused, unfused, atol=0, rtol=1e-2)  # bfloat16: the scale's rounding
+
+
+# ---------------------------------------------------------------------------------------------
+# Sinkhorn-Knopp
+
+
+def sinkhorn_by_numpy(logits: np.ndarray, iters: int) -> np.ndarray:
+    """Sinkhorn-Knopp as its definition reads, one matrix at a time: exp, then ``iters`` rounds
+    of dividing each column by its sum and then each row by its sum."""
+    out = np.empty_like(logits)
+    for index in np.ndindex(logits.shape[:-2]):
+        m = np.exp(logits[index])
+        for _ in range(iters):
+            m = m / m.sum(axis=0, keepdims=True)
+            m = m / m.sum(axis=1, keepdims=True)
+        out[index] = m
+    return out
+
+
+@pytest.mark.parametrize("s", [1, 2, 4, 5])
+@pytest.mark.parametrize("count", [1, 16, 37])  # one, one full block of 16, a partial last block
+def test_sinkhorn_kernel_is_the_definition_in_float64(s, count):
+    torch.manual_seed(s * 100 + count)
+    logits = torch.randn(count, s, s, dtype=torch.float64) * 2
+    out = kernels.sinkhorn(logits, 7)
+    np.testing.assert_allclose(out.numpy(), sinkhorn_by_numpy(logits.numpy(), 7), rtol=1e-12, atol=0)
+
+
+def test_sinkhorn_kernel_gradient_is_the_finite_difference_one():
+    torch.manual_seed(3)
+    for s in (2, 4):
+        logits = torch.randn(19, s, s, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda t: kernels.sinkhorn(t, 5), (logits,))
+
+
+def test_sinkhorn_kernel_float32_follows_float64_forward_and_backward():
+    torch.manual_seed(4)
+    logits = torch.randn(3, 50, 4, 4, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(3, 50, 4, 4, dtype=torch.float64)
+    low = logits.detach().float().requires_grad_()
+    out, out_low = kernels.sinkhorn(logits, 20), kernels.sinkhorn(low, 20)
+    torch.testing.assert_close(out_low.double(), out, atol=1e-6, rtol=1e-5)
+    (grad,) = torch.autograd.grad((out * weights).sum(), logits)
+    (grad_low,) = torch.autograd.grad((out_low * weights.float()).sum(), low)
+    torch.testing.assert_close(grad_low.double(), grad, atol=1e-5, rtol=1e-4)
+
+
+def test_sinkhorn_kernel_splits_work_across_threads_and_reads_any_layout():
+    logits = torch.randn(3 * kernels._SINKHORN_GRAIN + 5, 4, 4)
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            results.append(kernels.sinkhorn(logits, 20))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(results[0], results[1])
+    transposed = logits.transpose(-1, -2)  # not contiguous
+    assert torch.equal(kernels.sinkhorn(transposed, 20), kernels.sinkhorn(transposed.contiguous(), 20))
+    assert kernels.sinkhorn_takes(logits) and not kernels.sinkhorn_takes(logits.bfloat16())

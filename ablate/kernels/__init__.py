@@ -6,11 +6,14 @@
 * ``softmax_dropout``: a causal mask, softmax and dropout over attention logits in one pass per
   row forward and one backward (softmax_dropout.c), where torch makes about eight passes over
   the ``[b, h, n, n]`` probabilities and over the masked upper triangle too.
+* ``sinkhorn``: Sinkhorn-Knopp normalisation of many small square matrices, one matrix at a time
+  in cache forward and backward (sinkhorn.c), where torch's form makes four passes over the whole
+  batch per iteration and autograd keeps every iterate.
 
-Both draw their dropout from counter-based lanes (lanes.h): an entry's draw is a function of a
-key and its index, which :func:`ablate.components.keep_lanes` computes with torch ops, so the
-fused and unfused forms keep exactly the same entries. Where no compiler is found the callers
-use the unfused form (one warning line); set ``ABLATE_FUSED_KERNELS=0`` to use it anyway. The
+The first two draw their dropout from counter-based lanes (lanes.h): an entry's draw is a
+function of a key and its index, which :func:`ablate.components.keep_lanes` computes with torch
+ops, so the fused and unfused forms keep exactly the same entries. Where no compiler is found
+the callers use the torch form (one warning line); set ``ABLATE_FUSED_KERNELS=0`` to use it anyway. The
 library is cached under ``kernels/`` of :func:`ablate.cache.cache_dir` (where parsed data sets
 are cached too), keyed by the sources, the compiler flags and the CPU's feature flags (it is
 built with ``-march=native``).
@@ -35,7 +38,7 @@ from torch import Tensor
 from ..cache import cache_dir
 
 HERE = Path(__file__).parent
-SOURCES = [HERE / "softmax_dropout.c", HERE / "dropout.c"]
+SOURCES = [HERE / "softmax_dropout.c", HERE / "dropout.c", HERE / "sinkhorn.c"]
 HEADERS = [HERE / "lanes.h"]
 # -ffast-math lets the compiler vectorise expf (glibc's vector maths) and the row sums.
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared"]
@@ -43,11 +46,14 @@ _PTR, _I64, _U64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64
 _F32, _I32 = ctypes.c_float, ctypes.c_int32
 _SOFTMAX_ARGS = [_PTR] * 3 + [_I64] * 5 + [ctypes.c_int, _U64, _I64, _I64, _I64, _I32, _F32]
 _DROPOUT_ARGS = [_PTR] * 2 + [_I64] * 2 + [_U64, _I32, _F32]
+_SINKHORN_C_TYPES = {torch.float32: "float", torch.float64: "double"}
 _SIGNATURES = {
     "softmax_dropout_forward": _SOFTMAX_ARGS,
     "softmax_dropout_backward": _SOFTMAX_ARGS,
     "dropout_float32": _DROPOUT_ARGS,
     "dropout_bfloat16": _DROPOUT_ARGS,
+    **{f"sinkhorn_forward_{c}": [_PTR] * 2 + [_I64] * 4 for c in _SINKHORN_C_TYPES.values()},
+    **{f"sinkhorn_backward_{c}": [_PTR] * 3 + [_I64] * 4 for c in _SINKHORN_C_TYPES.values()},
 }
 _DROPOUT_DTYPES = {torch.float32: "dropout_float32", torch.bfloat16: "dropout_bfloat16"}
 
@@ -67,7 +73,7 @@ def library() -> ctypes.CDLL | None:
         return None
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        warnings.warn("no C compiler found: dropout and attention use torch's unfused ops", stacklevel=2)
+        warnings.warn("no C compiler found: dropout, attention and Sinkhorn use torch's ops", stacklevel=2)
         return None
     source = b"".join(path.read_bytes() for path in SOURCES + HEADERS)
     key = hashlib.sha256(source + " ".join([compiler, *FLAGS, _cpu_flags()]).encode()).hexdigest()[:16]
@@ -83,8 +89,8 @@ def library() -> ctypes.CDLL | None:
             )
             if done.returncode != 0:
                 warnings.warn(
-                    f"compiling the fused kernels failed ({done.stderr.strip()[:200]}): dropout and "
-                    "attention use torch's unfused ops",
+                    f"compiling the fused kernels failed ({done.stderr.strip()[:200]}): dropout, "
+                    "attention and Sinkhorn use torch's ops",
                     stacklevel=2,
                 )
                 return None
@@ -192,3 +198,44 @@ def dropout(x: Tensor, key: int, threshold: int, scale: float) -> Tensor:
 def takes(x: Tensor) -> bool:
     """Whether :func:`dropout` has a kernel for ``x``: a CPU tensor of a dtype it has, library built."""
     return x.device.type == "cpu" and x.dtype in _DROPOUT_DTYPES and library() is not None
+
+
+# Matrices per thread below which splitting a Sinkhorn call costs more than it saves.
+_SINKHORN_GRAIN = 1 << 12
+
+
+class _Sinkhorn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits: Tensor, iters: int):
+        s = logits.shape[-1]
+        x = logits.contiguous()
+        out = torch.empty_like(x)
+        count = x.numel() // (s * s)
+        function = getattr(library(), f"sinkhorn_forward_{_SINKHORN_C_TYPES[x.dtype]}")
+        _run(function, [x.data_ptr(), out.data_ptr()], count, count // _SINKHORN_GRAIN + 1, [s, iters])
+        ctx.save_for_backward(x)
+        ctx.iters = iters
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (x,) = ctx.saved_tensors
+        s, grad = x.shape[-1], grad.contiguous()
+        grad_x = torch.empty_like(x)
+        count = x.numel() // (s * s)
+        function = getattr(library(), f"sinkhorn_backward_{_SINKHORN_C_TYPES[x.dtype]}")
+        pointers = [x.data_ptr(), grad.data_ptr(), grad_x.data_ptr()]
+        _run(function, pointers, count, count // _SINKHORN_GRAIN + 1, [s, ctx.iters])
+        return grad_x, None
+
+
+def sinkhorn(logits: Tensor, iters: int) -> Tensor:
+    """Sinkhorn-Knopp over the last two dims of ``logits [..., s, s]``: ``M = exp(logits)``, then
+    ``iters`` rounds of column then row normalisation; differentiable. For what
+    :func:`sinkhorn_takes`; call only where :func:`library` is not None."""
+    return _Sinkhorn.apply(logits, iters)
+
+
+def sinkhorn_takes(logits: Tensor) -> bool:
+    """Whether :func:`sinkhorn` has a kernel for ``logits``: CPU float32/float64, library built."""
+    return logits.device.type == "cpu" and logits.dtype in _SINKHORN_C_TYPES and library() is not None

@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from ablate import kernels
 from ablate.blocks import Backbone, Block, PostNorm, PreNorm, PreNormSkip, PreNormSkipSource
 from ablate.components import BuildContext, Stem
 from ablate.study import placement_problem
@@ -292,6 +293,17 @@ def test_hyper_block_at_init_is_a_prenorm_residual_block():
 # Sinkhorn-Knopp and mHC
 
 
+@pytest.fixture(params=["kernel", "torch"])
+def sinkhorn_form(request, monkeypatch):
+    """Each Sinkhorn test runs on the fused kernel (where built) and on the torch ops."""
+    if request.param == "kernel" and kernels.library() is None:
+        pytest.skip("no C compiler: the fused kernels are not built")
+    if request.param == "torch":
+        monkeypatch.setattr(kernels, "sinkhorn_takes", lambda logits: False)
+    return request.param
+
+
+@pytest.mark.usefixtures("sinkhorn_form")
 def test_sinkhorn_one_iteration_by_hand():
     # M = [[1, 2], [3, 4]]; columns: sums 4, 6 → [[1/4, 1/3], [3/4, 2/3]];
     # rows: sums 7/12, 17/12 → [[3/7, 4/7], [9/17, 8/17]].
@@ -300,6 +312,7 @@ def test_sinkhorn_one_iteration_by_hand():
     torch.testing.assert_close(sinkhorn_knopp(m.log(), iters=1), expected)
 
 
+@pytest.mark.usefixtures("sinkhorn_form")
 def test_sinkhorn_limit_by_hand():
     # A 2×2 doubly stochastic matrix is [[p, 1 − p], [1 − p, p]]; diagonal scaling keeps the
     # cross ratio m11·m22 / (m12·m21) = 4/6, so p² / (1 − p)² = 2/3 and p = √2 / (√2 + √3).
@@ -309,6 +322,7 @@ def test_sinkhorn_limit_by_hand():
     torch.testing.assert_close(sinkhorn_knopp(m.log(), iters=20), expected, atol=1e-6, rtol=0)
 
 
+@pytest.mark.usefixtures("sinkhorn_form")
 def test_sinkhorn_is_doubly_stochastic_batched():
     # t_max = 20 reaches 1e-3 for logits spread on the order of 1 (sharper ones need more).
     logits = torch.randn(7, 5, 4, 4, dtype=torch.float64)
