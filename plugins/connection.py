@@ -83,6 +83,9 @@ def join(
 
     ``streams: [b, n, s, d]``, ``pre, post: [b, n, s]``, ``res: [b, n, t, s]`` (t: new stream);
     any leading dims work, e.g. jagged ``[tokens, s, d]``."""
+    if kernels.takes_all(streams, pre, post, res):  # one pass per token (ablate.kernels)
+        y = dropout(branch(kernels.mix_in(streams, pre)))
+        return kernels.mix_out(streams, res, post, y.to(streams.dtype))
     y = dropout(branch(torch.einsum("...s,...sd->...d", pre, streams)))
     return torch.einsum("...ts,...sd->...td", res, streams) + post.unsqueeze(-1) * y.unsqueeze(-2)
 
@@ -172,7 +175,7 @@ def sinkhorn_knopp(logits: Tensor, iters: int = 20) -> Tensor:
     ``iters`` rounds of column normalisation followed by row normalisation, ``M ← T_r(T_c(M))``
     (rows sum to 1 exactly, columns to within the convergence of the iteration). On CPU in
     float32/float64 one fused kernel (:func:`ablate.kernels.sinkhorn`) computes the same."""
-    if kernels.sinkhorn_takes(logits):
+    if kernels.takes_all(logits):
         return kernels.sinkhorn(logits, iters)
     return sinkhorn_iterations(logits, iters)
 

@@ -222,8 +222,8 @@ def test_a_built_wheel_carries_the_kernel_source(tmp_path):
     )
     (wheel,) = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    sources = {"ablate/kernels/softmax_dropout.c", "ablate/kernels/dropout.c", "ablate/kernels/lanes.h"}
-    assert sources <= set(names)
+    sources = {f"ablate/kernels/{path.name}" for path in kernels.SOURCES + kernels.HEADERS}
+    assert len(sources) == 6 and sources <= set(names)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -298,4 +298,55 @@ def test_sinkhorn_kernel_splits_work_across_threads_and_reads_any_layout():
     assert torch.equal(results[0], results[1])
     transposed = logits.transpose(-1, -2)  # not contiguous
     assert torch.equal(kernels.sinkhorn(transposed, 20), kernels.sinkhorn(transposed.contiguous(), 20))
-    assert kernels.sinkhorn_takes(logits) and not kernels.sinkhorn_takes(logits.bfloat16())
+    assert kernels.takes_all(logits) and not kernels.takes_all(logits.bfloat16())
+    assert not kernels.takes_all(logits, logits.double())
+
+
+# ---------------------------------------------------------------------------------------------
+# Hyper-connection stream mixing
+
+
+def stream_inputs(tokens: int, s: int, d: int, dtype=torch.float64):
+    torch.manual_seed(tokens + s + d)
+    return [
+        torch.randn(*shape, dtype=dtype, requires_grad=True)
+        for shape in ((tokens, s, d), (tokens, s), (tokens, s, s), (tokens, s), (tokens, d))
+    ]  # x, pre, res, post, y
+
+
+@pytest.mark.parametrize("tokens,s,d", [(1, 1, 1), (7, 4, 50), (33, 3, 17)])
+def test_stream_mixing_is_its_definition_in_float64(tokens, s, d):
+    x, pre, res, post, y = stream_inputs(tokens, s, d)
+    xs, pres, ress, posts, ys = (t.detach().numpy() for t in (x, pre, res, post, y))
+    h = np.array([sum(pres[b, i] * xs[b, i] for i in range(s)) for b in range(tokens)])
+    out = np.array(
+        [
+            [sum(ress[b, t, i] * xs[b, i] for i in range(s)) + posts[b, t] * ys[b] for t in range(s)]
+            for b in range(tokens)
+        ]
+    )
+    np.testing.assert_allclose(kernels.mix_in(x, pre).detach().numpy(), h, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(kernels.mix_out(x, res, post, y).detach().numpy(), out, rtol=1e-12, atol=1e-12)
+
+
+def test_stream_mixing_gradients_are_the_finite_difference_ones():
+    x, pre, res, post, y = stream_inputs(5, 3, 4)
+    assert torch.autograd.gradcheck(kernels.mix_in, (x, pre))
+    assert torch.autograd.gradcheck(kernels.mix_out, (x, res, post, y))
+
+
+def test_stream_mixing_splits_work_across_threads_and_takes_leading_dims():
+    x, pre, res, post, y = (t.detach().float() for t in stream_inputs(3 * kernels._STREAMS_GRAIN + 3, 4, 8))
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            results.append((kernels.mix_in(x, pre), kernels.mix_out(x, res, post, y)))
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+    # [b, n, s, d] streams are the same tokens laid out in two leading dims.
+    split = [t.unflatten(0, (3, -1)) for t in (x, pre, res, post, y)]
+    assert torch.equal(kernels.mix_out(split[0], split[2], split[3], split[4]).flatten(0, 1), results[0][1])
+    assert torch.equal(kernels.mix_in(split[0], split[1]).flatten(0, 1), results[0][0])

@@ -9,6 +9,8 @@
 * ``sinkhorn``: Sinkhorn-Knopp normalisation of many small square matrices, one matrix at a time
   in cache forward and backward (sinkhorn.c), where torch's form makes four passes over the whole
   batch per iteration and autograd keeps every iterate.
+* ``mix_in``, ``mix_out``: hyper-connection stream mixing per token (streams.c), where torch
+  runs one tiny batched matrix product per token.
 
 The first two draw their dropout from counter-based lanes (lanes.h): an entry's draw is a
 function of a key and its index, which :func:`ablate.components.keep_lanes` computes with torch
@@ -38,7 +40,7 @@ from torch import Tensor
 from ..cache import cache_dir
 
 HERE = Path(__file__).parent
-SOURCES = [HERE / "softmax_dropout.c", HERE / "dropout.c", HERE / "sinkhorn.c"]
+SOURCES = [HERE / "softmax_dropout.c", HERE / "dropout.c", HERE / "sinkhorn.c", HERE / "streams.c"]
 HEADERS = [HERE / "lanes.h"]
 # -ffast-math lets the compiler vectorise expf (glibc's vector maths) and the row sums.
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared"]
@@ -46,14 +48,18 @@ _PTR, _I64, _U64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64
 _F32, _I32 = ctypes.c_float, ctypes.c_int32
 _SOFTMAX_ARGS = [_PTR] * 3 + [_I64] * 5 + [ctypes.c_int, _U64, _I64, _I64, _I64, _I32, _F32]
 _DROPOUT_ARGS = [_PTR] * 2 + [_I64] * 2 + [_U64, _I32, _F32]
-_SINKHORN_C_TYPES = {torch.float32: "float", torch.float64: "double"}
+_C_TYPES = {torch.float32: "float", torch.float64: "double"}  # kernels made for both
 _SIGNATURES = {
     "softmax_dropout_forward": _SOFTMAX_ARGS,
     "softmax_dropout_backward": _SOFTMAX_ARGS,
     "dropout_float32": _DROPOUT_ARGS,
     "dropout_bfloat16": _DROPOUT_ARGS,
-    **{f"sinkhorn_forward_{c}": [_PTR] * 2 + [_I64] * 4 for c in _SINKHORN_C_TYPES.values()},
-    **{f"sinkhorn_backward_{c}": [_PTR] * 3 + [_I64] * 4 for c in _SINKHORN_C_TYPES.values()},
+    **{f"sinkhorn_forward_{c}": [_PTR] * 2 + [_I64] * 4 for c in _C_TYPES.values()},
+    **{f"sinkhorn_backward_{c}": [_PTR] * 3 + [_I64] * 4 for c in _C_TYPES.values()},
+    **{f"mix_in_forward_{c}": [_PTR] * 3 + [_I64] * 4 for c in _C_TYPES.values()},
+    **{f"mix_in_backward_{c}": [_PTR] * 5 + [_I64] * 4 for c in _C_TYPES.values()},
+    **{f"mix_out_forward_{c}": [_PTR] * 5 + [_I64] * 4 for c in _C_TYPES.values()},
+    **{f"mix_out_backward_{c}": [_PTR] * 9 + [_I64] * 4 for c in _C_TYPES.values()},
 }
 _DROPOUT_DTYPES = {torch.float32: "dropout_float32", torch.bfloat16: "dropout_bfloat16"}
 
@@ -73,7 +79,7 @@ def library() -> ctypes.CDLL | None:
         return None
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        warnings.warn("no C compiler found: dropout, attention and Sinkhorn use torch's ops", stacklevel=2)
+        warnings.warn("no C compiler found: the fused kernels' callers use torch's ops", stacklevel=2)
         return None
     source = b"".join(path.read_bytes() for path in SOURCES + HEADERS)
     key = hashlib.sha256(source + " ".join([compiler, *FLAGS, _cpu_flags()]).encode()).hexdigest()[:16]
@@ -89,8 +95,8 @@ def library() -> ctypes.CDLL | None:
             )
             if done.returncode != 0:
                 warnings.warn(
-                    f"compiling the fused kernels failed ({done.stderr.strip()[:200]}): dropout, "
-                    "attention and Sinkhorn use torch's ops",
+                    f"compiling the fused kernels failed ({done.stderr.strip()[:200]}): their "
+                    "callers use torch's ops",
                     stacklevel=2,
                 )
                 return None
@@ -211,7 +217,7 @@ class _Sinkhorn(torch.autograd.Function):
         x = logits.contiguous()
         out = torch.empty_like(x)
         count = x.numel() // (s * s)
-        function = getattr(library(), f"sinkhorn_forward_{_SINKHORN_C_TYPES[x.dtype]}")
+        function = getattr(library(), f"sinkhorn_forward_{_C_TYPES[x.dtype]}")
         _run(function, [x.data_ptr(), out.data_ptr()], count, count // _SINKHORN_GRAIN + 1, [s, iters])
         ctx.save_for_backward(x)
         ctx.iters = iters
@@ -223,7 +229,7 @@ class _Sinkhorn(torch.autograd.Function):
         s, grad = x.shape[-1], grad.contiguous()
         grad_x = torch.empty_like(x)
         count = x.numel() // (s * s)
-        function = getattr(library(), f"sinkhorn_backward_{_SINKHORN_C_TYPES[x.dtype]}")
+        function = getattr(library(), f"sinkhorn_backward_{_C_TYPES[x.dtype]}")
         pointers = [x.data_ptr(), grad.data_ptr(), grad_x.data_ptr()]
         _run(function, pointers, count, count // _SINKHORN_GRAIN + 1, [s, ctx.iters])
         return grad_x, None
@@ -231,11 +237,77 @@ class _Sinkhorn(torch.autograd.Function):
 
 def sinkhorn(logits: Tensor, iters: int) -> Tensor:
     """Sinkhorn-Knopp over the last two dims of ``logits [..., s, s]``: ``M = exp(logits)``, then
-    ``iters`` rounds of column then row normalisation; differentiable. For what
-    :func:`sinkhorn_takes`; call only where :func:`library` is not None."""
+    ``iters`` rounds of column then row normalisation; differentiable. Call only where
+    :func:`takes_all` holds."""
     return _Sinkhorn.apply(logits, iters)
 
 
-def sinkhorn_takes(logits: Tensor) -> bool:
-    """Whether :func:`sinkhorn` has a kernel for ``logits``: CPU float32/float64, library built."""
-    return logits.device.type == "cpu" and logits.dtype in _SINKHORN_C_TYPES and library() is not None
+def takes_all(*tensors: Tensor) -> bool:
+    """Whether :func:`sinkhorn`, :func:`mix_in` and :func:`mix_out` have a kernel for these
+    tensors: all on the CPU, all float32 or all float64, and the library built."""
+    dtypes = {t.dtype for t in tensors}
+    return (
+        all(t.device.type == "cpu" for t in tensors)
+        and len(dtypes) == 1
+        and dtypes <= _C_TYPES.keys()
+        and library() is not None
+    )
+
+
+# Tokens per thread below which splitting a stream-mixing call costs more than it saves.
+_STREAMS_GRAIN = 1 << 10
+
+
+def _streams(name: str, dtype: torch.dtype, tensors: list[Tensor], s: int, d: int) -> None:
+    """Run ``mix_*`` kernel ``name`` over the tokens of ``tensors`` (inputs then outputs, all
+    contiguous, tokens leading)."""
+    function = getattr(library(), f"{name}_{_C_TYPES[dtype]}")
+    count = tensors[0].numel() // (s * d)
+    _run(function, [t.data_ptr() for t in tensors], count, count // _STREAMS_GRAIN + 1, [s, d])
+
+
+class _MixIn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, pre: Tensor):
+        x, pre = x.contiguous(), pre.contiguous()
+        h = x.new_empty(x.shape[:-2] + x.shape[-1:])
+        _streams("mix_in_forward", x.dtype, [x, pre, h], *x.shape[-2:])
+        ctx.save_for_backward(x, pre)
+        return h
+
+    @staticmethod
+    def backward(ctx, grad_h: Tensor):
+        x, pre = ctx.saved_tensors
+        grad_x, grad_pre = torch.empty_like(x), torch.empty_like(pre)
+        _streams("mix_in_backward", x.dtype, [x, pre, grad_h.contiguous(), grad_x, grad_pre], *x.shape[-2:])
+        return grad_x, grad_pre
+
+
+class _MixOut(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, res: Tensor, post: Tensor, y: Tensor):
+        x, res, post, y = (t.contiguous() for t in (x, res, post, y))
+        out = torch.empty_like(x)
+        _streams("mix_out_forward", x.dtype, [x, res, post, y, out], *x.shape[-2:])
+        ctx.save_for_backward(x, res, post, y)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, res, post, y = ctx.saved_tensors
+        grads = [torch.empty_like(t) for t in (x, res, post, y)]
+        _streams("mix_out_backward", x.dtype, [x, res, post, y, grad.contiguous(), *grads], *x.shape[-2:])
+        return tuple(grads)
+
+
+def mix_in(x: Tensor, pre: Tensor) -> Tensor:
+    """``h = Σ_s pre_s x_s`` per token for streams ``x [..., s, d]`` and ``pre [..., s]``
+    (``[..., d]``); differentiable. Call only where :func:`takes_all` holds."""
+    return _MixIn.apply(x, pre)
+
+
+def mix_out(x: Tensor, res: Tensor, post: Tensor, y: Tensor) -> Tensor:
+    """``out_t = Σ_s res_ts x_s + post_t y`` per token for streams ``x [..., s, d]``, ``res
+    [..., s, s]``, ``post [..., s]`` and ``y [..., d]``; differentiable. Call only where
+    :func:`takes_all` holds."""
+    return _MixOut.apply(x, res, post, y)

@@ -30,19 +30,20 @@
         }                                                                                           \
     }                                                                                               \
                                                                                                     \
-    /* the a-th column (columns) or row of every matrix of the block, divided by its sum */         \
+    /* each column (columns) or row of every matrix of the block, divided by its sum; entry      \
+       (c, a) of the block's matrices is at (c s + a) WIDTH, so a column's entries are s WIDTH      \
+       apart and a row's WIDTH apart */                                                             \
     static void normalise_##T(T *m, int64_t s, int columns) {                                       \
+        const int64_t along = (columns ? s : 1) * WIDTH, across = (columns ? 1 : s) * WIDTH;        \
         for (int64_t a = 0; a < s; a++) {                                                           \
-            T inverse[WIDTH] = {0};                                                                 \
-            for (int64_t c = 0; c < s; c++) {                                                       \
-                const T *v = m + (columns ? c * s + a : a * s + c) * WIDTH;                         \
-                for (int64_t w = 0; w < WIDTH; w++) inverse[w] += v[w];                             \
-            }                                                                                       \
+            T *first = m + a * across;                                                              \
+            T inverse[WIDTH];                                                                       \
+            for (int64_t w = 0; w < WIDTH; w++) inverse[w] = first[w];                              \
+            for (int64_t c = 1; c < s; c++)                                                         \
+                for (int64_t w = 0; w < WIDTH; w++) inverse[w] += first[c * along + w];             \
             for (int64_t w = 0; w < WIDTH; w++) inverse[w] = 1 / inverse[w];                        \
-            for (int64_t c = 0; c < s; c++) {                                                       \
-                T *v = m + (columns ? c * s + a : a * s + c) * WIDTH;                               \
-                for (int64_t w = 0; w < WIDTH; w++) v[w] *= inverse[w];                             \
-            }                                                                                       \
+            for (int64_t c = 0; c < s; c++)                                                         \
+                for (int64_t w = 0; w < WIDTH; w++) first[c * along + w] *= inverse[w];             \
         }                                                                                           \
     }                                                                                               \
                                                                                                     \
@@ -99,10 +100,12 @@
             for (int64_t k = 2 * iters; k >= 1; k--) {                                              \
                 const T *after = work + k * stride, *before = work + (k - 1) * stride;              \
                 const int columns = k % 2;                                                          \
+                const int64_t along = (columns ? s : 1) * WIDTH, across = (columns ? 1 : s) * WIDTH; \
                 for (int64_t a = 0; a < s; a++) {                                                   \
+                    const int64_t first = a * across;                                               \
                     T dot[WIDTH] = {0}, inverse[WIDTH] = {0};                                       \
                     for (int64_t c = 0; c < s; c++) {                                               \
-                        const int64_t e = (columns ? c * s + a : a * s + c) * WIDTH;                \
+                        const int64_t e = first + c * along;                                        \
                         for (int64_t w = 0; w < WIDTH; w++) {                                       \
                             dot[w] += g[e + w] * after[e + w];                                      \
                             inverse[w] += before[e + w];                                            \
@@ -110,7 +113,7 @@
                     }                                                                               \
                     for (int64_t w = 0; w < WIDTH; w++) inverse[w] = 1 / inverse[w];                \
                     for (int64_t c = 0; c < s; c++) {                                               \
-                        const int64_t e = (columns ? c * s + a : a * s + c) * WIDTH;                \
+                        const int64_t e = first + c * along;                                        \
                         for (int64_t w = 0; w < WIDTH; w++)                                         \
                             g[e + w] = (g[e + w] - dot[w]) * inverse[w];                            \
                     }                                                                               \

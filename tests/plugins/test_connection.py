@@ -130,6 +130,7 @@ def hyper_reference(hc: HyperConnection, x: Tensor, f) -> Tensor:
     return out
 
 
+@pytest.mark.usefixtures("kernel_form")
 @pytest.mark.parametrize("dynamic", [True, False])
 def test_hyper_matches_reference(build, dynamic):
     hc = build(HyperConnection, D, streams=S, dynamic=dynamic)
@@ -294,16 +295,16 @@ def test_hyper_block_at_init_is_a_prenorm_residual_block():
 
 
 @pytest.fixture(params=["kernel", "torch"])
-def sinkhorn_form(request, monkeypatch):
-    """Each Sinkhorn test runs on the fused kernel (where built) and on the torch ops."""
+def kernel_form(request, monkeypatch):
+    """A test run on the fused kernels (Sinkhorn, stream mixing; where built) and on torch's ops."""
     if request.param == "kernel" and kernels.library() is None:
         pytest.skip("no C compiler: the fused kernels are not built")
     if request.param == "torch":
-        monkeypatch.setattr(kernels, "sinkhorn_takes", lambda logits: False)
+        monkeypatch.setattr(kernels, "takes_all", lambda *tensors: False)
     return request.param
 
 
-@pytest.mark.usefixtures("sinkhorn_form")
+@pytest.mark.usefixtures("kernel_form")
 def test_sinkhorn_one_iteration_by_hand():
     # M = [[1, 2], [3, 4]]; columns: sums 4, 6 → [[1/4, 1/3], [3/4, 2/3]];
     # rows: sums 7/12, 17/12 → [[3/7, 4/7], [9/17, 8/17]].
@@ -312,7 +313,7 @@ def test_sinkhorn_one_iteration_by_hand():
     torch.testing.assert_close(sinkhorn_knopp(m.log(), iters=1), expected)
 
 
-@pytest.mark.usefixtures("sinkhorn_form")
+@pytest.mark.usefixtures("kernel_form")
 def test_sinkhorn_limit_by_hand():
     # A 2×2 doubly stochastic matrix is [[p, 1 − p], [1 − p, p]]; diagonal scaling keeps the
     # cross ratio m11·m22 / (m12·m21) = 4/6, so p² / (1 − p)² = 2/3 and p = √2 / (√2 + √3).
@@ -322,7 +323,7 @@ def test_sinkhorn_limit_by_hand():
     torch.testing.assert_close(sinkhorn_knopp(m.log(), iters=20), expected, atol=1e-6, rtol=0)
 
 
-@pytest.mark.usefixtures("sinkhorn_form")
+@pytest.mark.usefixtures("kernel_form")
 def test_sinkhorn_is_doubly_stochastic_batched():
     # t_max = 20 reaches 1e-3 for logits spread on the order of 1 (sharper ones need more).
     logits = torch.randn(7, 5, 4, 4, dtype=torch.float64)
@@ -356,6 +357,7 @@ def mhc_reference(m: ManifoldHyperConnection, x: Tensor, f) -> Tensor:
     return out
 
 
+@pytest.mark.usefixtures("kernel_form")
 def test_mhc_matches_reference(build):
     m = build(ManifoldHyperConnection, D, streams=S)
     randomise(m)
