@@ -223,7 +223,7 @@ def test_a_built_wheel_carries_the_kernel_source(tmp_path):
     (wheel,) = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     sources = {f"ablate/kernels/{path.name}" for path in kernels.SOURCES + kernels.HEADERS}
-    assert len(sources) == 6 and sources <= set(names)
+    assert len(sources) == 5 and sources <= set(names)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
