@@ -223,7 +223,7 @@ def test_a_built_wheel_carries_the_kernel_source(tmp_path):
     (wheel,) = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     sources = {f"ablate/kernels/{path.name}" for path in kernels.SOURCES + kernels.HEADERS}
-    assert len(sources) == 5 and sources <= set(names)
+    assert len(sources) == 6 and sources <= set(names)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -350,3 +350,46 @@ def test_stream_mixing_splits_work_across_threads_and_takes_leading_dims():
     split = [t.unflatten(0, (3, -1)) for t in (x, pre, res, post, y)]
     assert torch.equal(kernels.mix_out(split[0], split[2], split[3], split[4]).flatten(0, 1), results[0][1])
     assert torch.equal(kernels.mix_in(split[0], split[1]).flatten(0, 1), results[0][0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Dot products with gathered table rows
+
+
+def test_gathered_dot_is_its_definition_in_float64_forward_and_backward():
+    torch.manual_seed(5)
+    t, m, d, k = 23, 9, 7, 6  # few rows: many repeats per row, whose gradients add up
+    h = torch.randn(t, d, dtype=torch.float64, requires_grad=True)
+    table = torch.randn(m, d, dtype=torch.float64, requires_grad=True)
+    index = torch.randint(0, m, (t, k))
+    weights = torch.randn(t, k, dtype=torch.float64)
+    out = kernels.gathered_dot(h, table, index)
+    hs, ts, ix, ws = h.detach().numpy(), table.detach().numpy(), index.numpy(), weights.numpy()
+    expected = np.array([[hs[r] @ ts[ix[r, j]] for j in range(k)] for r in range(t)])
+    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-12, atol=1e-12)
+    grad_h, grad_table = torch.autograd.grad((out * weights).sum(), [h, table])
+    expected_h = np.array([sum(ws[r, j] * ts[ix[r, j]] for j in range(k)) for r in range(t)])
+    expected_table = np.zeros((m, d))
+    for r in range(t):
+        for j in range(k):
+            expected_table[ix[r, j]] += ws[r, j] * hs[r]
+    np.testing.assert_allclose(grad_h.numpy(), expected_h, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(grad_table.numpy(), expected_table, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda a, b: kernels.gathered_dot(a, b, index), (h, table))
+
+
+def test_gathered_dot_is_the_same_on_any_number_of_threads():
+    torch.manual_seed(6)
+    t, m, d, k = 3 * kernels._GATHERED_GRAIN + 11, 2 * kernels._GATHERED_GRAIN + 5, 12, 9
+    h, table = torch.randn(t, d, requires_grad=True), torch.randn(m, d, requires_grad=True)
+    index, weights = torch.randint(0, m, (t, k)), torch.randn(t, k)
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            out = kernels.gathered_dot(h, table, index)
+            results.append((out, *torch.autograd.grad((out * weights).sum(), [h, table])))
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))

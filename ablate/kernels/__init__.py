@@ -11,6 +11,8 @@
   batch per iteration and autograd keeps every iterate.
 * ``mix_in``, ``mix_out``: hyper-connection stream mixing per token (streams.c), where torch
   runs one tiny batched matrix product per token.
+* ``gathered_dot``: each row's dot products with its own gathered table rows (gathered.c), where
+  torch materialises the ``[t, k, d]`` gathered vectors or scores the whole table.
 
 The first two draw their dropout from counter-based lanes (lanes.h): an entry's draw is a
 function of a key and its index, which :func:`ablate.components.keep_lanes` computes with torch
@@ -40,7 +42,7 @@ from torch import Tensor
 from ..cache import cache_dir
 
 HERE = Path(__file__).parent
-SOURCES = [HERE / "softmax_dropout.c", HERE / "dropout.c", HERE / "sinkhorn.c", HERE / "streams.c"]
+SOURCES = [HERE / f"{name}.c" for name in ("softmax_dropout", "dropout", "sinkhorn", "streams", "gathered")]
 HEADERS = [HERE / "lanes.h"]
 # -ffast-math lets the compiler vectorise expf (glibc's vector maths) and the row sums.
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared"]
@@ -60,6 +62,9 @@ _SIGNATURES = {
     **{f"mix_in_backward_{c}": [_PTR] * 5 + [_I64] * 4 for c in _C_TYPES.values()},
     **{f"mix_out_forward_{c}": [_PTR] * 5 + [_I64] * 4 for c in _C_TYPES.values()},
     **{f"mix_out_backward_{c}": [_PTR] * 9 + [_I64] * 4 for c in _C_TYPES.values()},
+    **{f"gathered_dot_forward_{c}": [_PTR] * 4 + [_I64] * 4 for c in _C_TYPES.values()},
+    **{f"gathered_dot_backward_h_{c}": [_PTR] * 4 + [_I64] * 4 for c in _C_TYPES.values()},
+    **{f"gathered_dot_backward_table_{c}": [_PTR] * 4 + [_I64] * 5 for c in _C_TYPES.values()},
 }
 _DROPOUT_DTYPES = {torch.float32: "dropout_float32", torch.bfloat16: "dropout_bfloat16"}
 
@@ -311,3 +316,44 @@ def mix_out(x: Tensor, res: Tensor, post: Tensor, y: Tensor) -> Tensor:
     [..., s, s]``, ``post [..., s]`` and ``y [..., d]``; differentiable. Call only where
     :func:`takes_all` holds."""
     return _MixOut.apply(x, res, post, y)
+
+
+# Positions (or table rows) per thread below which splitting a gathered-dot call costs more than
+# it saves.
+_GATHERED_GRAIN = 1 << 9
+
+
+class _GatheredDot(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h: Tensor, table: Tensor, index: Tensor):
+        h, table, index = h.contiguous(), table.contiguous(), index.contiguous()
+        (t, d), k = h.shape, index.shape[1]
+        out = h.new_empty(t, k)
+        function = getattr(library(), f"gathered_dot_forward_{_C_TYPES[h.dtype]}")
+        pointers = [h.data_ptr(), table.data_ptr(), index.data_ptr(), out.data_ptr()]
+        _run(function, pointers, t, t // _GATHERED_GRAIN + 1, [k, d])
+        ctx.save_for_backward(h, table, index)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        h, table, index = ctx.saved_tensors
+        (t, d), k, m = h.shape, index.shape[1], table.shape[0]
+        grad = grad.contiguous()
+        grad_h, grad_table = torch.empty_like(h), torch.empty_like(table)
+        c = _C_TYPES[h.dtype]
+        pointers = [grad.data_ptr(), table.data_ptr(), index.data_ptr(), grad_h.data_ptr()]
+        function = getattr(library(), f"gathered_dot_backward_h_{c}")
+        _run(function, pointers, t, t // _GATHERED_GRAIN + 1, [k, d])
+        pointers = [grad.data_ptr(), h.data_ptr(), index.data_ptr(), grad_table.data_ptr()]
+        function = getattr(library(), f"gathered_dot_backward_table_{c}")
+        _run(function, pointers, m, m // _GATHERED_GRAIN + 1, [t, k, d])
+        return grad_h, grad_table, None
+
+
+def gathered_dot(h: Tensor, table: Tensor, index: Tensor) -> Tensor:
+    """``out[t, j] = h[t] · table[index[t, j]]`` for ``h [t, d]``, ``table [m, d]`` and int64
+    ``index [t, k]`` (every entry in ``[0, m)``: not checked); differentiable in ``h`` and
+    ``table``, each table row's gradient summed in ``(t, j)`` order whatever the thread count.
+    Call only where :func:`takes_all` holds for ``h`` and ``table``."""
+    return _GatheredDot.apply(h, table, index)

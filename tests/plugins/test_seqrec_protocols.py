@@ -11,6 +11,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
+from ablate import kernels
 from ablate.build import build_backbone
 from ablate.study import load_study
 from ablate_plugins.seqrec import LossOptions, SampledSoftmax, SeqRecOptions, SeqRecTask, Softmax, synthetic
@@ -188,15 +189,19 @@ def test_sampled_softmax_matches_a_per_position_reference(shared, m):
     assert value.item() == pytest.approx(sum(terms) / t, rel=1e-5)
 
 
-def test_per_position_logits_dense_and_gathered_agree_with_gradients(monkeypatch):
-    """Both routes compute h_t · E[neg_tk]; the rule takes the matmul for small catalogues
-    and the gather for large ones (or when the [t, m] logits would be too big)."""
+def test_per_position_logits_routes_agree_with_gradients(monkeypatch):
+    """Every route computes h_t · E[neg_tk]: the fused kernel where it runs (CPU, float32/64, a
+    C compiler), else the matmul for small catalogues and the gather for large ones (or when the
+    [t, m] logits would be too big)."""
     torch.manual_seed(3)
     t, m, d, k = 30, 50, 8, 16
     negatives = torch.randint(1, m, (t, k))
     weights = torch.randn(t, k)
     grads = []
-    for route in (L.dense_logits, L.gathered_logits):
+    routes = [L.dense_logits, L.gathered_logits]
+    if kernels.library() is not None:
+        routes.append(kernels.gathered_dot)
+    for route in routes:
         h, table = (
             torch.randn(t, d, generator=torch.Generator().manual_seed(1)).requires_grad_(),
             torch.randn(m, d, generator=torch.Generator().manual_seed(2)).requires_grad_(),
@@ -205,17 +210,22 @@ def test_per_position_logits_dense_and_gathered_agree_with_gradients(monkeypatch
         torch.testing.assert_close(out, torch.stack([table[negatives[r]] @ h[r] for r in range(t)]))
         (out * weights).sum().backward()
         grads.append((h.grad, table.grad))
-    for a, b in zip(*grads, strict=False):
-        torch.testing.assert_close(a, b)
+    for other in grads[1:]:
+        for a, b in zip(grads[0], other, strict=True):
+            torch.testing.assert_close(a, b)
     called = []
     monkeypatch.setattr(L, "dense_logits", lambda *a: called.append("dense") or torch.zeros(t, k))
     monkeypatch.setattr(L, "gathered_logits", lambda *a: called.append("gather") or torch.zeros(t, k))
+    monkeypatch.setattr(kernels, "gathered_dot", lambda *a: called.append("kernel") or torch.zeros(t, k))
     h = torch.randn(t, d)
+    monkeypatch.setattr(kernels, "takes_all", lambda *tensors: True)
+    L.per_position_logits(h, torch.randn(m, d), negatives)
+    monkeypatch.setattr(kernels, "takes_all", lambda *tensors: False)
     L.per_position_logits(h, torch.randn(k * d, d), negatives)
     L.per_position_logits(h, torch.randn(k * d + 1, d), negatives)
     monkeypatch.setattr(L, "DENSE_LOGITS_LIMIT", t * m - 1)
     L.per_position_logits(h, torch.randn(m, d), negatives)
-    assert called == ["dense", "gather", "gather"]
+    assert called == ["kernel", "dense", "gather", "gather"]
 
 
 def test_accidental_hits_are_masked():
