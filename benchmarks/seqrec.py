@@ -188,10 +188,10 @@ KERNELS = ("ablate", "ablate, unfused", "torch")
 
 @contextmanager
 def cpu_kernels(kind: str):
-    """``ablate``: the package's CPU paths (the fused dropout and causal softmax-dropout kernels,
-    per-position negatives' logits from one matmul on small catalogues); ``ablate, unfused``: the
-    same draws through torch ops, as without a C compiler; ``torch``: torch's dropout and gathered
-    negatives."""
+    """``ablate``: the package's CPU paths (the fused C kernels: dropout, causal softmax-dropout,
+    per-position negatives' logits reading the table in place); ``ablate, unfused``: torch ops
+    where a kernel would run, as without a C compiler (the same dropout draws; negatives' logits
+    from one matmul on small catalogues); ``torch``: torch's dropout and gathered negatives."""
     saved = components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT, kernels.library
     components.FAST_CPU_DROPOUT = kind != "torch"
     losses.DENSE_LOGITS_LIMIT = saved[1] if kind != "torch" else 0
@@ -291,8 +291,9 @@ def table(rows: list[dict], timed: dict, epochs: int, max_steps: int, loads: tup
         f"{measured} of "
         f"training per row (Adam step included, evaluation excluded); tokens/s counts real target tokens; "
         f"padding = padded / real tokens; peak = resident-set growth; CPU kernels: `ablate` = the fused C "
-        f"kernels (dropout, causal softmax + dropout; counter-based draws) and per-position negatives' "
-        f"logits from one matmul, `ablate, unfused` = the same draws through torch ops (no C compiler), "
+        f"kernels (dropout, causal softmax + dropout, counter-based draws; per-position negatives' logits "
+        f"reading the table in place), `ablate, unfused` = torch ops in their place (no C compiler: the "
+        f"same draws, negatives' logits from one matmul), "
         f"`torch` = torch's dropout and gathered negatives (the code before 2026-11-22's session 5). "
         f"Load average (1 min) "
         f"{loads[0]:.1f} before, {loads[1]:.1f} after.{(' ' + note) if note else ''}",
