@@ -136,6 +136,14 @@ def _unsigned(key: int) -> int:
     return key & (2**64 - 1)
 
 
+def _typed(name: str, tensors: list[Tensor], count: int, grain: int, args: list) -> None:
+    """Run kernel ``name`` for the first tensor's dtype (``name_float``, ``name_double``) over
+    ``count`` items, one part per ``grain`` items at most; ``tensors`` contiguous, in the
+    kernel's argument order."""
+    function = getattr(library(), f"{name}_{_C_TYPES[tensors[0].dtype]}")
+    _run(function, [t.data_ptr() for t in tensors], count, count // grain + 1, args)
+
+
 class _SoftmaxDropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: Tensor, lanes: tuple, threshold: int, scale: float, offset: int, causal: bool):
@@ -218,12 +226,9 @@ _SINKHORN_GRAIN = 1 << 12
 class _Sinkhorn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: Tensor, iters: int):
-        s = logits.shape[-1]
         x = logits.contiguous()
-        out = torch.empty_like(x)
-        count = x.numel() // (s * s)
-        function = getattr(library(), f"sinkhorn_forward_{_C_TYPES[x.dtype]}")
-        _run(function, [x.data_ptr(), out.data_ptr()], count, count // _SINKHORN_GRAIN + 1, [s, iters])
+        out, s = torch.empty_like(x), x.shape[-1]
+        _typed("sinkhorn_forward", [x, out], x.numel() // (s * s), _SINKHORN_GRAIN, [s, iters])
         ctx.save_for_backward(x)
         ctx.iters = iters
         return out
@@ -231,12 +236,9 @@ class _Sinkhorn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         (x,) = ctx.saved_tensors
-        s, grad = x.shape[-1], grad.contiguous()
-        grad_x = torch.empty_like(x)
-        count = x.numel() // (s * s)
-        function = getattr(library(), f"sinkhorn_backward_{_C_TYPES[x.dtype]}")
-        pointers = [x.data_ptr(), grad.data_ptr(), grad_x.data_ptr()]
-        _run(function, pointers, count, count // _SINKHORN_GRAIN + 1, [s, ctx.iters])
+        grad_x, s = torch.empty_like(x), x.shape[-1]
+        tensors = [x, grad.contiguous(), grad_x]
+        _typed("sinkhorn_backward", tensors, x.numel() // (s * s), _SINKHORN_GRAIN, [s, ctx.iters])
         return grad_x, None
 
 
@@ -263,12 +265,10 @@ def takes_all(*tensors: Tensor) -> bool:
 _STREAMS_GRAIN = 1 << 10
 
 
-def _streams(name: str, dtype: torch.dtype, tensors: list[Tensor], s: int, d: int) -> None:
+def _streams(name: str, tensors: list[Tensor], s: int, d: int) -> None:
     """Run ``mix_*`` kernel ``name`` over the tokens of ``tensors`` (inputs then outputs, all
     contiguous, tokens leading)."""
-    function = getattr(library(), f"{name}_{_C_TYPES[dtype]}")
-    count = tensors[0].numel() // (s * d)
-    _run(function, [t.data_ptr() for t in tensors], count, count // _STREAMS_GRAIN + 1, [s, d])
+    _typed(name, tensors, tensors[0].numel() // (s * d), _STREAMS_GRAIN, [s, d])
 
 
 class _MixIn(torch.autograd.Function):
@@ -276,7 +276,7 @@ class _MixIn(torch.autograd.Function):
     def forward(ctx, x: Tensor, pre: Tensor):
         x, pre = x.contiguous(), pre.contiguous()
         h = x.new_empty(x.shape[:-2] + x.shape[-1:])
-        _streams("mix_in_forward", x.dtype, [x, pre, h], *x.shape[-2:])
+        _streams("mix_in_forward", [x, pre, h], *x.shape[-2:])
         ctx.save_for_backward(x, pre)
         return h
 
@@ -284,7 +284,7 @@ class _MixIn(torch.autograd.Function):
     def backward(ctx, grad_h: Tensor):
         x, pre = ctx.saved_tensors
         grad_x, grad_pre = torch.empty_like(x), torch.empty_like(pre)
-        _streams("mix_in_backward", x.dtype, [x, pre, grad_h.contiguous(), grad_x, grad_pre], *x.shape[-2:])
+        _streams("mix_in_backward", [x, pre, grad_h.contiguous(), grad_x, grad_pre], *x.shape[-2:])
         return grad_x, grad_pre
 
 
@@ -293,7 +293,7 @@ class _MixOut(torch.autograd.Function):
     def forward(ctx, x: Tensor, res: Tensor, post: Tensor, y: Tensor):
         x, res, post, y = (t.contiguous() for t in (x, res, post, y))
         out = torch.empty_like(x)
-        _streams("mix_out_forward", x.dtype, [x, res, post, y, out], *x.shape[-2:])
+        _streams("mix_out_forward", [x, res, post, y, out], *x.shape[-2:])
         ctx.save_for_backward(x, res, post, y)
         return out
 
@@ -301,7 +301,7 @@ class _MixOut(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         x, res, post, y = ctx.saved_tensors
         grads = [torch.empty_like(t) for t in (x, res, post, y)]
-        _streams("mix_out_backward", x.dtype, [x, res, post, y, grad.contiguous(), *grads], *x.shape[-2:])
+        _streams("mix_out_backward", [x, res, post, y, grad.contiguous(), *grads], *x.shape[-2:])
         return tuple(grads)
 
 
@@ -329,9 +329,7 @@ class _GatheredDot(torch.autograd.Function):
         h, table, index = h.contiguous(), table.contiguous(), index.contiguous()
         (t, d), k = h.shape, index.shape[1]
         out = h.new_empty(t, k)
-        function = getattr(library(), f"gathered_dot_forward_{_C_TYPES[h.dtype]}")
-        pointers = [h.data_ptr(), table.data_ptr(), index.data_ptr(), out.data_ptr()]
-        _run(function, pointers, t, t // _GATHERED_GRAIN + 1, [k, d])
+        _typed("gathered_dot_forward", [h, table, index, out], t, _GATHERED_GRAIN, [k, d])
         ctx.save_for_backward(h, table, index)
         return out
 
@@ -341,13 +339,9 @@ class _GatheredDot(torch.autograd.Function):
         (t, d), k, m = h.shape, index.shape[1], table.shape[0]
         grad = grad.contiguous()
         grad_h, grad_table = torch.empty_like(h), torch.empty_like(table)
-        c = _C_TYPES[h.dtype]
-        pointers = [grad.data_ptr(), table.data_ptr(), index.data_ptr(), grad_h.data_ptr()]
-        function = getattr(library(), f"gathered_dot_backward_h_{c}")
-        _run(function, pointers, t, t // _GATHERED_GRAIN + 1, [k, d])
-        pointers = [grad.data_ptr(), h.data_ptr(), index.data_ptr(), grad_table.data_ptr()]
-        function = getattr(library(), f"gathered_dot_backward_table_{c}")
-        _run(function, pointers, m, m // _GATHERED_GRAIN + 1, [t, k, d])
+        # The first tensor's dtype picks the kernel (float or double): grad, not the int64 index.
+        _typed("gathered_dot_backward_h", [grad, table, index, grad_h], t, _GATHERED_GRAIN, [k, d])
+        _typed("gathered_dot_backward_table", [grad, h, index, grad_table], m, _GATHERED_GRAIN, [t, k, d])
         return grad_h, grad_table, None
 
 
