@@ -39,8 +39,17 @@ def observe(item: int) -> tuple:
 
 
 def test_items_are_worked_in_single_threaded_streams_and_come_back_in_order(two_threads):
+    # Items 0 and 1 wait for each other, so both streams must be working at once; without it a
+    # loaded machine may let one stream drain the queue before the other starts (seen in CI).
+    both = threading.Barrier(2, timeout=30)
+
+    def meet_then_observe(item: int) -> tuple:
+        if item < 2:
+            both.wait()
+        return observe(item)
+
     with torch.no_grad():
-        seen = list(cpu_streams(observe, range(12), torch.device("cpu")))
+        seen = list(cpu_streams(meet_then_observe, range(12), torch.device("cpu")))
     assert [s[0] for s in seen] == list(range(12))
     assert {s[1] for s in seen} == {"ablate-stream_0", "ablate-stream_1"}
     assert {s[2] for s in seen} == {1}
