@@ -2,11 +2,14 @@
 run's first data load): each variant's size with the task's embedding and head and the data's
 tokens per row (:func:`ablate.sizes.trained_sizes`), and one forward pass of a small batch through
 each variant small enough to build on the CPU — a shape that only a forward pass meets (``rope``
-needs an even head width, which the attention kind sets) fails here, not in every trial.
+needs an even head width, which the attention kind sets) fails here, not in every trial; and
+each ``train.param_groups`` pattern against the variants' parameter names (a pattern no variant
+has a parameter for is most likely a typo, which would otherwise train silently without it).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,7 +19,7 @@ import torch
 from . import jagged
 from .build import build_backbone
 from .sizes import Size, trained_sizes
-from .study import Study
+from .study import BASE, Study
 
 # A model this small is built for real and takes one forward pass before training (≈ 0.1 s).
 FORWARD_PARAMETERS = 20_000_000
@@ -33,7 +36,36 @@ def preflight(study: Study, data: Any) -> dict[str, Size]:
             if problem is not None:
                 where, key = study.locate(name)
                 raise where.error(key, f"a training step fails: {problem}")
+    check_param_groups(study, data)
     return sizes
+
+
+def check_param_groups(study: Study, data: Any) -> None:
+    """Raise :class:`~ablate.errors.StudyError` at ``train.param_groups[i].params`` when that
+    pattern matches no parameter of any variant (each variant built on the meta device: no
+    memory, no compute). A pattern that matches in some variants only is fine: the others train
+    as if the entry were absent (:func:`ablate.schedules.parameter_groups`)."""
+    groups = study.spec.train.param_groups
+    if not groups:
+        return
+    names: set[str] = set()
+    for variant in study.variants.values():
+        try:
+            with torch.device("meta"):
+                ctx = study.build_context(variant, study.task.max_len(data))
+                model = study.task.build_model(build_backbone(variant, ctx), ctx, data)
+        except Exception:  # noqa: BLE001 - a model that cannot be built on meta: no verdict
+            return
+        names |= {parameter for parameter, _ in model.named_parameters()}
+    for i, group in enumerate(groups):
+        if not any(re.search(group.params, parameter) for parameter in names):
+            example = min(names, key=len, default="")
+            where, _ = study.locate(BASE)
+            raise where.error(
+                ("train", "param_groups", i, "params"),
+                f"'{group.params}' matches no parameter of any variant (a regular expression "
+                f"searched in dotted names such as '{example}')",
+            )
 
 
 def first_forward_problem(study: Study, name: str, data: Any) -> str | None:

@@ -36,7 +36,8 @@ def parameter_groups(
     pattern it matches (``re.search`` on its dotted name, e.g. ``backbone.blocks.0.attention.
     topology.col_head``), with that group's ``lr`` / ``weight_decay`` where given; the rest form
     the first group, at ``lr`` and ``weight_decay``. Groups that match nothing in this model are
-    left out (a variant without the matched component trains as if the entry were absent)."""
+    left out (a variant without the matched component trains as if the entry were absent); one
+    that matches nothing in any variant is refused before training (:mod:`ablate.preflight`)."""
     patterns = [re.compile(g.params) for g in groups]
     members: list[list[nn.Parameter]] = [[] for _ in groups]
     rest: list[nn.Parameter] = []

@@ -313,6 +313,13 @@ CASES = [
         patch={"metrics": {"secondary": []}},
     ),
     patched("unknown-report", "alfa:", "report.alfa: unknown key", patch={"report": {"alfa": 0.1}}),
+    patched(
+        "param-group-matches-nothing",
+        "params: tpology",
+        "train.param_groups.0.params",
+        "matches no parameter of any variant",
+        patch={"train": {"param_groups": [{"params": "tpology", "lr": 0.01}]}},
+    ),
     patched("unknown-search", "trails:", "search.trails: unknown key", patch={"search": {"trails": 3}}),
     patched(
         "unknown-variant-key",
