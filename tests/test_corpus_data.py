@@ -185,6 +185,16 @@ CASES = [
         },
         ("d.txt:1:", "remap: false keeps item ids as indices"),
     ),
+    Case(
+        "seqrec-sampled-protocol-user-rated-every-item",
+        {
+            "study.yaml": study_text(
+                replace={"task.data": {"format": "user_item", "path": "d.txt"}, "task.protocol": "sampled"}
+            ),
+            "d.txt": lines(*(f"u1 {i}" for i in "abcd"), "u2 a", "u2 b", "u2 c", "u3 b", "u3 c", "u3 d"),
+        },
+        ("d.txt", "user u1 rated every one of the 4 items", "task.protocol: full"),
+    ),
     # -- seqrec: data options -------------------------------------------------------------------
     Case(
         "seqrec-unknown-encoding",

@@ -80,6 +80,22 @@ class SeqRecTask(Task):
             raise DataError(
                 f"{loaded.source}: next-item prediction needs at least 2 items; found {loaded.num_items}"
             )
+        if self.options.protocol == "sampled":
+            rated_all = next(
+                (
+                    u
+                    for u, s in enumerate(loaded.sequences)
+                    if len(s) >= loaded.num_items and len(np.unique(s)) >= loaded.num_items
+                ),
+                None,
+            )
+            if rated_all is not None:
+                user = loaded.user_ids[rated_all] if loaded.user_ids is not None else loaded.users[rated_all]
+                raise DataError(
+                    f"{loaded.source}: user {user} rated every one of the {loaded.num_items} items, so "
+                    "the sampled protocol has no negatives to draw for them; use task.protocol: full, "
+                    "or leave such users out of the file"
+                )
         return loaded
 
     def artifacts(self, data: Interactions) -> dict[str, bytes]:
