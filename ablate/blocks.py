@@ -217,8 +217,9 @@ class Backbone(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, tokens: TokenContext, last_only: bool = False) -> Tensor:
-        """``[b, n, d]``, or with ``last_only`` ``[b, d]`` at each row's last real token (causal
-        right-padded rows: next-item ranking), the final block computing only those."""
+        """``[b, n, d]``, or with ``last_only`` ``[b, d]`` at each row's last real token (right-
+        padded rows: next-item ranking, a readout token placed last), the final block computing
+        only those."""
         for channel in self.bias:
             x = channel.embed(x, tokens)
         # The caller's context stays untouched: bias channels fill in a per-forward copy.

@@ -326,9 +326,9 @@ class Attention(Component):
         raise NotImplementedError
 
     def last_query(self, x: Tensor, tokens: TokenContext) -> Tensor:
-        """``[b, d]``: the output at each row's last real token only (causal right-padded rows;
-        what next-item ranking needs from the final block). A kind may compute just that query;
-        this default computes every query and keeps the last."""
+        """``[b, d]``: the output at each row's last real token only (right-padded rows; what
+        next-item ranking needs from the final block, or a tabular readout token placed last).
+        A kind may compute just that query; this default computes every query and keeps the last."""
         return last_of_rows(self.forward(x, tokens), tokens.lengths)
 
 

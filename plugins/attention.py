@@ -147,8 +147,10 @@ class SoftmaxAttention(Attention):
 
             q_k = W_k,hᵀ q_h                  [b, h, d]   so  q_h · k_j = q_k · s_j + q_h · b_k,h
             p   = softmax(q_k sᵀ / √e + mask)  [b, h, n]   (q_h · b_k,h is the same for every j)
-            o_h = (p s) W_v,hᵀ + b_v,h         [b, h, e]   (p sums to 1)
+            o_h = (p̃ s) W_v,hᵀ + b_v,h         [b, h, e]   (p sums to 1)
 
+        ``p̃`` is ``p`` after the attention dropout in training; its rows no longer sum to 1, so
+        ``b_v,h`` is scaled by ``Σ_j p̃_j``, as in ``Σ_j p̃_j (W_v,h s_j + b_v,h)`` unfolded.
         ``s`` is the key / value source (``x`` unless given). Per row that is ``2·n·h·d`` work
         on all tokens instead of the ``n·2d·d`` of projecting every key and value."""
         if tokens.rotations:  # rotary channels rotate keys by position: keep the general path
@@ -167,10 +169,13 @@ class SoftmaxAttention(Attention):
         if tokens.logit_bias is not None:
             bias = tokens.logit_bias.to(logits.dtype)
             logits = logits + bias.expand(b, -1, -1, -1)[rows, :, lengths - 1]
-        context = torch.bmm(logits.softmax(-1), source)  # [b, h, d]
+        probs = components.dropout(logits.softmax(-1), self.dropout_p, self.training)  # [b, h, n]
+        context = torch.bmm(probs, source)  # [b, h, d]
         o = torch.einsum("bhd,hed->bhe", context, w_v)
         if self.qkv.bias is not None:
-            o = o + self.qkv.bias[2 * d :].view(h, e)
+            value_bias = self.qkv.bias[2 * d :].view(h, e)
+            dropped = self.training and self.dropout_p > 0.0
+            o = o + (probs.sum(-1, keepdim=True) * value_bias if dropped else value_bias)
         return self.out(o.reshape(b, h * e))
 
 

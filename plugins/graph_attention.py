@@ -28,6 +28,7 @@ from pydantic import Field
 from torch import Tensor, nn
 
 from ablate.components import Attention, BuildContext, Dropout, Options, TokenContext, default
+from ablate.jagged import last_of_rows
 from ablate_plugins.attention_parts import check_heads, merge_heads, split_heads
 
 __all__ = [
@@ -156,8 +157,10 @@ class EdgeWeights(nn.Module):
             nn.init.xavier_uniform_(m.weight, gain=1 / math.sqrt(2))
             nn.init.zeros_(m.bias)
 
-    def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:
-        f_head = split_heads(self.w_head(x), self.heads)  # [b, h, n, e]
+    def forward(self, x: Tensor, tokens: TokenContext, queries: Tensor | None = None) -> Tensor:
+        """``[b, h, n, n]``; with ``queries [b, q, d]`` (heads from those tokens, not rotated)
+        ``[b, h, q, n]``."""
+        f_head = split_heads(self.w_head(x if queries is None else queries), self.heads)  # [b, h, n|q, e]
         f_tail = split_heads(self.w_tail(x), self.heads)  # [b, h, n, e]
         f_head, f_tail = tokens.rotate(f_head, f_tail)
         e = f_head.shape[-1]
@@ -236,15 +239,34 @@ class FRGraphAttention(SetAttention):
             )
         return self.topology(tokens.positions, tokens.readout)
 
-    def graph(self, x: Tensor, tokens: TokenContext) -> Tensor:
-        """The FR-Graph ``G [b, h, n, n]`` (attention probabilities, before dropout)."""
+    def graph(self, x: Tensor, tokens: TokenContext, last_only: bool = False) -> Tensor:
+        """The FR-Graph ``G [b, h, n, n]`` (attention probabilities, before dropout); with
+        ``last_only`` its row at each row's last real token, ``[b, h, 1, n]``."""
         _refuse_causal("fr_graph", tokens)
-        weights = self.edges(x, tokens)
         adj = self.adjacency(tokens)
-        return _masked_softmax(weights + (1.0 - adj) * NO_EDGE_LOGIT, tokens)
+        if not last_only:
+            return _masked_softmax(self.edges(x, tokens) + (1.0 - adj) * NO_EDGE_LOGIT, tokens)
+        # The [b, h, n, n] terms are cheap at a tabular row's width: build them whole, keep one row.
+        rest = (1.0 - adj) * NO_EDGE_LOGIT
+        if tokens.logit_bias is not None:
+            rest = rest + tokens.logit_bias.to(rest.dtype)
+        rest = last_of_rows(rest.masked_fill(~tokens.key_mask(), float("-inf")).transpose(1, 2), tokens.lengths)
+        queries = last_of_rows(x, tokens.lengths)[:, None]  # [b, 1, d]
+        return (self.edges(x, tokens, queries) + rest[:, :, None]).softmax(dim=-1)
 
     def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:
-        g = self.dropout(self.graph(x, tokens))
+        return self._attend(x, tokens, last_only=False)
+
+    def last_query(self, x: Tensor, tokens: TokenContext) -> Tensor:
+        """``[b, d]``: the output at each row's last real token only (a readout token placed
+        last; T2G-Former's final layer runs its [CLS] query alone). Keys, values and topology as
+        in :meth:`forward`; the edge weights, graph row and output projection of one query."""
+        if tokens.rotations:  # rotary channels rotate heads and tails by position: general path
+            return super().last_query(x, tokens)
+        return self._attend(x, tokens, last_only=True)[:, 0]
+
+    def _attend(self, x: Tensor, tokens: TokenContext, last_only: bool) -> Tensor:
+        g = self.dropout(self.graph(x, tokens, last_only))  # [b, h, n|1, n]
         v = split_heads(self.value(x), self.heads)  # [b, h, n, e]
         return self.out(merge_heads(g @ v))
 

@@ -121,6 +121,39 @@ def test_last_query_folds_key_and_value_projections(build, make_tokens, heads, b
     torch.testing.assert_close(got, reference(attn, x, tokens, source)[rows, last])
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_last_query_drops_out_probabilities_in_training(build, make_tokens, monkeypatch, bias):
+    """In training the one query's probabilities take the attention dropout, and the folded value
+    bias is weighted by what the dropped row sums to: ``Σ_j p̃_j (W_v x_j + b_v)``, written out
+    here per key (non-causal rows: a readout token placed last sees every real key)."""
+    import ablate.components
+
+    p, heads = 0.3, 2
+    kept = torch.tensor([[1.0, 0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+
+    def dropout(x: Tensor, rate: float, training: bool = True) -> Tensor:  # [b, h, n]: a fixed mask
+        assert rate == p and training
+        return x * kept[:, None, :] / (1 - p)
+
+    monkeypatch.setattr(ablate.components, "dropout", dropout)
+    attn = build(SoftmaxAttention, D, heads=heads, bias=bias, dropout=p).train()
+    tokens = make_tokens(LENGTHS, N, causal=False)
+    x = torch.randn(2, N, D, dtype=torch.float64)
+    b, d, e = 2, D, D // heads
+    rows, last = torch.arange(b), tokens.lengths - 1
+    w, bias_qkv = attn.qkv.weight, attn.qkv.bias if bias else torch.zeros(3 * D, dtype=torch.float64)
+    q = (x[rows, last] @ w[:d].T + bias_qkv[:d]).view(b, heads, e)
+    k = (x @ w[d : 2 * d].T + bias_qkv[d : 2 * d]).view(b, N, heads, e)
+    v = (x @ w[2 * d :].T + bias_qkv[2 * d :]).view(b, N, heads, e)
+    logits = torch.einsum("bhe,bjhe->bhj", q, k) / math.sqrt(e)
+    probs = logits.masked_fill(~tokens.valid[:, None, :], float("-inf")).softmax(-1)
+    dropped = probs * kept[:, None, :] / (1 - p)
+    o = torch.einsum("bhj,bjhe->bhe", dropped, v).reshape(b, d)
+    expected = o @ attn.out.weight.T + (attn.out.bias if bias else 0.0)
+    torch.testing.assert_close(attn.last_query(x, tokens), expected)
+    assert not torch.allclose(expected, reference(attn, x, tokens)[rows, last])
+
+
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("bias_shape", [(2, 1, N, N), (1, 2, N, N)])
 def test_logit_bias_is_added_to_logits(build, make_tokens, causal, bias_shape):

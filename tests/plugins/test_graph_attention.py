@@ -132,8 +132,11 @@ def adjacency_loops(col_head, col_tail, bias, slots, readout) -> Tensor:
     return A
 
 
-def fr_reference(attn: FRGraphAttention, x: Tensor, tokens: TokenContext) -> tuple[Tensor, Tensor]:
-    """``(out, G)``: ``G = softmax(f_h diag(r) f_tᵀ/√e + (1 − A)(−1e4))``, ``out = W_o(G · x W_v)``."""
+def fr_reference(
+    attn: FRGraphAttention, x: Tensor, tokens: TokenContext, dropped: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """``(out, G)``: ``G = softmax(f_h diag(r) f_tᵀ/√e + (1 − A)(−1e4) + B)``, ``out = W_o(G̃ · x W_v)``
+    with ``G̃ = G ⊙ dropped`` (``dropped``: the dropout's kept-and-scaled factors, or none)."""
     b, n, d = x.shape
     h = attn.heads
     e = d // h
@@ -144,8 +147,9 @@ def fr_reference(attn: FRGraphAttention, x: Tensor, tokens: TokenContext) -> tup
         fv = linear(attn.value, x).reshape(b, n, h, e)
         weights = torch.einsum("bihe,he,bjhe->bhij", fh, attn.edges.rel, ft) / math.sqrt(e)
         A = adjacency_loops(topo.col_head, topo.col_tail, topo.bias, tokens.positions, tokens.readout)
-        G = masked_softmax(weights + (1 - A) * NO_EDGE_LOGIT, tokens.valid)
-        o = torch.einsum("bhij,bjhe->bihe", G, fv).reshape(b, n, d)
+        bias = 0.0 if tokens.logit_bias is None else tokens.logit_bias
+        G = masked_softmax(weights + (1 - A) * NO_EDGE_LOGIT + bias, tokens.valid)
+        o = torch.einsum("bhij,bjhe->bihe", G if dropped is None else G * dropped, fv).reshape(b, n, d)
         return linear(attn.out, o), G
 
 
@@ -176,6 +180,63 @@ def test_fr_matches_reference(build_set, heads, sym_weight, sym_topology, with_r
     assert y.shape == (2, N, D)
     torch.testing.assert_close(y[tokens.valid], out[tokens.valid])
     torch.testing.assert_close(attn.graph(x, tokens), G)
+
+
+def last_readout(lengths: list[int], n: int) -> Tensor:
+    """Each row's last real token is the readout (the tabular task's layout)."""
+    r = torch.zeros(len(lengths), n, dtype=torch.bool)
+    r[torch.arange(len(lengths)), torch.tensor(lengths) - 1] = True
+    return r
+
+
+def key_pattern_dropout(p: float):
+    """A stand-in for ``ablate.components.dropout`` on ``[b, h, q, n]`` probabilities whose kept
+    entries depend on (row, head, key) only, so every query row of a head drops the same keys:
+    ``(function, factors [b, h, 1, n])``."""
+
+    def factors(b: int, h: int, n: int) -> Tensor:
+        pattern = (torch.arange(b)[:, None, None, None] + 2 * torch.arange(h)[None, :, None, None]
+                   + torch.arange(n)[None, None, None, :]) % 3 != 0
+        return pattern.to(F64) / (1 - p)
+
+    def dropout(x: Tensor, rate: float, training: bool = True) -> Tensor:
+        assert rate == p and training
+        return x * factors(x.shape[0], x.shape[1], x.shape[-1])
+
+    return dropout, factors
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("sym_weight", [True, False])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_fr_last_query_is_the_reference_at_each_rows_last_token(build_set, heads, sym_weight, with_bias):
+    """The readout-only path of the final block (T2G-Former runs its last layer for [CLS]
+    alone): edge weights, graph row and output projection of one query per row."""
+    attn = build_set(FRGraphAttention, D, heads=heads, sym_weight=sym_weight)
+    tokens = set_tokens(LENGTHS, N, readout=last_readout(LENGTHS, N))
+    if with_bias:
+        tokens.logit_bias = torch.randn(2, heads, N, N, dtype=F64)
+    x = torch.randn(2, N, D, dtype=F64)
+    rows, last = torch.arange(2), tokens.lengths - 1
+    got = attn.last_query(x, tokens)
+    assert got.shape == (2, D)
+    torch.testing.assert_close(got, fr_reference(attn, x, tokens)[0][rows, last])
+    torch.testing.assert_close(attn.graph(x, tokens, last_only=True)[:, :, 0], fr_reference(attn, x, tokens)[1][rows, :, last])
+
+
+def test_fr_last_query_drops_out_its_graph_row_in_training(build_set, monkeypatch):
+    import ablate.components
+
+    p = 0.4
+    dropout, factors = key_pattern_dropout(p)
+    monkeypatch.setattr(ablate.components, "dropout", dropout)
+    attn = build_set(FRGraphAttention, D, heads=2, dropout=p).train()
+    tokens = set_tokens(LENGTHS, N, readout=last_readout(LENGTHS, N))
+    x = torch.randn(2, N, D, dtype=F64)
+    rows, last = torch.arange(2), tokens.lengths - 1
+    expected = fr_reference(attn, x, tokens, dropped=factors(2, 2, N))[0][rows, last]
+    torch.testing.assert_close(attn.last_query(x, tokens), expected)
+    assert not torch.allclose(expected, fr_reference(attn, x, tokens)[0][rows, last])
 
 
 def test_fr_no_self_edges_and_no_edges_into_readout(build_set):

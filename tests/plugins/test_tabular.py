@@ -233,14 +233,14 @@ def test_feature_tokenizer_matches_the_formula():
     x = torch.randn(4, 3, dtype=torch.float64)
     c = torch.tensor([[0, 3], [1, 0], [1, 2], [0, 1]])
     out = tok(x, c)
-    assert out.shape == (4, 1 + 3 + 2, 5)
+    assert out.shape == (4, 3 + 2 + 1, 5)
     W, B, E = tok.weight.detach(), tok.bias.detach(), tok.categories.weight.detach()
     for r in range(4):
-        torch.testing.assert_close(out[r, 0], W[0])  # readout: weight row 0, no bias
         for j in range(3):
-            torch.testing.assert_close(out[r, 1 + j], x[r, j] * W[1 + j] + B[j])
-        torch.testing.assert_close(out[r, 4], E[int(c[r, 0])] + B[3])
-        torch.testing.assert_close(out[r, 5], E[2 + int(c[r, 1])] + B[4])  # offset = cardinality of feature 0
+            torch.testing.assert_close(out[r, j], x[r, j] * W[1 + j] + B[j])
+        torch.testing.assert_close(out[r, 3], E[int(c[r, 0])] + B[3])
+        torch.testing.assert_close(out[r, 4], E[2 + int(c[r, 1])] + B[4])  # offset = cardinality of feature 0
+        torch.testing.assert_close(out[r, 5], W[0])  # readout, last: weight row 0, no bias
 
 
 def test_predictions_and_metrics_match_sklearn():
@@ -334,6 +334,29 @@ def test_trains_end_to_end_and_beats_the_constant_predictor(tmp_path, task_type,
     else:
         majority = np.bincount(table.splits["train"].y).argmax()
         assert result.summary["test.accuracy"] > np.mean(test.y == majority) + 0.1
+
+
+@pytest.mark.parametrize("attention", [SOFTMAX, FR_GRAPH], ids=["softmax", "fr_graph"])
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_the_final_block_computes_the_readout_alone_and_agrees_with_the_full_forward(
+    tmp_path, attention, placement
+):
+    """The readout is the last token and the final block runs only it (FT-Transformer's and
+    T2G-Former's last layer, [CLS] query only): the head's input equals the readout token of
+    every block run in full."""
+    model_options = {"attention": attention, "blocks": 2, "norm": {"kind": "layernorm", "placement": placement}}
+    study = load_study(_write(tmp_path, model=model_options))
+    table = study.task.load()
+    variant = study.variants["base"]
+    ctx = study.build_context(variant, study.task.max_len(table))
+    model = study.task.build_model(build_backbone(variant, ctx), ctx, table).double().eval()
+    batch = collate(table.splits["train"], np.arange(32))
+    x = model.tokenizer(batch.numeric.double(), batch.categorical)
+    tokens = model.token_context(*x.shape[:2], x.device)
+    assert tokens.readout[:, -1].all() and tokens.readout.sum() == len(x)
+    assert tokens.positions[0].tolist() == [1, 2, 3, 4, 5, 0]  # the readout keeps column 0
+    full = model.backbone(x, tokens)  # [b, n, d]: every token through every block
+    torch.testing.assert_close(model(batch), model.head(full[:, -1]))
 
 
 def test_ordered_only_and_missing_feature_kinds_fail_validation_naming_tabular(tmp_path, cli):

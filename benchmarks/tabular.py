@@ -1,0 +1,123 @@
+"""Training-step time of the tabular task with the readout-only final block and without it.
+
+    python benchmarks/tabular.py [--steps 20] [--reps 3] [--threads 1] [--note "..."] [--no-write]
+
+The tabular model places its readout ([CLS]) token last and asks the backbone for that token
+alone (``last_only``), so the final block runs its attention query, join and FFN for one token
+per row, as FT-Transformer's and T2G-Former's code run their last layer for [CLS] only. The
+"full" form runs every token through every block and then reads the readout, which is what the
+model did before session 14. Both variants of ``studies/t2g_california.yaml`` (softmax and
+fr_graph, T2G-Former's published width) train ``--steps`` AdamW steps of batch 256 on the real
+California split per repetition, the two forms interleaved, ``--reps`` times; the median step
+and the ratio are reported. Compare the ratios within one run: absolute times drift.
+
+Results are printed and written to benchmarks/RESULTS.md (section "Tabular readout-only final block").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from datetime import date
+from pathlib import Path
+
+import torch
+from results_file import write_section  # benchmarks/ is on sys.path when run as a script
+
+from ablate.build import build_backbone
+from ablate.study import load_study
+from ablate_plugins.tabular.model import TabularModel
+
+REPO = Path(__file__).resolve().parents[1]
+STUDY = REPO / "studies" / "t2g_california.yaml"
+SECTION = "## Tabular readout-only final block"
+VARIANTS = ["base", "fr_graph"]
+
+
+def every_token_forward(model: TabularModel, batch) -> torch.Tensor:
+    """The head on the readout token of a backbone that runs every token through every block."""
+    x = model.tokenizer(batch.numeric, batch.categorical)
+    hidden = model.backbone(x, model.token_context(x.shape[0], x.shape[1], x.device))
+    return model.head(hidden[:, -1])
+
+
+FORMS = {"readout only": TabularModel.forward, "every token": every_token_forward}
+
+
+def step_time(study, data, variant: str, forward, steps: int) -> float:
+    """Mean seconds per training step over ``steps`` steps, after 3 warm-up steps."""
+    task, train = study.task, study.spec.train
+    spec = study.variants[variant]
+    ctx = study.build_context(spec, task.max_len(data))
+    torch.manual_seed(0)
+    model = task.build_model(build_backbone(spec, ctx), ctx, data)
+    model.forward = forward.__get__(model)  # this instance only
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
+    generator = torch.Generator().manual_seed(0)
+    done, start = 0, None
+    for batch in task.train_batches(data, train.batch_size, generator):
+        if done == 3:
+            start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        task.loss(model, batch, study.loss, generator).backward()
+        optimizer.step()
+        done += 1
+        if done == steps + 3:
+            break
+    return (time.perf_counter() - start) / steps
+
+
+def table(results: dict, steps: int, reps: int, loads: tuple, note: str) -> str:
+    out = [
+        SECTION,
+        "",
+        f"`python benchmarks/tabular.py --steps {steps} --reps {reps} --threads {torch.get_num_threads()}` — "
+        f"{date.today()}, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s) "
+        f"({platform.processor() or platform.machine()}); `studies/t2g_california.yaml` (d 272, 3 blocks, "
+        f"batch 256, real California split), mean step over {steps} steps after 3 warm-up steps, median "
+        f"of {reps} interleaved repetitions. Load average (1 min) {loads[0]:.1f} before, {loads[1]:.1f} "
+        f"after.{(' ' + note) if note else ''}",
+        "",
+        "| variant | step s, readout only | step s, every token | every / readout only | runs, readout only | runs, every token |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for variant, times in results.items():
+        fast, slow = (statistics.median(times[form]) for form in FORMS)
+        runs = {form: " ".join(f"{t:.3f}" for t in times[form]) for form in FORMS}
+        out.append(
+            f"| {variant} | {fast:.3f} | {slow:.3f} | {slow / fast:.2f}× "
+            f"| {runs['readout only']} | {runs['every token']} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--note", default="", help="what else was running, for the record")
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    before = os.getloadavg()[0]
+    study = load_study(STUDY)
+    data = study.task.load()
+    results = {variant: {form: [] for form in FORMS} for variant in VARIANTS}
+    for _ in range(args.reps):
+        for variant in VARIANTS:
+            for form, forward in FORMS.items():
+                results[variant][form].append(step_time(study, data, variant, forward, args.steps))
+                print(variant, form, f"{results[variant][form][-1]:.3f} s/step", flush=True)
+    section = table(results, args.steps, args.reps, (before, os.getloadavg()[0]), args.note)
+    print(section)
+    if not args.no_write:
+        write_section(SECTION, section)
+
+
+if __name__ == "__main__":
+    main()
