@@ -23,6 +23,7 @@ from ablate.jagged import last_of_rows
 from ablate_plugins.attention_parts import (
     INITIALISATIONS,
     NORMALISERS,
+    PROJECTION_INITIALISATIONS,
     QUERY_TIMES,
     RelativePositionTable,
     RelativeTimeTable,
@@ -39,6 +40,10 @@ class SoftmaxOptions(Options):
     # Dropout on the attention probabilities; None uses the model's dropout.
     dropout: float | None = Field(None, ge=0.0, lt=1.0)
     bias: bool = True  # biases in the QKV and output projections
+    # How the projections start: "torch" (nn.Linear's), or FT-Transformer's "kaiming" (nn.Linear's
+    # weights, zero biases) or "xavier" (query/key weights, and value weights with > 1 head,
+    # Xavier-uniform with gain 1/√2; zero biases).
+    init: Literal[tuple(PROJECTION_INITIALISATIONS)] = "torch"
 
 
 # Query chunks of causal attention on the CPU dropout path (benchmarks/RESULTS.md, session 11).
@@ -118,6 +123,8 @@ class SoftmaxAttention(Attention):
         self.dropout_p = ctx.dropout if options.dropout is None else options.dropout
         self.qkv = nn.Linear(d, 3 * d, bias=options.bias)
         self.out = nn.Linear(d, d, bias=options.bias)
+        w = self.qkv.weight.data
+        PROJECTION_INITIALISATIONS[options.init]([w[:d], w[d : 2 * d]], w[2 * d :], [self.qkv.bias, self.out.bias], h)
 
     takes_source = True
 
@@ -413,6 +420,10 @@ class TimeIntervalOptions(Options):
     # Dropout on the attention probabilities; None uses the model's dropout.
     dropout: float | None = Field(None, ge=0.0, lt=1.0)
     bias: bool = True  # biases in the QKV and output projections
+    # How the projections start: "torch" (nn.Linear's), or FT-Transformer's "kaiming" (nn.Linear's
+    # weights, zero biases) or "xavier" (query/key weights, and value weights with > 1 head,
+    # Xavier-uniform with gain 1/√2; zero biases).
+    init: Literal[tuple(PROJECTION_INITIALISATIONS)] = "torch"
 
 
 class TimeIntervalAttention(Attention):

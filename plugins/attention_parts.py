@@ -22,6 +22,7 @@ __all__ = [
     "true_lengths",
     "NORMALISERS",
     "INITIALISATIONS",
+    "PROJECTION_INITIALISATIONS",
     "RelativePositionTable",
     "time_buckets",
     "QUERY_TIMES",
@@ -104,6 +105,41 @@ def published_initialisation(inputs: list[nn.Linear], output: nn.Linear) -> None
 
 # The ``init`` option of the pointwise attentions → how their projections are initialised.
 INITIALISATIONS = {"torch": keep_torch_initialisation, "published": published_initialisation}
+
+
+# ----------------------------------------------------------------------------------------------
+# Softmax and FR-Graph attention: FT-Transformer's / T2G-Former's ``initialization``.
+
+
+def keep_linear_initialisation(query_key: list[Tensor], value: Tensor | None, biases: list, heads: int) -> None:
+    """``nn.Linear``'s own: weights and biases uniform in ±1/√fan_in; nothing to redo."""
+
+
+def kaiming_initialisation(query_key: list[Tensor], value: Tensor | None, biases: list, heads: int) -> None:
+    """FT-Transformer's and T2G-Former's ``"kaiming"``: ``nn.Linear``'s weights (Kaiming-uniform,
+    a = √5), every projection's bias zero."""
+    for bias in biases:
+        if bias is not None:
+            nn.init.zeros_(bias)
+
+
+def xavier_initialisation(query_key: list[Tensor], value: Tensor | None, biases: list, heads: int) -> None:
+    """FT-Transformer's and T2G-Former's ``"xavier"``: the query and key (head and tail) weights
+    Xavier-uniform with gain 1/√2, the value weight too when there is more than one head; every
+    projection's bias zero."""
+    for weight in query_key + ([value] if value is not None and heads > 1 else []):
+        nn.init.xavier_uniform_(weight, gain=2**-0.5)
+    kaiming_initialisation(query_key, value, biases, heads)
+
+
+# The ``init`` option of the softmax and fr_graph attentions → how their projections start, called
+# as ``(query_key weights, value weight, biases, heads)`` (each weight ``[d_out, d_in]``, a view of
+# a fused projection's rows where the kind fuses them).
+PROJECTION_INITIALISATIONS = {
+    "torch": keep_linear_initialisation,
+    "kaiming": kaiming_initialisation,
+    "xavier": xavier_initialisation,
+}
 
 
 # ----------------------------------------------------------------------------------------------

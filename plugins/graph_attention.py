@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from ablate.components import Attention, BuildContext, Dropout, Options, TokenContext, default
 from ablate.jagged import last_of_rows
-from ablate_plugins.attention_parts import check_heads, merge_heads, split_heads
+from ablate_plugins.attention_parts import PROJECTION_INITIALISATIONS, check_heads, merge_heads, split_heads
 
 __all__ = [
     "FRGraphAttention",
@@ -123,6 +123,10 @@ class FRGraphOptions(Options):
     sym_topology: bool = False
     # Share the head and tail projections (T2G-Former's default: symmetric edge weights).
     sym_weight: bool = True
+    # How the projections start: T2G-Former's "xavier" (head / tail weights, and value weights with
+    # > 1 head, Xavier-uniform with gain 1/√2) or "kaiming" (nn.Linear's weights), both with zero
+    # biases; or "torch" (nn.Linear's weights and biases). Its configs choose per data set.
+    init: Literal[tuple(PROJECTION_INITIALISATIONS)] = "xavier"
 
 
 class Topology(nn.Module):
@@ -147,15 +151,14 @@ class Topology(nn.Module):
 class EdgeWeights(nn.Module):
     """``Gw = f_head · diag(r) · f_tailᵀ / √e`` per head, ``f_head = x W_head``, ``f_tail = x W_tail``."""
 
-    def __init__(self, d: int, heads: int, symmetric: bool):
+    def __init__(self, d: int, heads: int, symmetric: bool, init: str = "xavier"):
         super().__init__()
         self.heads = heads
         self.w_head = nn.Linear(d, d)
         self.w_tail = self.w_head if symmetric else nn.Linear(d, d)
         self.rel = nn.Parameter(torch.ones(heads, d // heads))  # r: learnable diagonal relation
-        for m in {id(m): m for m in (self.w_head, self.w_tail)}.values():
-            nn.init.xavier_uniform_(m.weight, gain=1 / math.sqrt(2))
-            nn.init.zeros_(m.bias)
+        layers = list({id(m): m for m in (self.w_head, self.w_tail)}.values())
+        PROJECTION_INITIALISATIONS[init]([m.weight for m in layers], None, [m.bias for m in layers], heads)
 
     def forward(self, x: Tensor, tokens: TokenContext, queries: Tensor | None = None) -> Tensor:
         """``[b, h, n, n]``; with ``queries [b, q, d]`` (heads from those tokens, not rotated)
@@ -202,14 +205,11 @@ class FRGraphAttention(SetAttention):
     def __init__(self, options: FRGraphOptions, ctx: BuildContext):
         super().__init__(options, ctx)
         d, h = ctx.dim, options.heads
-        self.edges = EdgeWeights(d, h, options.sym_weight)
+        self.edges = EdgeWeights(d, h, options.sym_weight, options.init)
         self.topology = Topology(h, ctx.max_len, options.sym_topology, options.topology_lr_mult)
         self.value = nn.Linear(d, d)
         self.out = nn.Linear(d, d)
-        if h > 1:  # T2G-Former initialises W_v like the edge projections when heads > 1
-            nn.init.xavier_uniform_(self.value.weight, gain=1 / math.sqrt(2))
-        nn.init.zeros_(self.value.bias)
-        nn.init.zeros_(self.out.bias)
+        PROJECTION_INITIALISATIONS[options.init]([], self.value.weight, [self.value.bias, self.out.bias], h)
         self.topology.requires_grad_(not options.frozen_topology)
 
     def freeze_topology(self) -> None:

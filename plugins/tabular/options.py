@@ -141,6 +141,11 @@ class TabularOptions(TaskOptions):
     # Numeric feature scaling fitted on the training rows: quantile (sklearn QuantileTransformer with
     # normal output, as FT-Transformer / T2G-Former), standard (z-score) or none.
     scaling: Literal["quantile", "standard", "none"] = "quantile"
+    # FT-Transformer's / T2G-Former's preprocessing fits the quantile transform on training features
+    # jittered by N(0, σ_j²), σ_j = noise / max(std_j, noise) (seeded, 0): tied values, such as a
+    # whole-number feature's, then span their quantiles instead of sharing one. 0 fits on the values
+    # as they are. The transform is applied to the un-jittered values of every split.
+    quantile_noise: float = Field(1e-3, ge=0.0)
     # Standardise a regression target with training statistics (predictions are mapped back, so
     # RMSE is in the target's original units).
     standardize_target: bool = True

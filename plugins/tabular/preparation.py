@@ -112,7 +112,23 @@ def quantile_transformer(train_rows: int, seed: int):
     )
 
 
-def prepare(raw: RawTable, missing: str, scaling: str, standardize_target: bool, seed: int = 0) -> Table:
+def jittered(numeric: np.ndarray, noise: float, seed: int) -> np.ndarray:
+    """``numeric + σ ⊙ N(0, 1)`` with ``σ_j = noise / max(std_j, noise)`` (FT-Transformer's
+    preprocessing, before fitting the quantile transform), drawn from ``default_rng(seed)``."""
+    if noise == 0.0:
+        return numeric
+    sigma = noise / np.maximum(numeric.std(axis=0, keepdims=True), noise)
+    return numeric + sigma * np.random.default_rng(seed).standard_normal(numeric.shape)
+
+
+def prepare(
+    raw: RawTable,
+    missing: str,
+    scaling: str,
+    standardize_target: bool,
+    quantile_noise: float = 0.0,
+    seed: int = 0,
+) -> Table:
     raw, notes = apply_missing(raw, missing)
     train = raw.splits["train"]
 
@@ -130,7 +146,8 @@ def prepare(raw: RawTable, missing: str, scaling: str, standardize_target: bool,
 
     # Numeric scaling fitted on training rows only.
     if scaling == "quantile" and train.numeric.shape[1]:
-        transform = quantile_transformer(len(train.numeric), seed).fit(train.numeric).transform
+        fitted_on = jittered(train.numeric, quantile_noise, seed)
+        transform = quantile_transformer(len(train.numeric), seed).fit(fitted_on).transform
     elif scaling == "standard" and train.numeric.shape[1]:
         mean, std = train.numeric.mean(axis=0), train.numeric.std(axis=0)
         std = np.where(std > 0, std, 1.0)

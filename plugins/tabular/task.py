@@ -85,7 +85,8 @@ class TabularTask(Task):
         else:
             raw = synthetic(**data.model_dump(exclude={"format"}))
             missing = "error"
-        table = prepare(raw, missing, self.options.scaling, self.options.standardize_target)
+        options = self.options
+        table = prepare(raw, missing, options.scaling, options.standardize_target, options.quantile_noise)
         log.info("%s", table.describe())
         return table
 

@@ -831,3 +831,50 @@ def test_none_mixes_nothing(build, make_tokens, padding_invariant):
     assert not y.requires_grad  # constant: contributes no gradient to x
     torch.testing.assert_close(attn(torch.randn_like(x), tokens), y)  # nothing leaks, from anywhere
     padding_invariant(attn, x.detach(), tokens)
+
+
+# ---------------------------------------------------------------------------------------
+# FT-Transformer's / T2G-Former's projection initialisation (softmax and fr_graph ``init``)
+
+
+def _projections(kind: str, attn) -> tuple[list[Tensor], Tensor, list[Tensor]]:
+    """``(query/key weights, value weight, biases)`` of a softmax or fr_graph module."""
+    if kind == "softmax":
+        w = attn.qkv.weight
+        return [w[:64], w[64:128]], w[128:], [attn.qkv.bias, attn.out.bias]
+    edges = attn.edges
+    return [edges.w_head.weight], attn.value.weight, [edges.w_head.bias, attn.value.bias, attn.out.bias]
+
+
+@pytest.mark.parametrize("kind", ["softmax", "fr_graph"])
+@pytest.mark.parametrize("heads", [1, 4])
+def test_projection_initialisations_follow_ft_transformers_schemes(kind, heads):
+    """"kaiming": nn.Linear's weights, zero biases; "xavier": query/key (head/tail) weights, and the
+    value weight with > 1 head, uniform in ±gain·√(6 / (fan_in + fan_out)) with gain 1/√2 and each
+    d × d block its own fans; "torch": nn.Linear's weights and biases (±1/√fan_in)."""
+    from ablate.components import BuildContext
+    from ablate_plugins.graph_attention import FRGraphAttention
+
+    d = 64
+    cls = SoftmaxAttention if kind == "softmax" else FRGraphAttention
+    ctx = BuildContext(dim=d, max_len=8, ordered=kind == "softmax", features=frozenset({"readout"}))
+    built = {}
+    for init in ("torch", "kaiming", "xavier"):
+        torch.manual_seed(0)
+        built[init] = _projections(kind, cls(cls.Options(heads=heads, init=init), ctx))
+    linear_bound, xavier_bound = 1 / math.sqrt(d), 2**-0.5 * math.sqrt(6 / (2 * d))
+    torch_qk, torch_v, torch_biases = built["torch"]
+    kaiming_qk, kaiming_v, kaiming_biases = built["kaiming"]
+    for a, b in zip(torch_qk + [torch_v], kaiming_qk + [kaiming_v], strict=True):
+        torch.testing.assert_close(a, b)  # the same draws: kaiming only zeroes the biases
+        assert 0.95 * linear_bound < a.abs().max() <= linear_bound
+    assert all((b == 0).all() for b in kaiming_biases)
+    if kind == "softmax":
+        assert all(0.9 * linear_bound < b.abs().max() <= linear_bound for b in torch_biases)
+    xavier_qk, xavier_v, xavier_biases = built["xavier"]
+    for w in xavier_qk + ([xavier_v] if heads > 1 else []):
+        assert 0.95 * xavier_bound < w.abs().max() <= xavier_bound
+        assert w.var().item() == pytest.approx(xavier_bound**2 / 3, rel=0.1)  # uniform's variance
+    if heads == 1:  # one head: the value projection keeps nn.Linear's weights
+        assert 0.95 * linear_bound < xavier_v.abs().max() <= linear_bound
+    assert all((b == 0).all() for b in xavier_biases)

@@ -52,15 +52,23 @@ def test_california_loads_the_published_split(california):
     assert california.task_type == "regression" and california.classes == 1 and california.cardinalities == []
 
 
-def test_california_scaling_and_target_use_training_rows_only(california):
-    n_train, n_test = np.load(CALIFORNIA / "N_train.npy"), np.load(CALIFORNIA / "N_test.npy")
-    y_train, y_test = np.load(CALIFORNIA / "y_train.npy"), np.load(CALIFORNIA / "y_test.npy")
-    reference = QuantileTransformer(
+def ft_quantile_reference(n_train: np.ndarray, noise: float) -> QuantileTransformer:
+    """FT-Transformer's preprocessing: the quantile transform fitted on training features plus
+    ``noise / max(std_j, noise)``-scaled standard normal draws from ``default_rng(0)``."""
+    stds = np.std(n_train, axis=0, keepdims=True)
+    draws = np.random.default_rng(0).standard_normal(n_train.shape)
+    return QuantileTransformer(
         output_distribution="normal",
         n_quantiles=max(min(len(n_train) // 30, 1000), 10),
         subsample=10**9,
         random_state=0,
-    ).fit(n_train)
+    ).fit(n_train + noise / np.maximum(stds, noise) * draws if noise else n_train)
+
+
+def test_california_scaling_and_target_use_training_rows_only(california):
+    n_train, n_test = np.load(CALIFORNIA / "N_train.npy"), np.load(CALIFORNIA / "N_test.npy")
+    y_train, y_test = np.load(CALIFORNIA / "y_train.npy"), np.load(CALIFORNIA / "y_test.npy")
+    reference = ft_quantile_reference(n_train, 1e-3)  # the default quantile_noise
     np.testing.assert_allclose(
         california.splits["test"].numeric, reference.transform(n_test), rtol=1e-5, atol=1e-5
     )
@@ -73,6 +81,21 @@ def test_california_scaling_and_target_use_training_rows_only(california):
     np.testing.assert_allclose(california.splits["test"].y_raw, y_test, rtol=1e-6)
     # fitted on train: the test split is not re-standardised to mean 0
     assert abs(california.splits["test"].y.mean()) > 1e-3
+
+
+def test_quantile_noise_zero_fits_on_the_raw_values_and_the_jitter_moves_tied_features():
+    """California has tied values (house age in whole years, capped incomes and ages): the
+    published jitter spreads them over their quantiles, so the two fits differ there; noise 0 is
+    the plain transform."""
+    plain = task_for(CALIFORNIA.parent, data={"format": "npy", "path": CALIFORNIA.name}, quantile_noise=0.0).load()
+    n_train, n_test = (np.load(CALIFORNIA / f"N_{s}.npy") for s in ("train", "test"))
+    np.testing.assert_allclose(
+        plain.splits["test"].numeric, ft_quantile_reference(n_train, 0.0).transform(n_test), rtol=1e-5, atol=1e-5
+    )
+    jittered = ft_quantile_reference(n_train, 1e-3).transform(n_test)
+    moved = np.abs(plain.splits["test"].numeric - jittered).max(axis=0)
+    # Median income (capped at 15.0001) and house age (whole years, capped at 52): well above rounding.
+    assert moved[0] > 0.1 and moved[1] > 1e-2, moved
 
 
 def test_missing_npy_folder_and_bad_info_are_clear(tmp_path):
