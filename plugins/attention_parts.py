@@ -146,14 +146,23 @@ PROJECTION_INITIALISATIONS = {
 # Relative position / time tables (HSTU / FuXi-α).
 
 
+def table_lookup(weight: Tensor, index: Tensor) -> Tensor:
+    """``weight[index]`` for a 1-D table: ``index_select``, whose gradient is ``index_add_``; at
+    ``[32, 200, 200]`` indices into 129 entries, forward + backward took 5.0 ms against 19.0 ms
+    for advanced indexing (its backward accumulates through ``index_put_``), one CPU thread."""
+    return weight.index_select(0, index.reshape(-1)).view(index.shape)
+
+
 class RelativePositionTable(nn.Module):
     """Learned relative-position bias, one scalar per offset (HSTU / FuXi-α ``_pos_w``)::
 
         P[b, i, j] = w[clamp(pos_j − pos_i, −(L−1), L−1)]        w: [2L − 1], L = max_len
 
-    ``forward(tokens) -> [b, n, n]`` (query i, key j), built from ``tokens.positions``; offsets
-    beyond ±(L−1) share the outermost entries. Shared across heads; initialised N(0, 0.02²) as in
-    HSTU. Used by the ``ams`` attention and the ``rel_pos`` bias channel.
+    ``forward(tokens) -> [b|1, n, n]`` (query i, key j), built from ``tokens.positions``; offsets
+    beyond ±(L−1) share the outermost entries. Where every row has the same positions (right-
+    padded sequences: 0..n−1) the one ``[1, n, n]`` table broadcasts over the batch. Shared
+    across heads; initialised N(0, 0.02²) as in HSTU. Used by the ``ams`` attention and the
+    ``rel_pos`` bias channel.
     """
 
     def __init__(self, max_len: int):
@@ -163,8 +172,10 @@ class RelativePositionTable(nn.Module):
 
     def forward(self, tokens: TokenContext) -> Tensor:
         p = tokens.positions
+        if len(p) > 1 and bool((p == p[:1]).all()):  # one [n, n] gather and gradient, not b of them
+            p = p[:1]
         offset = (p[:, None, :] - p[:, :, None]).clamp(-(self.max_len - 1), self.max_len - 1)
-        return self.weight[offset + self.max_len - 1]
+        return table_lookup(self.weight, offset + self.max_len - 1)
 
 
 def own_times(tokens: TokenContext) -> Tensor:
@@ -221,4 +232,4 @@ class RelativeTimeTable(nn.Module):
                 "provide the feature 'timestamps'"
             )
         t, query = tokens.timestamps, self.query_times(tokens)
-        return self.weight[time_buckets(query[:, :, None] - t[:, None, :], self.buckets, self.log_base_step)]
+        return table_lookup(self.weight, time_buckets(query[:, :, None] - t[:, None, :], self.buckets, self.log_base_step))

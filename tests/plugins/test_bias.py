@@ -299,16 +299,23 @@ def test_rope_gradcheck(build, make_tokens):
 # relative position
 
 
-def test_rel_pos_matches_reference(build, make_tokens):
+@pytest.mark.parametrize("shift", [0, 2], ids=["same-positions", "row-1-differs"])
+def test_rel_pos_matches_reference(build, make_tokens, shift):
+    """Rows with the same positions share one ``[1, n, n]`` table; rows that differ get their own."""
     channel = randomised(build(RelativePosition, D, max_len=4))
     w = channel.table.weight
     assert w.shape == (7,)
     tokens = make_tokens([6, 4], 6, causal=True)  # n = 6 > L = 4: offsets beyond ±3 are clipped
+    tokens.positions = tokens.positions.clone()
+    tokens.positions[1] = tokens.positions[1] * (1 + shift)  # row 1: 0, 3, 6, ... where it differs
     bias = channel.logits(tokens)
-    assert bias.shape == (2, 1, 6, 6)
-    for i in range(6):
-        for j in range(6):
-            torch.testing.assert_close(bias[:, 0, i, j], w[min(max(j - i, -3), 3) + 3].expand(2))
+    assert bias.shape == ((1 if shift == 0 else 2), 1, 6, 6)
+    p = tokens.positions
+    for b in range(2):
+        for i in range(6):
+            for j in range(6):
+                offset = min(max(int(p[b, j] - p[b, i]), -3), 3)
+                torch.testing.assert_close(bias.expand(2, 1, 6, 6)[b, 0, i, j], w[offset + 3])
 
 
 def test_rel_pos_is_a_logit_only_channel(build, make_tokens):
