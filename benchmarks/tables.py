@@ -71,14 +71,16 @@ def table(results: dict, steps: int, reps: int, loads: tuple, note: str) -> str:
         f"{reps} interleaved repetitions of {steps} steps. Load average (1 min) {loads[0]:.1f} before, "
         f"{loads[1]:.1f} after.{(' ' + note) if note else ''}",
         "",
-        "| variant | step s, index_select | step s, indexing | indexing / index_select | runs, index_select | runs, indexing |",
+        "| variant | step s, index_select | step s, indexing | indexing / index_select "
+        "| runs, index_select | runs, indexing |",
         "|---|---:|---:|---:|---|---|",
     ]
     for variant, times in results.items():
         fast, slow = (statistics.median(times[form]) for form in FORMS)
         runs = {form: " ".join(f"{t:.3f}" for t in times[form]) for form in FORMS}
         out.append(
-            f"| {variant} | {fast:.3f} | {slow:.3f} | {slow / fast:.2f}× | {runs['index_select']} | {runs['indexing']} |"
+            f"| {variant} | {fast:.3f} | {slow:.3f} | {slow / fast:.2f}× "
+            f"| {runs['index_select']} | {runs['indexing']} |"
         )
     return "\n".join(out) + "\n"
 

@@ -82,7 +82,8 @@ def table(results: dict, steps: int, reps: int, loads: tuple, note: str) -> str:
         f"of {reps} interleaved repetitions. Load average (1 min) {loads[0]:.1f} before, {loads[1]:.1f} "
         f"after.{(' ' + note) if note else ''}",
         "",
-        "| variant | step s, readout only | step s, every token | every / readout only | runs, readout only | runs, every token |",
+        "| variant | step s, readout only | step s, every token | every / readout only "
+        "| runs, readout only | runs, every token |",
         "|---|---:|---:|---:|---|---|",
     ]
     for variant, times in results.items():

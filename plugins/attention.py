@@ -124,7 +124,9 @@ class SoftmaxAttention(Attention):
         self.qkv = nn.Linear(d, 3 * d, bias=options.bias)
         self.out = nn.Linear(d, d, bias=options.bias)
         w = self.qkv.weight.data
-        PROJECTION_INITIALISATIONS[options.init]([w[:d], w[d : 2 * d]], w[2 * d :], [self.qkv.bias, self.out.bias], h)
+        PROJECTION_INITIALISATIONS[options.init](
+            [w[:d], w[d : 2 * d]], w[2 * d :], [self.qkv.bias, self.out.bias], h
+        )
 
     takes_source = True
 

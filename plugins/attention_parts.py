@@ -111,7 +111,9 @@ INITIALISATIONS = {"torch": keep_torch_initialisation, "published": published_in
 # Softmax and FR-Graph attention: FT-Transformer's / T2G-Former's ``initialization``.
 
 
-def keep_linear_initialisation(query_key: list[Tensor], value: Tensor | None, biases: list, heads: int) -> None:
+def keep_linear_initialisation(
+    query_key: list[Tensor], value: Tensor | None, biases: list, heads: int
+) -> None:
     """``nn.Linear``'s own: weights and biases uniform in ±1/√fan_in; nothing to redo."""
 
 
@@ -232,4 +234,6 @@ class RelativeTimeTable(nn.Module):
                 "provide the feature 'timestamps'"
             )
         t, query = tokens.timestamps, self.query_times(tokens)
-        return table_lookup(self.weight, time_buckets(query[:, :, None] - t[:, None, :], self.buckets, self.log_base_step))
+        return table_lookup(
+            self.weight, time_buckets(query[:, :, None] - t[:, None, :], self.buckets, self.log_base_step)
+        )

@@ -250,7 +250,9 @@ class FRGraphAttention(SetAttention):
         rest = (1.0 - adj) * NO_EDGE_LOGIT
         if tokens.logit_bias is not None:
             rest = rest + tokens.logit_bias.to(rest.dtype)
-        rest = last_of_rows(rest.masked_fill(~tokens.key_mask(), float("-inf")).transpose(1, 2), tokens.lengths)
+        rest = last_of_rows(
+            rest.masked_fill(~tokens.key_mask(), float("-inf")).transpose(1, 2), tokens.lengths
+        )
         queries = last_of_rows(x, tokens.lengths)[:, None]  # [b, 1, d]
         return (self.edges(x, tokens, queries) + rest[:, :, None]).softmax(dim=-1)
 

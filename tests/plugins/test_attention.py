@@ -849,7 +849,7 @@ def _projections(kind: str, attn) -> tuple[list[Tensor], Tensor, list[Tensor]]:
 @pytest.mark.parametrize("kind", ["softmax", "fr_graph"])
 @pytest.mark.parametrize("heads", [1, 4])
 def test_projection_initialisations_follow_ft_transformers_schemes(kind, heads):
-    """"kaiming": nn.Linear's weights, zero biases; "xavier": query/key (head/tail) weights, and the
+    """ "kaiming": nn.Linear's weights, zero biases; "xavier": query/key (head/tail) weights, and the
     value weight with > 1 head, uniform in ±gain·√(6 / (fan_in + fan_out)) with gain 1/√2 and each
     d × d block its own fans; "torch": nn.Linear's weights and biases (±1/√fan_in)."""
     from ablate.components import BuildContext

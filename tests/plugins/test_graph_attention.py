@@ -195,8 +195,11 @@ def key_pattern_dropout(p: float):
     ``(function, factors [b, h, 1, n])``."""
 
     def factors(b: int, h: int, n: int) -> Tensor:
-        pattern = (torch.arange(b)[:, None, None, None] + 2 * torch.arange(h)[None, :, None, None]
-                   + torch.arange(n)[None, None, None, :]) % 3 != 0
+        pattern = (
+            torch.arange(b)[:, None, None, None]
+            + 2 * torch.arange(h)[None, :, None, None]
+            + torch.arange(n)[None, None, None, :]
+        ) % 3 != 0
         return pattern.to(F64) / (1 - p)
 
     def dropout(x: Tensor, rate: float, training: bool = True) -> Tensor:
@@ -221,7 +224,9 @@ def test_fr_last_query_is_the_reference_at_each_rows_last_token(build_set, heads
     got = attn.last_query(x, tokens)
     assert got.shape == (2, D)
     torch.testing.assert_close(got, fr_reference(attn, x, tokens)[0][rows, last])
-    torch.testing.assert_close(attn.graph(x, tokens, last_only=True)[:, :, 0], fr_reference(attn, x, tokens)[1][rows, :, last])
+    torch.testing.assert_close(
+        attn.graph(x, tokens, last_only=True)[:, :, 0], fr_reference(attn, x, tokens)[1][rows, :, last]
+    )
 
 
 def test_fr_last_query_drops_out_its_graph_row_in_training(build_set, monkeypatch):

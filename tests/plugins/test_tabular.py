@@ -87,10 +87,15 @@ def test_quantile_noise_zero_fits_on_the_raw_values_and_the_jitter_moves_tied_fe
     """California has tied values (house age in whole years, capped incomes and ages): the
     published jitter spreads them over their quantiles, so the two fits differ there; noise 0 is
     the plain transform."""
-    plain = task_for(CALIFORNIA.parent, data={"format": "npy", "path": CALIFORNIA.name}, quantile_noise=0.0).load()
+    plain = task_for(
+        CALIFORNIA.parent, data={"format": "npy", "path": CALIFORNIA.name}, quantile_noise=0.0
+    ).load()
     n_train, n_test = (np.load(CALIFORNIA / f"N_{s}.npy") for s in ("train", "test"))
     np.testing.assert_allclose(
-        plain.splits["test"].numeric, ft_quantile_reference(n_train, 0.0).transform(n_test), rtol=1e-5, atol=1e-5
+        plain.splits["test"].numeric,
+        ft_quantile_reference(n_train, 0.0).transform(n_test),
+        rtol=1e-5,
+        atol=1e-5,
     )
     jittered = ft_quantile_reference(n_train, 1e-3).transform(n_test)
     moved = np.abs(plain.splits["test"].numeric - jittered).max(axis=0)
@@ -367,7 +372,11 @@ def test_the_final_block_computes_the_readout_alone_and_agrees_with_the_full_for
     """The readout is the last token and the final block runs only it (FT-Transformer's and
     T2G-Former's last layer, [CLS] query only): the head's input equals the readout token of
     every block run in full."""
-    model_options = {"attention": attention, "blocks": 2, "norm": {"kind": "layernorm", "placement": placement}}
+    model_options = {
+        "attention": attention,
+        "blocks": 2,
+        "norm": {"kind": "layernorm", "placement": placement},
+    }
     study = load_study(_write(tmp_path, model=model_options))
     table = study.task.load()
     variant = study.variants["base"]
