@@ -76,11 +76,28 @@ class MLPFFN(TwoLayer):
 # -- gated linear units (Shazeer 2020) -----------------------------------------------------
 
 
+def dropout_on_output(ffn: GatedFFN, x: Tensor) -> Tensor:
+    """``dropout(W_down(σ(W_gate x) ⊙ W_up x))`` (MiniMind)."""
+    return ffn.dropout(ffn.down(ffn.hidden(x)))
+
+
+def dropout_on_hidden(ffn: GatedFFN, x: Tensor) -> Tensor:
+    """``W_down(dropout(σ(W_gate x) ⊙ W_up x))`` (FT-Transformer / T2G-Former)."""
+    return ffn.down(ffn.dropout(ffn.hidden(x)))
+
+
+# The ``dropout_at`` option of the gated FFNs → where their dropout acts.
+GATED_DROPOUT_SITES = {"output": dropout_on_output, "hidden": dropout_on_hidden}
+
+
 class GatedOptions(Options):
     hidden: int | None = Field(None, gt=0)  # hidden width k; None: glu_hidden(d, multiple_of)
     multiple_of: int = Field(64, gt=0)  # k is rounded up to a multiple of this
     bias: bool = False  # biases in W_gate, W_up, W_down (MiniMind / LLaMA use none)
-    dropout: float | None = Field(None, ge=0.0, lt=1.0)  # on the output; None uses the model's dropout
+    dropout: float | None = Field(None, ge=0.0, lt=1.0)  # None uses the model's dropout
+    # Where the dropout acts: on the output (MiniMind) or on the hidden σ(W_gate x) ⊙ W_up x
+    # before W_down (FT-Transformer's and T2G-Former's ffn_dropout).
+    dropout_at: Literal[tuple(GATED_DROPOUT_SITES)] = "output"
 
 
 def glu_hidden(dim: int, multiple_of: int = 64) -> int:
@@ -105,13 +122,18 @@ class GLU(FeedForward):
         self.down = nn.Linear(hidden, ctx.dim, bias=bias)
         self.act = self.activation()
 
+    def hidden(self, x: Tensor) -> Tensor:
+        """``σ(W_gate x) ⊙ W_up x``, ``[.., k]``."""
+        return self.act(self.gate(x)) * self.up(x)
+
     def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
-        return self.down(self.act(self.gate(x)) * self.up(x))
+        return self.down(self.hidden(x))
 
 
 class GatedFFN(GLU):
     """MiniMind's gated feed-forward: ``y = dropout(W_down(σ(W_gate x) ⊙ W_up x))`` with
-    ``k = hidden`` or ``glu_hidden(d, multiple_of)``."""
+    ``k = hidden`` or ``glu_hidden(d, multiple_of)``; with ``dropout_at: hidden`` the dropout
+    acts on ``σ(W_gate x) ⊙ W_up x`` instead (FT-Transformer's and T2G-Former's FFN)."""
 
     Options = GatedOptions
     width_option = "hidden"
@@ -120,9 +142,10 @@ class GatedFFN(GLU):
         hidden = default(options.hidden, glu_hidden(ctx.dim, options.multiple_of))
         super().__init__(options, ctx, hidden=hidden, bias=options.bias)
         self.dropout = Dropout(dropout_rate(options, ctx))
+        self.apply_dropout = GATED_DROPOUT_SITES[options.dropout_at]
 
     def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
-        return self.dropout(super().forward(x))
+        return self.apply_dropout(self, x)
 
 
 class SwiGLU(GatedFFN):

@@ -131,6 +131,19 @@ def test_kernel_splits_work_across_threads_without_changing_it():
     assert torch.equal(results[0], results[1])
 
 
+def test_kernel_runs_under_the_profiler_recording_shapes():
+    """``torch.profiler`` with ``record_shapes`` records ``apply()``'s arguments as int64: a key
+    drawn negative (≥ 2⁶³ as the kernel's unsigned one) must reach ``apply`` signed; it failed
+    to cast ("Unable to cast Python instance of type int") when converted before the call."""
+    logits = torch.randn(2, 5, 5, requires_grad=True)
+    threshold, scale = components.keep_threshold(0.8), 1.25
+    plain = kernels.softmax_dropout(logits, -(2**62), (0, 25, 5), threshold, scale)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True):
+        profiled = kernels.softmax_dropout(logits, -(2**62), (0, 25, 5), threshold, scale)
+        profiled.sum().backward()
+    assert torch.equal(plain, profiled)
+
+
 def test_kernel_refuses_what_it_cannot_read():
     with pytest.raises(ValueError, match="contiguous float32"):
         kernels.softmax_dropout(torch.randn(2, 3, 3, dtype=torch.float64), 0, (0, 9, 3), 0, 1.0)

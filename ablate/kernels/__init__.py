@@ -149,7 +149,8 @@ class _SoftmaxDropout(torch.autograd.Function):
     def forward(ctx, logits: Tensor, lanes: tuple, threshold: int, scale: float, offset: int, causal: bool):
         matrices, rows, m = logits.shape
         y, out = torch.empty_like(logits), torch.empty_like(logits)
-        args = [rows, m, offset, int(causal), *lanes, threshold, scale]
+        key, *strides = lanes  # signed until here: the profiler records apply()'s arguments as int64
+        args = [rows, m, offset, int(causal), _unsigned(key), *strides, threshold, scale]
         pointers = [t.data_ptr() for t in (logits, y, out)]
         _run(library().softmax_dropout_forward, pointers, matrices, matrices, args)
         ctx.save_for_backward(y)
@@ -182,7 +183,7 @@ def softmax_dropout(
     probabilities the lanes number). Call only where :func:`library` is not None."""
     if logits.dtype != torch.float32 or not logits.is_contiguous():
         raise ValueError("softmax_dropout takes contiguous float32 logits")
-    return _SoftmaxDropout.apply(logits, (_unsigned(key), *lane_strides), threshold, scale, offset, causal)
+    return _SoftmaxDropout.apply(logits, (key, *lane_strides), threshold, scale, offset, causal)
 
 
 # Entries per thread below which splitting a dropout call costs more than it saves.

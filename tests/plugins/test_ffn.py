@@ -189,6 +189,21 @@ def test_swiglu_drops_its_output(build):
     assert build(SwiGLU, D, model_dropout=0.3, dropout=0.1).dropout.p == 0.1
 
 
+@pytest.mark.parametrize("kind, activation", GLUS)
+def test_glu_dropout_at_hidden_drops_the_gated_units_before_w_down(build, kind, activation):
+    """FT-Transformer's / T2G-Former's FFN: ``W_down(dropout(σ(W_gate x) ⊙ W_up x))``, the mask
+    over the hidden width k, not the output width d."""
+    glu = build(kind, D, hidden=8, bias=True, dropout=0.5, dropout_at="hidden").train()
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    torch.manual_seed(1)
+    y = glu(x)
+    units = HAND_ACTIVATIONS[activation](linear(x, glu.gate)) * linear(x, glu.up)  # [2, 5, 8]
+    torch.testing.assert_close(y, linear(units * dropout_mask(1, units.shape, 0.5), glu.down))
+    assert not torch.allclose(y, gated(glu, x, activation) * dropout_mask(1, x.shape, 0.5))
+    glu.eval()
+    torch.testing.assert_close(glu(x), gated(glu, x, activation))
+
+
 # -- FuXi-α MFFN -----------------------------------------------------------------------------
 
 
