@@ -1,8 +1,16 @@
-"""Writing one benchmark's section into benchmarks/RESULTS.md, leaving the others as they are."""
+"""Writing one benchmark's section into benchmarks/RESULTS.md, leaving the others as they are, and
+what the two-form benchmarks (the package's form of an operation beside the one it replaced,
+interleaved in one run) share: their command-line options and their table."""
 
 from __future__ import annotations
 
+import argparse
+import platform
+import statistics
+from datetime import date
 from pathlib import Path
+
+import torch
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
@@ -18,3 +26,47 @@ def write_section(title: str, section: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section
     RESULTS.write_text(text)
+
+
+def two_form_options(parser: argparse.ArgumentParser, steps: int) -> None:
+    """``--steps``, ``--reps``, ``--threads`` (torch threads, default 1), ``--note``, ``--no-write``."""
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--note", default="", help="what else was running, for the record")
+    parser.add_argument("--no-write", action="store_true")
+
+
+def two_form_table(results: dict[str, dict[str, list[float]]], forms: list[str]) -> list[str]:
+    """Markdown rows, one per variant: the median step of ``forms[0]`` (the package's) and of
+    ``forms[1]``, their ratio and every repetition's step."""
+    ours, other = forms
+    out = [
+        f"| variant | step s, {ours} | step s, {other} | {other} / {ours} | runs, {ours} | runs, {other} |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for variant, times in results.items():
+        fast, slow = (statistics.median(times[form]) for form in forms)
+        runs = {form: " ".join(f"{t:.3f}" for t in times[form]) for form in forms}
+        out.append(
+            f"| {variant} | {fast:.3f} | {slow:.3f} | {slow / fast:.2f}× | {runs[ours]} | {runs[other]} |"
+        )
+    return out
+
+
+def section_text(title: str, command: str, setting: str, loads: tuple, note: str, rows: list[str]) -> str:
+    """A RESULTS.md section: ``title``, the command with the date, torch, threads and machine,
+    ``setting`` (what was timed, how), the load average before and after, ``note``, ``rows``."""
+    head = (
+        f"`{command}` — {date.today()}, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s) "
+        f"({platform.processor() or platform.machine()}); {setting} Load average (1 min) {loads[0]:.1f} "
+        f"before, {loads[1]:.1f} after.{(' ' + note) if note else ''}"
+    )
+    return "\n".join([title, "", head, "", *rows]) + "\n"
+
+
+def publish(title: str, section: str, write: bool) -> None:
+    """Print ``section``; with ``write``, put it into RESULTS.md under ``title``."""
+    print(section)
+    if write:
+        write_section(title, section)

@@ -20,14 +20,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import statistics
 from contextlib import contextmanager
-from datetime import date
 from pathlib import Path
 
 import torch
-from results_file import write_section  # benchmarks/ is on sys.path when run as a script
+from results_file import publish, section_text, two_form_options, two_form_table  # on sys.path
 from seqrec import epoch, load
 
 import ablate_plugins.attention_parts as parts
@@ -62,36 +59,16 @@ FORMS = ["index_select", "indexing"]
 
 
 def table(results: dict, steps: int, reps: int, loads: tuple, note: str) -> str:
-    out = [
-        SECTION,
-        "",
-        f"`python benchmarks/tables.py --steps {steps} --reps {reps} --threads {torch.get_num_threads()}` — "
-        f"{date.today()}, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s) "
-        f"({platform.processor() or platform.machine()}); `studies/{STUDY}.yaml`, median training step over "
-        f"{reps} interleaved repetitions of {steps} steps. Load average (1 min) {loads[0]:.1f} before, "
-        f"{loads[1]:.1f} after.{(' ' + note) if note else ''}",
-        "",
-        "| variant | step s, index_select | step s, indexing | indexing / index_select "
-        "| runs, index_select | runs, indexing |",
-        "|---|---:|---:|---:|---|---|",
-    ]
-    for variant, times in results.items():
-        fast, slow = (statistics.median(times[form]) for form in FORMS)
-        runs = {form: " ".join(f"{t:.3f}" for t in times[form]) for form in FORMS}
-        out.append(
-            f"| {variant} | {fast:.3f} | {slow:.3f} | {slow / fast:.2f}× "
-            f"| {runs['index_select']} | {runs['indexing']} |"
-        )
-    return "\n".join(out) + "\n"
+    command = f"python benchmarks/tables.py --steps {steps} --reps {reps} --threads {torch.get_num_threads()}"
+    setting = (
+        f"`studies/{STUDY}.yaml`, median training step over {reps} interleaved repetitions of {steps} steps."
+    )
+    return section_text(SECTION, command, setting, loads, note, two_form_table(results, FORMS))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--note", default="", help="what else was running, for the record")
-    parser.add_argument("--no-write", action="store_true")
+    two_form_options(parser, steps=8)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     before = os.getloadavg()[0]
@@ -105,9 +82,7 @@ def main() -> None:
                     results[variant][form].append(epoch(study, variant, data, 1, args.steps)["step_s"])
                 print(variant, form, f"{results[variant][form][-1]:.3f} s/step", flush=True)
     section = table(results, args.steps, args.reps, (before, os.getloadavg()[0]), args.note)
-    print(section)
-    if not args.no_write:
-        write_section(SECTION, section)
+    publish(SECTION, section, not args.no_write)
 
 
 if __name__ == "__main__":

@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import statistics
 import time
-from datetime import date
 from pathlib import Path
 
 import torch
-from results_file import write_section  # benchmarks/ is on sys.path when run as a script
+from results_file import publish, section_text, two_form_options, two_form_table  # on sys.path
 
 from ablate.build import build_backbone
 from ablate.study import load_study
@@ -72,37 +69,19 @@ def step_time(study, data, variant: str, forward, steps: int) -> float:
 
 
 def table(results: dict, steps: int, reps: int, loads: tuple, note: str) -> str:
-    out = [
-        SECTION,
-        "",
-        f"`python benchmarks/tabular.py --steps {steps} --reps {reps} --threads {torch.get_num_threads()}` — "
-        f"{date.today()}, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s) "
-        f"({platform.processor() or platform.machine()}); `studies/t2g_california.yaml` (d 272, 3 blocks, "
-        f"batch 256, real California split), mean step over {steps} steps after 3 warm-up steps, median "
-        f"of {reps} interleaved repetitions. Load average (1 min) {loads[0]:.1f} before, {loads[1]:.1f} "
-        f"after.{(' ' + note) if note else ''}",
-        "",
-        "| variant | step s, readout only | step s, every token | every / readout only "
-        "| runs, readout only | runs, every token |",
-        "|---|---:|---:|---:|---|---|",
-    ]
-    for variant, times in results.items():
-        fast, slow = (statistics.median(times[form]) for form in FORMS)
-        runs = {form: " ".join(f"{t:.3f}" for t in times[form]) for form in FORMS}
-        out.append(
-            f"| {variant} | {fast:.3f} | {slow:.3f} | {slow / fast:.2f}× "
-            f"| {runs['readout only']} | {runs['every token']} |"
-        )
-    return "\n".join(out) + "\n"
+    command = (
+        f"python benchmarks/tabular.py --steps {steps} --reps {reps} --threads {torch.get_num_threads()}"
+    )
+    setting = (
+        f"`studies/t2g_california.yaml` (d 272, 3 blocks, batch 256, real California split), mean step "
+        f"over {steps} steps after 3 warm-up steps, median of {reps} interleaved repetitions."
+    )
+    return section_text(SECTION, command, setting, loads, note, two_form_table(results, list(FORMS)))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--note", default="", help="what else was running, for the record")
-    parser.add_argument("--no-write", action="store_true")
+    two_form_options(parser, steps=20)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     before = os.getloadavg()[0]
@@ -115,9 +94,7 @@ def main() -> None:
                 results[variant][form].append(step_time(study, data, variant, forward, args.steps))
                 print(variant, form, f"{results[variant][form][-1]:.3f} s/step", flush=True)
     section = table(results, args.steps, args.reps, (before, os.getloadavg()[0]), args.note)
-    print(section)
-    if not args.no_write:
-        write_section(SECTION, section)
+    publish(SECTION, section, not args.no_write)
 
 
 if __name__ == "__main__":
