@@ -193,8 +193,9 @@ class FRGraphAttention(SetAttention):
         G   = softmax(Gw + (1 − A)·(−1e4)), padded keys → −∞    the FR-Graph      [b, h, n, n]
         out = merge_heads(G · x W_v) W_o                                          [b, n, d]
 
-    A token's column ("slot") is ``tokens.positions``: the index of the feature (or channel) in
-    its row, so the column-embedding table has ``ctx.max_len`` rows. A row whose topology has no
+    A token's column ("slot") is ``tokens.positions``: which feature (or channel) it is — the
+    tabular task gives its readout column 0 though the token sits last — so the column-embedding
+    table has ``ctx.max_len`` rows. A row whose topology has no
     edge at all falls back to ``softmax(Gw)`` over every real key (the −1e4 shifts all alike),
     as in the published code. Unordered only: refuses ordered builds and causal use.
     """
