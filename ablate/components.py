@@ -185,9 +185,7 @@ class TokenContext:
 
     valid: Tensor
     causal: bool
-    # [b, n] long: index of the token within its own sequence; for an unordered set, the token's
-    # identity (its column: the tabular readout, placed last, is column 0)
-    positions: Tensor
+    positions: Tensor  # [b, n] long: index within the sequence; in a set, the column (readout: 0)
     timestamps: Tensor | None = None  # [b, n] float32 seconds (see above), where the data has them
     # [b, n] float32 seconds, same origin: the time of the interaction each query's prediction is
     # for (its next token's; HSTU's and FuXi-α's request time), where the task provides it.
