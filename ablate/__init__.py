@@ -58,6 +58,7 @@ def run(
     workers: int = 1,
     storage: str | None = None,
     tracking_uri: str | None = None,
+    reuse: Iterable[str | Path] = (),
 ) -> Results:
     """Run a study as ``ablate run`` does — train what is not trained yet, write the report — and
     return its results as ``load_results(..., full=True)`` does (:class:`ablate.results.Results`).
@@ -69,7 +70,9 @@ def run(
         results.results.groupby("variant")["test.ndcg@10"].mean()
 
     Failed trials are listed on stderr and in ``results.failures``; a stop (Ctrl-C) raises
-    ``KeyboardInterrupt`` once the trials in flight are recorded, and running again resumes."""
+    ``KeyboardInterrupt`` once the trials in flight are recorded, and running again resumes.
+    ``reuse`` names other studies' output folders (``--reuse``): their finished trials with the
+    same fingerprint and seed are copied instead of trained."""
     from . import stopping
     from .running import run_and_report
     from .study import Study, load_study
@@ -91,6 +94,7 @@ def run(
             workers,
             storage,
             tracking_uri,
+            reuse=list(reuse),
         )
     return ran.results
 

@@ -59,6 +59,16 @@ StorageOpt = Annotated[
         show_default="runs/<study>/optuna.journal",
     ),
 ]
+ReuseOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--reuse",
+        metavar="DIR",
+        help="Copy finished trials with the same fingerprint and seed from another study's output "
+        "folder (or tracking URI) instead of training them; repeatable.",
+        show_default=False,
+    ),
+]
 TrackingOpt = Annotated[
     str | None,
     typer.Option(
@@ -114,6 +124,7 @@ def run(
     per_gpu: Annotated[
         int | None, typer.Option(min=1, help="Trials at once per GPU.", show_default="as many fit: measured")
     ] = None,
+    reuse: ReuseOpt = None,
 ) -> None:
     """Train every (variant, seed) of a study (searching first if it has a search: section),
     resuming where it stopped, then write the report."""
@@ -133,7 +144,7 @@ def run(
             err.print(placement.describe(), markup=False, highlight=False, soft_wrap=True)
     with stopping.stop_signals(), _resumable(study_file, False, overrides):  # `kill` or Ctrl-C: a clean stop
         ran = run_and_report(
-            study, output, reports, quiet, retry_failed, workers, storage, tracking_uri, gpus=placement
+            study, output, reports, quiet, retry_failed, workers, storage, tracking_uri, placement, reuse
         )
     if ran.failed:
         raise typer.Exit(1)
@@ -174,10 +185,11 @@ def worker(
             min=2, max=MAX_GRACE_S, help="Seconds without a heartbeat after which a trial is re-queued."
         ),
     ] = 120,
+    reuse: ReuseOpt = None,
 ) -> None:
     """Take trials from a study's shared queue until none is left (start one per machine or GPU,
     all with the same --storage and --tracking-uri); writes no report (run `ablate report`)."""
-    from .drive import Stores, run_study
+    from .drive import Donors, Stores, run_study
     from .progress import BarReporter
     from .running import check_folders, stop_with_parent
     from .study import load_study
@@ -187,10 +199,12 @@ def worker(
     stores = Stores.for_study(study, output, tracking_uri, storage)
     stores.heartbeat_s, stores.grace_s = heartbeat, grace
     check_folders(study, stores, output)  # before any training
+    donors = Donors(reuse or ())
     with stopping.stop_signals(), _resumable(study_file, quiet, overrides), progress_bars(quiet) as bars:
         stop_with_parent()
-        summary = run_study(study, stores, BarReporter(study, bars, quiet), retry_failed=retry_failed)
-    err.print(f"worker done: {summary.finished} trial(s) and {summary.searched} search trial(s) trained here")
+        summary = run_study(study, stores, BarReporter(study, bars, quiet), retry_failed, donors=donors)
+    trained = f"{summary.finished} trial(s) and {summary.searched} search trial(s) trained here"
+    err.print(f"worker done: {trained}{f', {summary.reused} reused (--reuse)' if summary.reused else ''}")
     for variant, seed, reason in summary.failed:
         err.print(f"[red]failed[/red] {variant}{f' seed {seed}' if seed >= 0 else ''}: {escape(reason)}")
     if summary.failed:

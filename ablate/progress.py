@@ -102,6 +102,9 @@ class BarReporter(Reporter):
         else:
             self.log.finished(f"{variant} seed {seed}", result.summary, result.wall_s)
 
+    def reused(self, variant: str, seed: int, result: TrialResult, source: str) -> None:
+        self.log.finished(f"{variant} seed {seed} (reused: {source})", result.summary, result.wall_s)
+
     def failed(self, variant: str, seed: int, reason: str) -> None:
         # A search trial whose parameters do not fit fails before it starts, under its label.
         if self.searching or variant not in self.variants:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from .errors import AblateError
 from .stats import ReportSettings
-from .track import UNITS_ARTIFACT, Tracker, from_mlflow
+from .track import REUSED_TAG, UNITS_ARTIFACT, Tracker, from_mlflow
 
 COST_KEYS = ("params", "tokens_per_s", "peak_memory_mb", "wall_s", "cpu_s", "epochs", "best_epoch")
 # How the report's cost columns were measured (stores written before CPU time was: wall time only).
@@ -60,6 +60,7 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
             # Searched parameters and parameter matching (match_params), as logged.
             **{k: _number(v) for k, v in run.data.params.items() if k.startswith(("search.", "match."))},
             **{k: v for k, v in metrics.items() if k.startswith(("test.", "valid."))},
+            **({"reused_from": tags[REUSED_TAG]} if REUSED_TAG in tags else {}),
         }
         # Validation metrics are logged per epoch (step = epoch) and once more for the restored best
         # state (step 0); MLflow's "latest" value is the last epoch's, so read step 0 explicitly.
@@ -120,6 +121,9 @@ def _meta(tracker: Tracker, results: pd.DataFrame) -> dict:
     meta = tracker.study_meta()
     measured_cpu = "cpu_s" in results and results["cpu_s"].notna().any()
     meta["cost_note"] = f"{WALL_NOTE}; {CPU_NOTE}" if measured_cpu else WALL_NOTE
+    if "reused_from" in results:
+        copied = results[results["reused_from"].notna()]
+        meta["reused"] = list(zip(copied["variant"], copied["seed"], copied["reused_from"], strict=True))
     return meta
 
 

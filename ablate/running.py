@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ from rich.markup import escape
 
 from . import stopping
 from .console import err, out, progress_bars
-from .drive import Stores, prepare, progress, run_study
+from .drive import Donors, Stores, prepare, progress, run_study
 from .errors import AblateError, RunFailed
 from .folders import folder_problem, study_key_error
 from .progress import BarReporter, StoreWatch
@@ -49,24 +50,28 @@ def run_and_report(
     storage: str | None = None,
     tracking_uri: str | None = None,
     gpus: GpuPlan | None = None,
+    reuse: Sequence[str | Path] | None = None,
 ) -> Ran:
     """Train every (variant, seed) of a study not yet complete, then write the report (to
     ``<reports>/<study>/`` when ``reports`` is given, else to ``report/`` in the study's output
     folder). A stop request (SIGTERM, Ctrl-C) ends it with ``KeyboardInterrupt`` once trials in
-    flight are recorded."""
+    flight are recorded. ``reuse``: output folders (or tracking URIs) of other studies whose
+    finished trials with the same fingerprint and seed are copied instead of trained."""
     if workers < 1:
         raise AblateError(f"workers must be at least 1 (got {workers})")
     stores = Stores.for_study(study, output, tracking_uri, storage)
     out_dir = reports / study.name if reports else stores.output_dir / "report"
     check_folders(study, stores, output, reports, out_dir)  # before any training
+    donors = Donors(reuse or ())  # a --reuse folder without a store is refused before any training
     if workers == 1 and gpus is None:
         with progress_bars(quiet) as bars:
-            summary = run_study(study, stores, BarReporter(study, bars, quiet), retry_failed=retry_failed)
+            reporter = BarReporter(study, bars, quiet)
+            summary = run_study(study, stores, reporter, retry_failed=retry_failed, donors=donors)
         skipped = summary.skipped
         # Every failure standing in the study, not only this invocation's (a rerun leaves them).
         failed = [f for f in summary.failed if f[1] < 0] + standing_failures(study, stores)
     else:
-        skipped, failed = _run_workers(study, stores, workers, quiet, retry_failed, gpus)
+        skipped, failed = _run_workers(study, stores, workers, quiet, retry_failed, gpus, donors)
     if skipped:
         err.print(f"resumed: {skipped} trial(s) were already complete and were not retrained")
     try:
@@ -75,12 +80,22 @@ def run_and_report(
         list_failures(failed)
         raise
     list_failures(failed)
+    table = results.results
+    reused = int(table["reused_from"].notna().sum()) if "reused_from" in table else 0
+    if reused:
+        err.print(f"reused: {reused} of the study's trials were copied from other studies' stores (--reuse)")
     out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
     return Ran(paths, results, failed, skipped)
 
 
 def _run_workers(
-    study: Study, stores: Stores, workers: int, quiet: bool, retry_failed: bool, gpus: GpuPlan | None = None
+    study: Study,
+    stores: Stores,
+    workers: int,
+    quiet: bool,
+    retry_failed: bool,
+    gpus: GpuPlan | None = None,
+    donors: Donors | None = None,
 ):
     """N ``ablate worker`` processes on this machine, sharing the study's stores (with ``gpus``:
     each sees the GPU the plan deals it)."""
@@ -90,6 +105,8 @@ def _run_workers(
     cmd += ["--tracking-uri", stores.tracking_uri, "--quiet"]
     if retry_failed:
         cmd.append("--retry-failed")
+    for uri in donors.uris if donors else ():
+        cmd += ["--reuse", uri]
     with progress_bars(quiet) as bars:
         watch = StoreWatch(study, stores, bars, quiet, workers)  # before any worker takes a trial
         env = {**os.environ, PARENT_ENV: str(os.getpid())}

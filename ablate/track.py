@@ -46,6 +46,7 @@ STUDY_ARTIFACT = "study.resolved.yaml"  # the validated study, overrides applied
 REPORT_FOLDER = "report"  # where the parent run keeps the written report
 REPORT_FILES = ("md", "html", "csv", "comparisons", "tex")  # of write_report's paths
 DATA_SUMMARY = "ablate.data_summary"  # a parent-run tag: the task's data summary as JSON
+REUSED_TAG = "ablate.reused_from"  # a trial copied from another store: "<study> in <uri>, run <id>"
 DATA_ARTIFACTS = "data"  # the parent run's folder for the task's data files (Task.artifacts)
 # The most portable limits: older servers cap a parameter value at 500 characters, and MLflow
 # takes at most 100 parameters per batch; keys keep word characters, '.', '-' and ' ' (MLflow also
@@ -196,6 +197,12 @@ class _Retrying:
             raise AssertionError("unreachable")  # pragma: no cover
 
         return call
+
+
+def open_client(tracking_uri: str) -> MlflowClient:
+    """A client on another study's store, read by this process (a locked SQLite file is retried)."""
+    _probe(tracking_uri)
+    return _Retrying(MlflowClient(tracking_uri=tracking_uri))
 
 
 class Tracker:

@@ -13,16 +13,19 @@ Exactly once, across any number of worker processes:
 Modules: :mod:`.stores` (where the queues and results live, local or shared; :mod:`.journal`
 checks a journal file as it opens), :mod:`.ledger`
 (planned trials and their states), :mod:`.execution` (training one trial), :mod:`.driver` (the
-worker loop), :mod:`.status` (progress and ETA).
+worker loop), :mod:`.reuse` (finished trials copied from another study's store), :mod:`.status`
+(progress and ETA).
 """
 
 from ..folders import folder_problem
 from .driver import Driver, Reporter, RunSummary, prepare, run_study
 from .ledger import plan
+from .reuse import Donors
 from .status import VariantStatus, checkpointed_fractions, eta_seconds, progress, status_table
 from .stores import Stores
 
 __all__ = [
+    "Donors",
     "Driver",
     "Reporter",
     "RunSummary",

@@ -43,6 +43,7 @@ from .ledger import (
     search_fingerprint,
     taken,
 )
+from .reuse import Donors
 from .stores import Stores
 
 POLL_S = 1.0  # idle workers look for new work this often while others still run trials
@@ -56,16 +57,18 @@ class Reporter:
     def epoch(self, epoch: int, logged: dict[str, float]) -> None: ...
     def step(self) -> None: ...
     def finished(self, variant: str, seed: int, result: TrialResult) -> None: ...
+    def reused(self, variant: str, seed: int, result: TrialResult, source: str) -> None: ...
     def failed(self, variant: str, seed: int, reason: str) -> None: ...
 
 
 @dataclass
 class RunSummary:
-    finished: int  # trials finished by this invocation
+    finished: int  # trials trained by this invocation
     skipped: int  # already complete before it started
     failed: list[tuple[str, int, str]]
     searched: int = 0  # search trials run by this invocation
     planned: int = 0  # (variant, seed) trials planned when it ended (a sequential design's plan grows)
+    reused: int = 0  # trials copied from another study's store (``--reuse``), not trained
 
 
 class Driver:
@@ -78,8 +81,10 @@ class Driver:
         reporter: Reporter | None = None,
         retry_failed: bool = False,
         worker_id: str = "",
+        donors: Donors | None = None,
     ):
         self.study, self.stores = study, stores
+        self.donors = donors or Donors()
         self.reporter = reporter or Reporter()
         self.retry_failed = retry_failed
         self.worker_id = worker_id
@@ -243,7 +248,8 @@ class Driver:
         self._settings = self._settings or self.study.report_settings()
         planned = plan(self.study, trials, self._settings)
         if self.summary.planned and len(planned) != len(self.planned):
-            settled = self.summary.skipped + self.summary.finished + len(self.summary.failed)
+            done = self.summary.finished + self.summary.reused
+            settled = self.summary.skipped + done + len(self.summary.failed)
             self.reporter.study(total=len(planned), done=settled)
         self.planned = planned
 
@@ -328,8 +334,13 @@ class Driver:
         trial.set_user_attr("fingerprint", fingerprint(cfg.study, job.variant))
         run_id = self.execution.start_run(job, cfg, {"trial": str(trial.number)}, cfg.params)
         trial.set_user_attr("mlflow_run_id", run_id)
-        self.reporter.trial(job.variant, job.seed, cfg.study.spec.train.epochs)
-        outcome = self.execution.train(job, cfg, run_id, trial)
+        donor = self.donors.find(fingerprint(cfg.study, job.variant), job.seed) if self.donors else None
+        if donor is not None:
+            outcome = donor.copy_into(self.tracker, run_id)
+            trial.set_user_attr("reused_from", donor.source)
+        else:
+            self.reporter.trial(job.variant, job.seed, cfg.study.spec.train.epochs)
+            outcome = self.execution.train(job, cfg, run_id, trial)
         if isinstance(outcome, Failed):
             self.summary.failed.append((job.variant, job.seed, outcome.reason))
             return
@@ -340,8 +351,12 @@ class Driver:
         trial.set_user_attr("wall_s", outcome.wall_s)
         fault_point("tell")  # test hook: MLflow says FINISHED, Optuna does not know yet
         queue.study.tell(trial, self._primary(outcome))
-        self.summary.finished += 1
-        self.reporter.finished(job.variant, job.seed, outcome)
+        if donor is not None:
+            self.summary.reused += 1
+            self.reporter.reused(job.variant, job.seed, outcome, donor.source)
+        else:
+            self.summary.finished += 1
+            self.reporter.finished(job.variant, job.seed, outcome)
 
     def _primary(self, result: TrialResult) -> float:
         return result.summary[f"valid.{self.study.metrics[0]}"]
@@ -353,11 +368,13 @@ def run_study(
     reporter: Reporter | None = None,
     retry_failed: bool = False,
     wait_for_others: bool = True,
+    donors: Donors | None = None,
 ) -> RunSummary:
     """Train every planned (variant, seed) not yet complete (searching first when the study
-    has a ``search:`` section); returns what this process did."""
+    has a ``search:`` section), or copy it from a donor store (``donors``); returns what this
+    process did."""
     with stores.worker() as worker_id:
-        driver = Driver(study, stores, reporter, retry_failed, worker_id=worker_id)
+        driver = Driver(study, stores, reporter, retry_failed, worker_id=worker_id, donors=donors)
         try:
             summary = driver.run(wait_for_others=wait_for_others)
         except BaseException as exc:

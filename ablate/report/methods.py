@@ -4,7 +4,8 @@ the software and resolved configuration that produced the study.
 
 ``meta`` is what the tracking store recorded beside the trials (``Results.meta``): keys
 ``ablate_version``, ``git_commit`` (None: not in a repository), ``git_dirty``, ``data_summary``
-(label → value), ``resolved_study`` (YAML text), ``cost_note``. Each part renders only when its
+(label → value), ``resolved_study`` (YAML text), ``cost_note``, ``reused`` ((variant, seed, source)
+of trials copied from another study's store). Each part renders only when its
 key is present."""
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ def software_elements(meta: dict) -> list[Element]:
             else "no commit recorded (the study file is not in a git repository)"
         )
     elements = [Element("p", "Built with " + "; ".join(said) + ".")] if said else []
+    if meta.get("reused"):
+        elements.append(Element("p", reuse_text(meta["reused"])))
     if meta.get("resolved_study"):
         elements += [
             Element(
@@ -91,6 +94,19 @@ def software_elements(meta: dict) -> list[Element]:
             Element("code", meta["resolved_study"], title="Resolved study (YAML)", language="yaml"),
         ]
     return [Element("h3", "Software and configuration"), *elements] if elements else []
+
+
+def reuse_text(reused: list[tuple[str, int, str]]) -> str:
+    """Which trials were copied from other studies' stores (``--reuse``), grouped by store."""
+    by_store: dict[str, list[str]] = {}
+    for variant, seed, source in reused:
+        by_store.setdefault(source.rsplit(", run ", 1)[0], []).append(f"{variant} seed {seed}")
+    where = "; ".join(f"{', '.join(trials)} from {store}" for store, trials in by_store.items())
+    return (
+        f"{len(reused)} trial(s) were not trained in this study but copied from another study's store, "
+        f"where they were trained with the same model, training, task, metrics and seed "
+        f"(ablate run --reuse): {where}."
+    )
 
 
 def methods_elements(
