@@ -28,6 +28,12 @@ class RunFailed(AblateError):
     exit_code = 1
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message cut to its first line (its type's name where it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def warn(message: str) -> None:
     """One ``warning: …`` line on stderr, written now: something the user should know of that
     does not stop the command (looked up at call time, so a live progress display shows it above

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import AblateError
+from .errors import AblateError, first_line
 
 # Per-artifact download bars would drown the report's output.
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -220,7 +220,7 @@ class Tracker:
         except MlflowException as exc:
             raise AblateError(f"cannot open MLflow tracking store {tracking_uri}: {exc.message}") from None
         except Exception as exc:  # noqa: BLE001 - an unreachable server raises from requests
-            reason = _first_line(exc)
+            reason = first_line(exc)
             verb = "open" if tracking_uri.startswith("sqlite:") else "reach"  # a file, not a server
             raise AblateError(f"cannot {verb} MLflow tracking store {tracking_uri}: {reason}") from None
         if found is None and not create:
@@ -289,7 +289,7 @@ class Tracker:
         try:
             self.client.log_text(run_id, text, artifact_file)
         except Exception as exc:  # noqa: BLE001 - boto, requests, OSError: each store fails its own way
-            reason = _first_line(exc)
+            reason = first_line(exc)
             raise AblateError(f"cannot store artifacts in the tracking store {self.uri}: {reason}") from None
 
     def attach_files(self, run_id: str, files: dict[str, bytes | Path], folder: str) -> None:
@@ -416,13 +416,8 @@ def attach_report(tracking_uri: str, experiment: str, paths: dict[str, Path]) ->
             if key in paths and Path(paths[key]).is_file():
                 tracker.client.log_artifact(run.info.run_id, str(paths[key]), artifact_path=REPORT_FOLDER)
     except Exception as exc:  # noqa: BLE001 - the report itself is written already
-        reason = _first_line(exc)
+        reason = first_line(exc)
         warnings.warn(f"the report was not attached to the study's MLflow run: {reason}", stacklevel=2)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _quote(text: str) -> str:

@@ -4,6 +4,7 @@ and seed are copied, not trained again; everything else trains as usual."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -82,6 +83,24 @@ def test_a_trial_trained_differently_is_not_reused(write_study, cli, tmp_path):
     assert "reused:" not in err
     got = load_results(f"sqlite:///{tmp_path / 'runs/taker/mlflow.db'}", "taker")
     assert len(got.results) == 4 and "reused_from" not in got.results
+
+
+def test_a_donor_that_cannot_be_read_whole_is_trained_instead(write_study, cli, tmp_path):
+    """Its per-unit results are gone (artifacts deleted): a warning, the trial trains, nothing of
+    the donor is half-copied."""
+    donor_dir, donor = _donor(write_study, cli, tmp_path)
+    shutil.rmtree(donor_dir / "artifacts")
+    taker = write_study({"name": "taker", "report": FAST_REPORT, "seeds": [0]}, name="taker.yaml")
+    code, _, err = cli("run", taker, "--quiet", "--reuse", donor_dir)
+    assert code == 0, err
+    warned = [
+        line for line in err.splitlines() if line.startswith("warning: not reused (donor in sqlite:///")
+    ]
+    assert len(warned) == 2 and all(line.endswith("; training it instead") for line in warned)
+    got = load_results(f"sqlite:///{tmp_path / 'runs/taker/mlflow.db'}", "taker")
+    assert len(got.results) == 2 and "reused_from" not in got.results
+    # trained here: one curve point per epoch and metric, as any trained trial has
+    assert not got.curves.duplicated(["variant", "seed", "epoch", "metric"]).any()
 
 
 def test_workers_reuse_too(write_study, cli, tmp_path):

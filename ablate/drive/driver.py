@@ -335,8 +335,9 @@ class Driver:
         run_id = self.execution.start_run(job, cfg, {"trial": str(trial.number)}, cfg.params)
         trial.set_user_attr("mlflow_run_id", run_id)
         donor = self.donors.find(fingerprint(cfg.study, job.variant), job.seed) if self.donors else None
-        if donor is not None:
-            outcome = donor.copy_into(self.tracker, run_id)
+        outcome = donor.copy_into(self.tracker, run_id) if donor else None
+        reused = outcome is not None
+        if reused:
             trial.set_user_attr("reused_from", donor.source)
         else:
             self.reporter.trial(job.variant, job.seed, cfg.study.spec.train.epochs)
@@ -351,7 +352,7 @@ class Driver:
         trial.set_user_attr("wall_s", outcome.wall_s)
         fault_point("tell")  # test hook: MLflow says FINISHED, Optuna does not know yet
         queue.study.tell(trial, self._primary(outcome))
-        if donor is not None:
+        if reused:
             self.summary.reused += 1
             self.reporter.reused(job.variant, job.seed, outcome, donor.source)
         else:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..errors import AblateError
+from ..errors import AblateError, first_line, warn
 from ..track import (
     REUSED_TAG,
     ROLE,
@@ -55,29 +55,41 @@ class Donor:
     def source(self) -> str:
         return f"{self.experiment} in {self.uri}, run {self.run.info.run_id}"
 
-    def copy_into(self, tracker: Tracker, run_id: str) -> TrialResult:
+    def copy_into(self, tracker: Tracker, run_id: str) -> TrialResult | None:
         """Log the donor's per-epoch curves and carried tags into ``run_id``; return its result (its
-        step-0 metrics, per-unit frame and costs) for the caller to finish the run with."""
-        final: dict[str, float] = {}
+        step-0 metrics, per-unit frame and costs) for the caller to finish the run with. A donor
+        that cannot be read whole is skipped with a warning (None: train the trial), before
+        anything is written."""
+        try:
+            result, tags = self._read()
+        except Exception as exc:  # noqa: BLE001 - an unreadable donor costs a training, never the study
+            warn(f"not reused ({self.source}): {first_line(exc)}; training it instead")
+            return None
         epochs: dict[int, dict[str, float]] = defaultdict(dict)
+        for epoch, key, value in result.curves:
+            epochs[epoch][key] = value
+        for epoch in sorted(epochs):
+            tracker.log_metrics(run_id, epochs[epoch], step=epoch)
+        for tag, value in {**tags, REUSED_TAG: self.source}.items():
+            tracker.set_tag(run_id, tag, value)
+        return result
+
+    def _read(self) -> tuple[TrialResult, dict[str, str]]:
+        final: dict[str, float] = {}
+        curves: list[tuple[int, str, float]] = []
         donor_id = self.run.info.run_id
         for key in self.run.data.metrics:
             for point in self.client.get_metric_history(donor_id, key):
                 if point.step > 0:
-                    epochs[point.step][from_mlflow(key)] = point.value
+                    curves.append((point.step, from_mlflow(key), point.value))
                 else:
                     final[from_mlflow(key)] = point.value  # logged once, at the end
-        for epoch in sorted(epochs):
-            tracker.log_metrics(run_id, epochs[epoch], step=epoch)
-        for tag in CARRIED_TAGS:
-            if tag in self.run.data.tags:
-                tracker.set_tag(run_id, tag, self.run.data.tags[tag])
-        tracker.set_tag(run_id, REUSED_TAG, self.source)
         with tempfile.TemporaryDirectory() as tmp:
             per_unit = pd.read_csv(self.client.download_artifacts(donor_id, UNITS_ARTIFACT, tmp))
-        return TrialResult(
+        result = TrialResult(
             summary={k: v for k, v in final.items() if k.startswith(("valid.", "test."))},
             per_unit=per_unit,
+            curves=curves,
             params=int(final.get("params", 0)),
             tokens_per_s=final.get("tokens_per_s", 0.0),
             peak_memory_mb=final.get("peak_memory_mb", 0.0),
@@ -86,6 +98,7 @@ class Donor:
             epochs=int(final.get("epochs", 0)),
             best_epoch=int(final.get("best_epoch", 0)),
         )
+        return result, {t: self.run.data.tags[t] for t in CARRIED_TAGS if t in self.run.data.tags}
 
 
 class Donors:
@@ -105,13 +118,15 @@ class Donors:
             f" and tags.`{ROLE}` = 'trial' and attributes.status = 'FINISHED'"
         )
         for uri in self.uris:
-            client = self._clients.setdefault(uri, open_client(uri))
-            names = {e.experiment_id: e.name for e in client.search_experiments()}
-            if not names:
+            try:
+                client = self._clients.setdefault(uri, open_client(uri))
+                names = {e.experiment_id: e.name for e in client.search_experiments()}
+                runs = names and client.search_runs(
+                    list(names), filter_string=wanted, max_results=1, order_by=["attributes.start_time ASC"]
+                )
+            except Exception as exc:  # noqa: BLE001 - a store gone unreadable costs a training, not the study
+                warn(f"--reuse {uri} not searched: {first_line(exc)}")
                 continue
-            runs = client.search_runs(
-                list(names), filter_string=wanted, max_results=1, order_by=["attributes.start_time ASC"]
-            )
             if runs:
                 return Donor(client, uri, names[runs[0].info.experiment_id], runs[0])
         return None

@@ -33,7 +33,7 @@ from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrial
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
-from ..errors import AblateError
+from ..errors import AblateError, first_line
 from ..folders import folder_problem
 from ..track import default_uri, tracking_problem
 from .journal import check_journal
@@ -135,7 +135,7 @@ class LocalStores(Stores):
             try:
                 return RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
             except Exception as exc:  # noqa: BLE001 - sqlalchemy's errors: not a database, locked, …
-                raise AblateError(f"{path}: cannot open the Optuna store: {_first_line(exc)}") from None
+                raise AblateError(f"{path}: cannot open the Optuna store: {first_line(exc)}") from None
         check_journal(path)  # a record cut off by a crash is removed before anything is appended
         return JournalStorage(JournalFileBackend(url))
 
@@ -214,7 +214,7 @@ class SharedStores(Stores):
                     time.sleep(0.5 + attempt)
                     continue
                 where = _redact(self.optuna_url)
-                raise AblateError(f"cannot reach the Optuna storage {where}: {_first_line(exc)}") from None
+                raise AblateError(f"cannot reach the Optuna storage {where}: {first_line(exc)}") from None
 
     @contextmanager
     def queue_lock(self) -> Iterator[None]:
@@ -292,11 +292,6 @@ def _is_file(path: Path) -> bool:
         return path.is_file()
     except OSError:
         return False
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _redact(url: str) -> str:
