@@ -283,28 +283,37 @@ def report(
     tracking_uri: Annotated[
         str | None, typer.Option(help="MLflow tracking URI.", show_default="the study's store")
     ] = None,
+    trials: Annotated[
+        Path | None,
+        typer.Option(metavar="DIR", help="Also write each finished trial to DIR as a file --reuse reads."),
+    ] = None,
 ) -> None:
     """Rebuild the report from the tracking store alone (no training)."""
-    from .drive import Stores, folder_problem
+    from .drive import Stores, folder_problem, write_trials
     from .running import check_folders, write_study_report
     from .study import load_study
     from .track import tracking_problem
 
+    if trials is not None and (problem := folder_problem(trials)):
+        raise AblateError(f"--trials {trials}: {problem}")
     if study_file is not None:
         study = load_study(study_file, check_files=False, overrides=overrides or ())
         stores = Stores.for_study(study, output, tracking_uri)
         out_dir = reports / study.name if reports else stores.output_dir / "report"
         check_folders(study, stores, output, reports, out_dir, trains=False)
-        paths, _ = write_study_report(stores.tracking_uri, study.name, out_dir, study)
+        uri, experiment = stores.tracking_uri, study.name
     elif experiment and tracking_uri:
         if problem := tracking_problem(tracking_uri):
             raise AblateError(f"--tracking-uri {tracking_uri}: {problem}")
         out_dir = reports / experiment if reports else Path("runs") / experiment / "report"
         if problem := folder_problem(out_dir):
             raise AblateError(f"--reports {reports}: {problem}" if reports else problem)
-        paths, _ = write_study_report(tracking_uri, experiment, out_dir, None)
+        uri, study = tracking_uri, None
     else:
         raise AblateError("give a study file, or both --experiment and --tracking-uri")
+    if trials is not None:  # first: a half-finished study may not make a report yet, its trials do
+        err.print(f"trials: {len(write_trials(uri, experiment, trials))} file(s) in {trials}")
+    paths, _ = write_study_report(uri, experiment, out_dir, study)
     out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
 
 

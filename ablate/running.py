@@ -105,8 +105,8 @@ def _run_workers(
     cmd += ["--tracking-uri", stores.tracking_uri, "--quiet"]
     if retry_failed:
         cmd.append("--retry-failed")
-    for uri in donors.uris if donors else ():
-        cmd += ["--reuse", uri]
+    for source in donors.sources if donors else ():
+        cmd += ["--reuse", source]
     with progress_bars(quiet) as bars:
         watch = StoreWatch(study, stores, bars, quiet, workers)  # before any worker takes a trial
         env = {**os.environ, PARENT_ENV: str(os.getpid())}

@@ -3,6 +3,8 @@ and seed are copied, not trained again; everything else trains as usual."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import shutil
 import subprocess
@@ -11,8 +13,10 @@ import sys
 import pandas as pd
 import pytest
 
+from ablate.drive.reuse import TRIAL_SUFFIX
 from ablate.results import load_results
 
+COUNTS = ("epochs", "best_epoch", "params")
 FAST_REPORT = {"calibration": 0, "bootstrap": 200}  # the report's statistics are not under test
 
 
@@ -103,6 +107,61 @@ def test_a_donor_that_cannot_be_read_whole_is_trained_instead(write_study, cli, 
     assert not got.curves.duplicated(["variant", "seed", "epoch", "metric"]).any()
 
 
+def test_trial_files_outlive_the_store(write_study, cli, tmp_path):
+    """`ablate report --trials DIR` writes one file per finished trial; with the donor's store gone
+    (a lost machine), `--reuse DIR` brings every number back exactly; a copy's file names the run
+    that trained it."""
+    donor_dir, donor = _donor(write_study, cli, tmp_path)
+    donor_study = tmp_path / "donor.yaml"
+    code, _, err = cli("report", donor_study, "--trials", tmp_path / "kept")
+    assert code == 0 and "trials: 4 file(s) in" in err, err
+    files = sorted(p.name for p in (tmp_path / "kept").iterdir())
+    assert len(files) == 4 and all(f.endswith(TRIAL_SUFFIX) for f in files)
+    kept = [tuple(f.split("-")[:2]) for f in files]
+    assert kept == [("base", "seed0"), ("base", "seed1"), ("mlp", "seed0"), ("mlp", "seed1")]
+    shutil.rmtree(donor_dir)
+
+    taker = write_study({"name": "taker", "report": FAST_REPORT}, name="taker.yaml")
+    code, _, err = cli("run", taker, "--quiet", "--reuse", tmp_path / "kept")
+    assert code == 0 and "reused: 4 of the study's trials" in err, err
+    got = load_results(f"sqlite:///{tmp_path / 'runs/taker/mlflow.db'}", "taker")
+    before, after = _by_key(donor.results), _by_key(got.results)
+    for key, row in before.items():
+        assert after[key]["reused_from"] == f"donor in {(tmp_path / 'kept').resolve()}, run {row['run_id']}"
+        for column, value in row.items():
+            if column.startswith(("test.", "valid.", "component.")) or column in COUNTS:
+                assert after[key][column] == value, (key, column)
+    order = list(donor.units.columns[:3])  # variant, seed, the unit's id
+    pd.testing.assert_frame_equal(
+        got.units.sort_values(order).reset_index(drop=True),
+        donor.units.sort_values(order).reset_index(drop=True),
+        check_dtype=False,
+    )
+    curves = ["variant", "seed", "epoch", "metric"]
+    pd.testing.assert_frame_equal(
+        got.curves.sort_values(curves).reset_index(drop=True),
+        donor.curves.sort_values(curves).reset_index(drop=True),
+    )
+    # Written again from the taker's store, a file still names the donor's run as where it trained.
+    code, _, err = cli("report", taker, "--trials", tmp_path / "again")
+    assert code == 0, err
+    with gzip.open(next((tmp_path / "again").glob(f"base-seed0-*{TRIAL_SUFFIX}")), "rt") as handle:
+        record = json.load(handle)
+    assert record["study"] == "taker" and record["trained_in"].startswith("donor in ")
+    assert record["trained_in"].endswith(f"run {before[('base', 0)]['run_id']}")
+
+
+def test_a_trials_folder_that_cannot_be_written_is_one_line(write_study, cli, tmp_path):
+    _donor(write_study, cli, tmp_path)
+    (tmp_path / "a-file").write_text("")
+    code, _, err = cli("report", tmp_path / "donor.yaml", "--trials", tmp_path / "a-file" / "kept")
+    assert (
+        code == 2
+        and err.startswith(f"error: --trials {tmp_path / 'a-file' / 'kept'}: ")
+        and len(err.splitlines()) == 1
+    )
+
+
 def test_workers_reuse_too(write_study, cli, tmp_path):
     """`--workers 2` hands --reuse to its worker processes: a rerun of the donor under another
     name trains nothing."""
@@ -128,6 +187,6 @@ def test_a_reuse_folder_without_a_store_is_one_line(write_study, cli, tmp_path, 
     study = write_study({"report": FAST_REPORT})
     code, _, err = cli("run", study, "--reuse", tmp_path / where)
     assert code == 2
-    said = f"error: --reuse {tmp_path / where}: no finished study there (no mlflow.db in that folder)"
-    assert err.strip() == said
+    said = f"no finished trials there (no mlflow.db, no *{TRIAL_SUFFIX} files)"
+    assert err.strip() == f"error: --reuse {tmp_path / where}: {said}"
     assert not (tmp_path / "runs" / "tiny" / "mlflow.db").exists()  # refused before anything ran

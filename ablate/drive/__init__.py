@@ -20,7 +20,7 @@ worker loop), :mod:`.reuse` (finished trials copied from another study's store),
 from ..folders import folder_problem
 from .driver import Driver, Reporter, RunSummary, prepare, run_study
 from .ledger import plan
-from .reuse import Donors
+from .reuse import Donors, write_trials
 from .status import VariantStatus, checkpointed_fractions, eta_seconds, progress, status_table
 from .stores import Stores
 
@@ -39,4 +39,5 @@ __all__ = [
     "progress",
     "run_study",
     "status_table",
+    "write_trials",
 ]

@@ -1,16 +1,25 @@
-"""Finished trials taken from other studies' stores instead of trained again (``--reuse DIR``).
+"""Finished trials taken from elsewhere instead of trained again (``--reuse``), and trials written
+out as files that outlive their store (``ablate report --trials DIR``).
 
 A trial's numbers depend on what its fingerprint covers (model, training, task, metrics) and on
 its seed, not on the study around it, so two studies sharing a variant — FuXi-α's ablation, whose
 full model is ``hstu_fuxi_ml1m``'s ``fuxi-alpha`` — need not train it twice. A donor is a finished
-trial run in another tracking store with this trial's fingerprint and seed; its curves, best-epoch
-metrics, per-unit test results and costs are copied into this study's run, tagged
-:data:`REUSED_TAG` with where they came from. Search trials are never reused.
+trial with this trial's fingerprint and seed, either a run in another study's tracking store or a
+trial file (:data:`TRIAL_SUFFIX`) written from one; its curves, best-epoch metrics, per-unit test
+results, costs and provenance are copied into this study's run, tagged :data:`REUSED_TAG` with
+where they came from. Search trials are never reused.
+
+Trial files are what keeps finished trials when the machine holding the store is lost: gzipped
+JSON, one per trial, small enough to commit beside the report.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
+import re
 import tempfile
+from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,20 +49,22 @@ CARRIED_TAGS = (
     "ablate.oom_retry",
     "ablate.resumed_from_epoch",
 )
+TRIAL_SUFFIX = ".trial.json.gz"  # <variant>-seed<k>-<fingerprint>.trial.json.gz
+TRIAL_FORMAT = 1
+FINISHED_TRIALS = f"tags.`{ROLE}` = 'trial' and attributes.status = 'FINISHED'"
 
 
-@dataclass(frozen=True)
-class Donor:
-    """One finished trial run in another store."""
-
-    client: Any  # an MlflowClient on the donor's store
-    uri: str
-    experiment: str  # the donor study's name
-    run: Any  # its mlflow Run
+class Donor(ABC):
+    """One finished trial elsewhere."""
 
     @property
+    @abstractmethod
     def source(self) -> str:
-        return f"{self.experiment} in {self.uri}, run {self.run.info.run_id}"
+        """``<study> in <store or folder>, run <id>``: where the numbers were made."""
+
+    @abstractmethod
+    def read(self) -> tuple[TrialResult, dict[str, str]]:
+        """The trial's result (curves included) and its carried tags, read whole."""
 
     def copy_into(self, tracker: Tracker, run_id: str) -> TrialResult | None:
         """Log the donor's per-epoch curves and carried tags into ``run_id``; return its result (its
@@ -61,7 +72,7 @@ class Donor:
         that cannot be read whole is skipped with a warning (None: train the trial), before
         anything is written."""
         try:
-            result, tags = self._read()
+            result, tags = self.read()
         except Exception as exc:  # noqa: BLE001 - an unreadable donor costs a training, never the study
             warn(f"not reused ({self.source}): {first_line(exc)}; training it instead")
             return None
@@ -74,76 +85,165 @@ class Donor:
             tracker.set_tag(run_id, tag, value)
         return result
 
-    def _read(self) -> tuple[TrialResult, dict[str, str]]:
+
+@dataclass(frozen=True)
+class StoredTrial(Donor):
+    """A finished trial run in a tracking store."""
+
+    client: Any  # an MlflowClient on the store
+    uri: str
+    experiment: str  # the study's name
+    run: Any  # its mlflow Run
+
+    @property
+    def source(self) -> str:
+        return f"{self.experiment} in {self.uri}, run {self.run.info.run_id}"
+
+    def read(self) -> tuple[TrialResult, dict[str, str]]:
         final: dict[str, float] = {}
         curves: list[tuple[int, str, float]] = []
-        donor_id = self.run.info.run_id
+        run_id = self.run.info.run_id
         for key in self.run.data.metrics:
-            for point in self.client.get_metric_history(donor_id, key):
+            for point in self.client.get_metric_history(run_id, key):
                 if point.step > 0:
                     curves.append((point.step, from_mlflow(key), point.value))
                 else:
                     final[from_mlflow(key)] = point.value  # logged once, at the end
         with tempfile.TemporaryDirectory() as tmp:
-            per_unit = pd.read_csv(self.client.download_artifacts(donor_id, UNITS_ARTIFACT, tmp))
-        result = TrialResult(
-            summary={k: v for k, v in final.items() if k.startswith(("valid.", "test."))},
-            per_unit=per_unit,
-            curves=curves,
-            params=int(final.get("params", 0)),
-            tokens_per_s=final.get("tokens_per_s", 0.0),
-            peak_memory_mb=final.get("peak_memory_mb", 0.0),
-            wall_s=final.get("wall_s", 0.0),
-            cpu_s=final.get("cpu_s", 0.0),
-            epochs=int(final.get("epochs", 0)),
-            best_epoch=int(final.get("best_epoch", 0)),
-        )
-        return result, {t: self.run.data.tags[t] for t in CARRIED_TAGS if t in self.run.data.tags}
+            per_unit = pd.read_csv(self.client.download_artifacts(run_id, UNITS_ARTIFACT, tmp))
+        tags = {t: self.run.data.tags[t] for t in CARRIED_TAGS if t in self.run.data.tags}
+        return _result(final, curves, per_unit), tags
+
+    def write(self, folder: Path) -> Path:
+        """This trial as a trial file in ``folder`` (what ``--reuse folder`` reads)."""
+        result, carried = self.read()
+        tags = self.run.data.tags
+        record = {
+            "format": TRIAL_FORMAT,
+            "study": self.experiment,
+            "run_id": self.run.info.run_id,
+            "variant": tags["variant"],
+            "seed": int(tags["seed"]),
+            "fingerprint": tags["ablate.fingerprint"],
+            # Where it was trained: a trial copied into this store names the run it was copied from.
+            "trained_in": tags.get(REUSED_TAG, self.source),
+            "tags": carried,
+            "final": {**result.summary, **result.costs()},
+            "curves": result.curves,
+            "per_unit": result.per_unit.to_dict(orient="split", index=False),
+        }
+        variant = re.sub(r"[^\w.-]", "_", record["variant"])
+        path = folder / f"{variant}-seed{record['seed']}-{record['fingerprint']}{TRIAL_SUFFIX}"
+        folder.mkdir(parents=True, exist_ok=True)
+        with gzip.open(path, "wt", encoding="utf-8") as handle:
+            json.dump(record, handle)  # Python's float repr: every value reads back exactly
+        return path
+
+
+@dataclass(frozen=True)
+class FiledTrial(Donor):
+    """A trial file."""
+
+    path: Path
+    record: dict[str, Any]
+
+    @property
+    def source(self) -> str:
+        return f"{self.record['study']} in {self.path.parent}, run {self.record['run_id']}"
+
+    def read(self) -> tuple[TrialResult, dict[str, str]]:
+        split = self.record["per_unit"]
+        per_unit = pd.DataFrame(split["data"], columns=split["columns"])
+        curves = [(int(epoch), key, value) for epoch, key, value in self.record["curves"]]
+        return _result(self.record["final"], curves, per_unit), dict(self.record["tags"])
+
+
+def _result(final: dict[str, float], curves: list, per_unit: pd.DataFrame) -> TrialResult:
+    return TrialResult(
+        summary={k: v for k, v in final.items() if k.startswith(("valid.", "test."))},
+        per_unit=per_unit,
+        curves=curves,
+        params=int(final.get("params", 0)),
+        tokens_per_s=final.get("tokens_per_s", 0.0),
+        peak_memory_mb=final.get("peak_memory_mb", 0.0),
+        wall_s=final.get("wall_s", 0.0),
+        cpu_s=final.get("cpu_s", 0.0),
+        epochs=int(final.get("epochs", 0)),
+        best_epoch=int(final.get("best_epoch", 0)),
+    )
 
 
 class Donors:
-    """The stores ``--reuse`` names, searched in the order given."""
+    """The places ``--reuse`` names (study output folders, tracking URIs, folders of trial
+    files), searched in the order given."""
 
     def __init__(self, sources: Sequence[str | Path] = ()):
-        self.uris = [store_uri(s) for s in sources]
+        self.sources = [_checked(s) for s in sources]  # as handed on to worker processes
         self._clients: dict[str, Any] = {}
 
     def __bool__(self) -> bool:
-        return bool(self.uris)
+        return bool(self.sources)
 
     def find(self, fingerprint: str, seed: int) -> Donor | None:
-        """The first finished trial run with this fingerprint and seed, or None."""
-        wanted = (
-            f"tags.`ablate.fingerprint` = '{fingerprint}' and tags.seed = '{seed}'"
-            f" and tags.`{ROLE}` = 'trial' and attributes.status = 'FINISHED'"
-        )
-        for uri in self.uris:
+        """The first finished trial with this fingerprint and seed, or None."""
+        for source in self.sources:
             try:
-                client = self._clients.setdefault(uri, open_client(uri))
-                names = {e.experiment_id: e.name for e in client.search_experiments()}
-                runs = names and client.search_runs(
-                    list(names), filter_string=wanted, max_results=1, order_by=["attributes.start_time ASC"]
+                found = (
+                    self._in_store(source, fingerprint, seed)
+                    if "://" in source
+                    else self._in_folder(Path(source), fingerprint, seed)
                 )
-            except Exception as exc:  # noqa: BLE001 - a store gone unreadable costs a training, not the study
-                warn(f"--reuse {uri} not searched: {first_line(exc)}")
+            except Exception as exc:  # noqa: BLE001 - a place gone unreadable costs a training, not the study
+                warn(f"--reuse {source} not searched: {first_line(exc)}")
                 continue
-            if runs:
-                return Donor(client, uri, names[runs[0].info.experiment_id], runs[0])
+            if found is not None:
+                return found
+        return None
+
+    def _in_store(self, uri: str, fingerprint: str, seed: int) -> Donor | None:
+        client = self._clients.setdefault(uri, open_client(uri))
+        names = {e.experiment_id: e.name for e in client.search_experiments()}
+        wanted = f"tags.`ablate.fingerprint` = '{fingerprint}' and tags.seed = '{seed}' and {FINISHED_TRIALS}"
+        runs = names and client.search_runs(
+            list(names), filter_string=wanted, max_results=1, order_by=["attributes.start_time ASC"]
+        )
+        return StoredTrial(client, uri, names[runs[0].info.experiment_id], runs[0]) if runs else None
+
+    @staticmethod
+    def _in_folder(folder: Path, fingerprint: str, seed: int) -> Donor | None:
+        for path in sorted(folder.glob(f"*-seed{seed}-{fingerprint}{TRIAL_SUFFIX}")):
+            with gzip.open(path, "rt", encoding="utf-8") as handle:
+                record = json.load(handle)
+            if record.get("format") != TRIAL_FORMAT:
+                raise AblateError(f"{path}: trial file format {record.get('format')}, not {TRIAL_FORMAT}")
+            return FiledTrial(path, record)
         return None
 
 
-def store_uri(source: str | Path) -> str:
-    """The tracking URI of a ``--reuse`` source: a study's output folder (its ``mlflow.db``) or a
-    tracking URI; a folder without a store is refused in one line."""
+def write_trials(tracking_uri: str, experiment: str, folder: Path) -> list[Path]:
+    """Every finished trial of the study ``experiment`` as a trial file in ``folder``."""
+    client = open_client(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise AblateError(f"no experiment '{experiment}' in the tracking store {tracking_uri}")
+    runs = client.search_runs([found.experiment_id], filter_string=FINISHED_TRIALS, max_results=10000)
+    return [StoredTrial(client, tracking_uri, experiment, run).write(folder) for run in runs]
+
+
+def _checked(source: str | Path) -> str:
+    """A ``--reuse`` place as workers are handed it: a tracking URI (a study's output folder
+    becomes its ``mlflow.db``'s), or a folder of trial files; anything else is refused in one line."""
     text = str(source)
     if "://" in text:
         if problem := tracking_problem(text):
             raise AblateError(f"--reuse {text}: {problem}")
         return text
     folder = Path(text)
-    if not (folder / "mlflow.db").is_file():
-        raise AblateError(f"--reuse {text}: no finished study there (no mlflow.db in that folder)")
-    return default_uri(folder)
+    if (folder / "mlflow.db").is_file():
+        return default_uri(folder)
+    if folder.is_dir() and any(folder.glob(f"*{TRIAL_SUFFIX}")):
+        return str(folder.resolve())
+    raise AblateError(f"--reuse {text}: no finished trials there (no mlflow.db, no *{TRIAL_SUFFIX} files)")
 
 
-__all__ = ["Donor", "Donors", "store_uri"]
+__all__ = ["TRIAL_SUFFIX", "Donor", "Donors", "FiledTrial", "StoredTrial", "write_trials"]
