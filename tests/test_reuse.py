@@ -13,6 +13,7 @@ import sys
 import pandas as pd
 import pytest
 
+import ablate
 from ablate.drive.reuse import TRIAL_SUFFIX
 from ablate.results import load_results
 
@@ -80,13 +81,15 @@ def test_reused_trials_carry_the_donors_numbers_curves_and_units(write_study, cl
 
 
 def test_a_trial_trained_differently_is_not_reused(write_study, cli, tmp_path):
+    """Another learning rate is another fingerprint: trained, through the Python API's ``reuse``
+    (which the donor's own settings, passed the same way, do reuse)."""
     donor_dir, _ = _donor(write_study, cli, tmp_path)
-    taker = write_study({"name": "taker", "report": FAST_REPORT, "train": {"lr": 0.002}}, name="taker.yaml")
-    code, _, err = cli("run", taker, "--quiet", "--reuse", donor_dir)
-    assert code == 0, err
-    assert "reused:" not in err
-    got = load_results(f"sqlite:///{tmp_path / 'runs/taker/mlflow.db'}", "taker")
-    assert len(got.results) == 4 and "reused_from" not in got.results
+    taker = write_study({"name": "taker", "report": FAST_REPORT}, name="taker.yaml")
+    got = ablate.run(taker, {"train.lr": 0.002, "seeds": [0]}, reuse=[donor_dir], quiet=True)
+    assert len(got.results) == 2 and "reused_from" not in got.results
+    same = tmp_path / "runs" / "same"
+    again = ablate.run(taker, {"seeds": [0]}, output=same, reuse=[donor_dir], quiet=True)
+    assert len(again.results) == 2 and again.results["reused_from"].notna().all()
 
 
 def test_a_donor_that_cannot_be_read_whole_is_trained_instead(write_study, cli, tmp_path):
