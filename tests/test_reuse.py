@@ -122,6 +122,9 @@ def test_trial_files_outlive_the_store(write_study, cli, tmp_path):
     assert len(files) == 4 and all(f.endswith(TRIAL_SUFFIX) for f in files)
     kept = [tuple(f.split("-")[:2]) for f in files]
     assert kept == [("base", "seed0"), ("base", "seed1"), ("mlp", "seed0"), ("mlp", "seed1")]
+    written = {p.name: p.read_bytes() for p in (tmp_path / "kept").iterdir()}
+    code, _, err = cli("report", donor_study, "--trials", tmp_path / "kept")  # again: the same bytes
+    assert code == 0 and written == {p.name: p.read_bytes() for p in (tmp_path / "kept").iterdir()}, err
     shutil.rmtree(donor_dir)
 
     taker = write_study({"name": "taker", "report": FAST_REPORT}, name="taker.yaml")

@@ -135,8 +135,10 @@ class StoredTrial(Donor):
         variant = re.sub(r"[^\w.-]", "_", record["variant"])
         path = folder / f"{variant}-seed{record['seed']}-{record['fingerprint']}{TRIAL_SUFFIX}"
         folder.mkdir(parents=True, exist_ok=True)
-        with gzip.open(path, "wt", encoding="utf-8") as handle:
-            json.dump(record, handle)  # Python's float repr: every value reads back exactly
+        # Python's float repr: every value reads back exactly. No time stamp in the gzip header:
+        # writing an unchanged trial again gives the same bytes (a clean git diff).
+        with open(path, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as packed:
+            packed.write(json.dumps(record).encode())
         return path
 
 
