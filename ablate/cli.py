@@ -65,7 +65,8 @@ ReuseOpt = Annotated[
         "--reuse",
         metavar="DIR",
         help="Copy finished trials with the same fingerprint and seed from another study's output "
-        "folder (or tracking URI) instead of training them; repeatable.",
+        "folder, a tracking URI or a folder of trial files (report --trials) instead of training them; "
+        "repeatable.",
         show_default=False,
     ),
 ]
