@@ -83,7 +83,7 @@ def run_and_report(
     table = results.results
     reused = int(table["reused_from"].notna().sum()) if "reused_from" in table else 0
     if reused:
-        err.print(f"reused: {reused} of the study's trials were copied from other studies' stores (--reuse)")
+        err.print(f"reused: {reused} of the study's trials were copied, not trained (--reuse)")
     out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
     return Ran(paths, results, failed, skipped)
 

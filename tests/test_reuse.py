@@ -48,7 +48,7 @@ def test_reused_trials_carry_the_donors_numbers_curves_and_units(write_study, cl
     )
     code, _, err = cli("run", taker, "--quiet", "--reuse", donor_dir)
     assert code == 0, err
-    assert "reused: 4 of the study's trials were copied from other studies' stores" in err
+    assert "reused: 4 of the study's trials were copied, not trained" in err
     got = load_results(f"sqlite:///{tmp_path / 'runs/taker/mlflow.db'}", "taker")
 
     rows = _by_key(got.results)
@@ -76,7 +76,7 @@ def test_reused_trials_carry_the_donors_numbers_curves_and_units(write_study, cl
     )
     # The report says which trials were copied and from where.
     report = (tmp_path / "runs" / "taker" / "report" / "report.md").read_text()
-    assert "4 trial(s) were not trained in this study but copied from another study's store" in report
+    assert "4 trial(s) were copied, not trained in this study (ablate run --reuse)" in report
     assert "base seed 0, base seed 1, mlp seed 0, mlp seed 1 from donor in sqlite:///" in report
 
 

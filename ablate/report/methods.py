@@ -97,15 +97,14 @@ def software_elements(meta: dict) -> list[Element]:
 
 
 def reuse_text(reused: list[tuple[str, int, str]]) -> str:
-    """Which trials were copied from other studies' stores (``--reuse``), grouped by store."""
+    """Which trials were copied from other studies' stores or trial files (``--reuse``), by source."""
     by_store: dict[str, list[str]] = {}
     for variant, seed, source in reused:
         by_store.setdefault(source.rsplit(", run ", 1)[0], []).append(f"{variant} seed {seed}")
     where = "; ".join(f"{', '.join(trials)} from {store}" for store, trials in by_store.items())
     return (
-        f"{len(reused)} trial(s) were not trained in this study but copied from another study's store, "
-        f"where they were trained with the same model, training, task, metrics and seed "
-        f"(ablate run --reuse): {where}."
+        f"{len(reused)} trial(s) were copied, not trained in this study (ablate run --reuse): each was "
+        f"trained elsewhere with the same model, training, task, metrics and seed: {where}."
     )
 
 
