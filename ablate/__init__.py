@@ -71,8 +71,8 @@ def run(
 
     Failed trials are listed on stderr and in ``results.failures``; a stop (Ctrl-C) raises
     ``KeyboardInterrupt`` once the trials in flight are recorded, and running again resumes.
-    ``reuse`` names other studies' output folders (``--reuse``): their finished trials with the
-    same fingerprint and seed are copied instead of trained."""
+    ``reuse`` names other studies' output folders, tracking URIs or folders of trial files
+    (``--reuse``): their finished trials with the same fingerprint and seed are copied, not trained."""
     from . import stopping
     from .running import run_and_report
     from .study import Study, load_study

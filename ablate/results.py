@@ -6,7 +6,6 @@ built from what it returns and nothing else.
 
 from __future__ import annotations
 
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,7 @@ import pandas as pd
 
 from .errors import AblateError
 from .stats import ReportSettings
-from .track import REUSED_TAG, UNITS_ARTIFACT, Tracker, from_mlflow
+from .track import REUSED_TAG, Tracker, from_mlflow, read_units
 
 COST_KEYS = ("params", "tokens_per_s", "peak_memory_mb", "wall_s", "cpu_s", "epochs", "best_epoch")
 # How the report's cost columns were measured (stores written before CPU time was: wall time only).
@@ -79,15 +78,13 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
             continue
         seen[(variant, seed)] = len(rows)
         rows.append(row)
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                local = tracker.client.download_artifacts(run.info.run_id, UNITS_ARTIFACT, tmp)
-                units = pd.read_csv(local)
-                units.insert(0, "seed", seed)
-                units.insert(0, "variant", variant)
-                unit_frames.append(units)
-            except Exception:  # noqa: BLE001 - a run without unit metrics still reports
-                pass
+        try:
+            units = read_units(tracker.client, run.info.run_id)
+            units.insert(0, "seed", seed)
+            units.insert(0, "variant", variant)
+            unit_frames.append(units)
+        except Exception:  # noqa: BLE001 - a run without unit metrics still reports
+            pass
         if curves:
             for key, history in histories.items():
                 curve_rows += [

@@ -55,8 +55,8 @@ def run_and_report(
     """Train every (variant, seed) of a study not yet complete, then write the report (to
     ``<reports>/<study>/`` when ``reports`` is given, else to ``report/`` in the study's output
     folder). A stop request (SIGTERM, Ctrl-C) ends it with ``KeyboardInterrupt`` once trials in
-    flight are recorded. ``reuse``: output folders (or tracking URIs) of other studies whose
-    finished trials with the same fingerprint and seed are copied instead of trained."""
+    flight are recorded. ``reuse``: other studies' output folders, tracking URIs or folders of trial
+    files whose finished trials with the same fingerprint and seed are copied, not trained."""
     if workers < 1:
         raise AblateError(f"workers must be at least 1 (got {workers})")
     stores = Stores.for_study(study, output, tracking_uri, storage)

@@ -46,6 +46,7 @@ STUDY_ARTIFACT = "study.resolved.yaml"  # the validated study, overrides applied
 REPORT_FOLDER = "report"  # where the parent run keeps the written report
 REPORT_FILES = ("md", "html", "csv", "comparisons", "tex")  # of write_report's paths
 DATA_SUMMARY = "ablate.data_summary"  # a parent-run tag: the task's data summary as JSON
+PROVENANCE_TAGS = ("ablate.version", "ablate.git_commit", "ablate.git_dirty")  # what provenance() sets
 REUSED_TAG = "ablate.reused_from"  # a trial copied from another store: "<study> in <uri>, run <id>"
 DATA_ARTIFACTS = "data"  # the parent run's folder for the task's data files (Task.artifacts)
 # The most portable limits: older servers cap a parameter value at 500 characters, and MLflow
@@ -114,15 +115,16 @@ def provenance(study_file: Path) -> dict[str, str]:
     git repository, its commit and whether tracked files (or the study file, untracked) differ."""
     import ablate  # the package is initialised before any of its modules: no upward dependency
 
-    tags = {"ablate.version": ablate.__version__}
+    version, commit_tag, dirty_tag = PROVENANCE_TAGS
+    tags = {version: ablate.__version__}
     folder = study_file.parent
     commit = _git(folder, "rev-parse", "HEAD")
     if commit:
-        tags["ablate.git_commit"] = commit
+        tags[commit_tag] = commit
         changed = _git(folder, "status", "--porcelain", "--untracked-files=no")
         tracked = _git(folder, "ls-files", "--", study_file.name)
         if changed is not None and tracked is not None:
-            tags["ablate.git_dirty"] = "true" if changed or not tracked else "false"
+            tags[dirty_tag] = "true" if changed or not tracked else "false"
     return tags
 
 
@@ -197,6 +199,14 @@ class _Retrying:
             raise AssertionError("unreachable")  # pragma: no cover
 
         return call
+
+
+def read_units(client: MlflowClient, run_id: str):
+    """A finished trial run's per-unit test metrics (:data:`UNITS_ARTIFACT`) as a DataFrame."""
+    import pandas as pd  # only readers of results need it
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return pd.read_csv(client.download_artifacts(run_id, UNITS_ARTIFACT, tmp))
 
 
 def open_client(tracking_uri: str) -> MlflowClient:

@@ -13,7 +13,7 @@ Exactly once, across any number of worker processes:
 Modules: :mod:`.stores` (where the queues and results live, local or shared; :mod:`.journal`
 checks a journal file as it opens), :mod:`.ledger`
 (planned trials and their states), :mod:`.execution` (training one trial), :mod:`.driver` (the
-worker loop), :mod:`.reuse` (finished trials copied from another study's store), :mod:`.status`
+worker loop), :mod:`.reuse` (finished trials copied from another study's store or trial files), :mod:`.status`
 (progress and ETA).
 """
 

@@ -68,7 +68,7 @@ class RunSummary:
     failed: list[tuple[str, int, str]]
     searched: int = 0  # search trials run by this invocation
     planned: int = 0  # (variant, seed) trials planned when it ended (a sequential design's plan grows)
-    reused: int = 0  # trials copied from another study's store (``--reuse``), not trained
+    reused: int = 0  # trials copied from another study's store or trial files (``--reuse``), not trained
 
 
 class Driver:
@@ -331,10 +331,11 @@ class Driver:
         job = Job(trial.user_attrs["variant"], int(trial.user_attrs["seed"]))
         queue.show_key(trial, job.variant, job.seed, list(self.study.variants))
         cfg = self.config(job.variant)
-        trial.set_user_attr("fingerprint", fingerprint(cfg.study, job.variant))
+        trained_as = fingerprint(cfg.study, job.variant)
+        trial.set_user_attr("fingerprint", trained_as)
         run_id = self.execution.start_run(job, cfg, {"trial": str(trial.number)}, cfg.params)
         trial.set_user_attr("mlflow_run_id", run_id)
-        donor = self.donors.find(fingerprint(cfg.study, job.variant), job.seed) if self.donors else None
+        donor = self.donors.find(trained_as, job.seed) if self.donors else None
         outcome = donor.copy_into(self.tracker, run_id) if donor else None
         reused = outcome is not None
         if reused:
@@ -372,7 +373,7 @@ def run_study(
     donors: Donors | None = None,
 ) -> RunSummary:
     """Train every planned (variant, seed) not yet complete (searching first when the study
-    has a ``search:`` section), or copy it from a donor store (``donors``); returns what this
+    has a ``search:`` section), or copy it from a donor (``donors``); returns what this
     process did."""
     with stores.worker() as worker_id:
         driver = Driver(study, stores, reporter, retry_failed, worker_id=worker_id, donors=donors)

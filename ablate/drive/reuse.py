@@ -18,7 +18,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import tempfile
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Sequence
@@ -30,28 +29,22 @@ import pandas as pd
 
 from ..errors import AblateError, first_line, warn
 from ..track import (
+    PROVENANCE_TAGS,
     REUSED_TAG,
     ROLE,
-    UNITS_ARTIFACT,
     Tracker,
     default_uri,
     from_mlflow,
     open_client,
+    read_units,
     tracking_problem,
 )
 from ..train import TrialResult
 
 # A donor's tags that say how its numbers were made (code, resumption, batch size), carried over.
-CARRIED_TAGS = (
-    "ablate.version",
-    "ablate.git_commit",
-    "ablate.git_dirty",
-    "ablate.oom_retry",
-    "ablate.resumed_from_epoch",
-)
+CARRIED_TAGS = (*PROVENANCE_TAGS, "ablate.oom_retry", "ablate.resumed_from_epoch")
 TRIAL_SUFFIX = ".trial.json.gz"  # <variant>-seed<k>-<fingerprint>.trial.json.gz
 TRIAL_FORMAT = 1
-FINISHED_TRIALS = f"tags.`{ROLE}` = 'trial' and attributes.status = 'FINISHED'"
 
 
 class Donor(ABC):
@@ -109,10 +102,8 @@ class StoredTrial(Donor):
                     curves.append((point.step, from_mlflow(key), point.value))
                 else:
                     final[from_mlflow(key)] = point.value  # logged once, at the end
-        with tempfile.TemporaryDirectory() as tmp:
-            per_unit = pd.read_csv(self.client.download_artifacts(run_id, UNITS_ARTIFACT, tmp))
         tags = {t: self.run.data.tags[t] for t in CARRIED_TAGS if t in self.run.data.tags}
-        return _result(final, curves, per_unit), tags
+        return _result(final, curves, read_units(self.client, run_id)), tags
 
     def write(self, folder: Path) -> Path:
         """This trial as a trial file in ``folder`` (what ``--reuse folder`` reads)."""
@@ -205,7 +196,10 @@ class Donors:
     def _in_store(self, uri: str, fingerprint: str, seed: int) -> Donor | None:
         client = self._clients.setdefault(uri, open_client(uri))
         names = {e.experiment_id: e.name for e in client.search_experiments()}
-        wanted = f"tags.`ablate.fingerprint` = '{fingerprint}' and tags.seed = '{seed}' and {FINISHED_TRIALS}"
+        wanted = (
+            f"tags.`ablate.fingerprint` = '{fingerprint}' and tags.seed = '{seed}'"
+            f" and tags.`{ROLE}` = 'trial' and attributes.status = 'FINISHED'"
+        )
         runs = names and client.search_runs(
             list(names), filter_string=wanted, max_results=1, order_by=["attributes.start_time ASC"]
         )
@@ -224,12 +218,11 @@ class Donors:
 
 def write_trials(tracking_uri: str, experiment: str, folder: Path) -> list[Path]:
     """Every finished trial of the study ``experiment`` as a trial file in ``folder``."""
-    client = open_client(tracking_uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise AblateError(f"no experiment '{experiment}' in the tracking store {tracking_uri}")
-    runs = client.search_runs([found.experiment_id], filter_string=FINISHED_TRIALS, max_results=10000)
-    return [StoredTrial(client, tracking_uri, experiment, run).write(folder) for run in runs]
+    tracker = Tracker(tracking_uri, experiment, create=False)
+    return [
+        StoredTrial(tracker.client, tracking_uri, experiment, run).write(folder)
+        for run in tracker.trial_runs(status="FINISHED")
+    ]
 
 
 def _checked(source: str | Path) -> str:

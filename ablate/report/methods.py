@@ -5,7 +5,7 @@ the software and resolved configuration that produced the study.
 ``meta`` is what the tracking store recorded beside the trials (``Results.meta``): keys
 ``ablate_version``, ``git_commit`` (None: not in a repository), ``git_dirty``, ``data_summary``
 (label → value), ``resolved_study`` (YAML text), ``cost_note``, ``reused`` ((variant, seed, source)
-of trials copied from another study's store). Each part renders only when its
+of trials copied from another study's store or trial files). Each part renders only when its
 key is present."""
 
 from __future__ import annotations
