@@ -313,7 +313,9 @@ def report(
     else:
         raise AblateError("give a study file, or both --experiment and --tracking-uri")
     if trials is not None:  # first: a half-finished study may not make a report yet, its trials do
-        err.print(f"trials: {len(write_trials(uri, experiment, trials))} file(s) in {trials}")
+        written, kept = write_trials(uri, experiment, trials)
+        held = f" ({kept} left as they were: a file there holds the trial from another run)" if kept else ""
+        err.print(f"trials: {len(written)} file(s) in {trials}{held}", markup=False, highlight=False)
     paths, _ = write_study_report(uri, experiment, out_dir, study)
     out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
 

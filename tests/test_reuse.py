@@ -148,6 +148,15 @@ def test_trial_files_outlive_the_store(write_study, cli, tmp_path):
         got.curves.sort_values(curves).reset_index(drop=True),
         donor.curves.sort_values(curves).reset_index(drop=True),
     )
+    # Written back into the donors' own folder, the copies leave the donors' files as they were,
+    # one filed under another variant name (a donor study's own name for the model) included.
+    renamed = next((tmp_path / "kept").glob("base-seed0-*"))
+    renamed.rename(renamed.with_name(renamed.name.replace("base-", "full-model-", 1)))
+    before_write = {p.name: p.read_bytes() for p in (tmp_path / "kept").iterdir()}
+    code, _, err = cli("report", taker, "--trials", tmp_path / "kept")
+    assert code == 0 and "trials: 0 file(s) in" in err and "(4 left as they were: " in err, err
+    assert before_write == {p.name: p.read_bytes() for p in (tmp_path / "kept").iterdir()}
+    assert sorted(before_write.values()) == sorted(written.values())
     # Written again from the taker's store, a file still names the donor's run as where it trained.
     code, _, err = cli("report", taker, "--trials", tmp_path / "again")
     assert code == 0, err

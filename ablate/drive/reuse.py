@@ -105,10 +105,17 @@ class StoredTrial(Donor):
         tags = {t: self.run.data.tags[t] for t in CARRIED_TAGS if t in self.run.data.tags}
         return _result(final, curves, read_units(self.client, run_id)), tags
 
-    def write(self, folder: Path) -> Path:
-        """This trial as a trial file in ``folder`` (what ``--reuse folder`` reads)."""
-        result, carried = self.read()
+    def write(self, folder: Path) -> Path | None:
+        """This trial as a trial file in ``folder`` (what ``--reuse folder`` reads); None where a
+        file there already holds this fingerprint and seed from another run — typically the donor
+        a copied trial came from (under its own study's variant name, perhaps), which must keep naming
+        the run that trained it — and is kept."""
         tags = self.run.data.tags
+        trial = _file_tail(int(tags["seed"]), tags["ablate.fingerprint"])
+        path = folder / (re.sub(r"[^\w.-]", "_", tags["variant"]) + trial)
+        if any(_run_in(other) not in (None, self.run.info.run_id) for other in folder.glob(f"*{trial}")):
+            return None
+        result, carried = self.read()
         record = {
             "format": TRIAL_FORMAT,
             "study": self.experiment,
@@ -123,8 +130,6 @@ class StoredTrial(Donor):
             "curves": result.curves,
             "per_unit": result.per_unit.to_dict(orient="split", index=False),
         }
-        variant = re.sub(r"[^\w.-]", "_", record["variant"])
-        path = folder / f"{variant}-seed{record['seed']}-{record['fingerprint']}{TRIAL_SUFFIX}"
         folder.mkdir(parents=True, exist_ok=True)
         # Python's float repr: every value reads back exactly. No time stamp in the gzip header:
         # writing an unchanged trial again gives the same bytes (a clean git diff).
@@ -207,7 +212,7 @@ class Donors:
 
     @staticmethod
     def _in_folder(folder: Path, fingerprint: str, seed: int) -> Donor | None:
-        for path in sorted(folder.glob(f"*-seed{seed}-{fingerprint}{TRIAL_SUFFIX}")):
+        for path in sorted(folder.glob(f"*{_file_tail(seed, fingerprint)}")):
             with gzip.open(path, "rt", encoding="utf-8") as handle:
                 record = json.load(handle)
             if record.get("format") != TRIAL_FORMAT:
@@ -216,13 +221,29 @@ class Donors:
         return None
 
 
-def write_trials(tracking_uri: str, experiment: str, folder: Path) -> list[Path]:
-    """Every finished trial of the study ``experiment`` as a trial file in ``folder``."""
+def write_trials(tracking_uri: str, experiment: str, folder: Path) -> tuple[list[Path], int]:
+    """Every finished trial of the study ``experiment`` as a trial file in ``folder``: the files
+    written, and how many trials were left out because ``folder`` holds them from another run."""
     tracker = Tracker(tracking_uri, experiment, create=False)
-    return [
+    paths = [
         StoredTrial(tracker.client, tracking_uri, experiment, run).write(folder)
         for run in tracker.trial_runs(status="FINISHED")
     ]
+    return [p for p in paths if p is not None], paths.count(None)
+
+
+def _file_tail(seed: int, fingerprint: str) -> str:
+    """What a trial file's name ends with, after its variant's name."""
+    return f"-seed{seed}-{fingerprint}{TRIAL_SUFFIX}"
+
+
+def _run_in(path: Path) -> str | None:
+    """The run a trial file was written from; None where there is no readable file."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            return json.load(handle)["run_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _checked(source: str | Path) -> str:
