@@ -26,16 +26,25 @@ class TrialLog:
         self.metric = study.metrics[0]
         self.task = bars.add_task(label, total=None, eta="")
         self.total = self.done = 0
-        self.walls: list[float] = []  # of the trials finished while watching
+        self.walls: list[float] = []  # of the trials trained while watching
+        self.copied_walls: list[float] = []  # of trials copied (--reuse): the donors', until one is trained
 
     def plan(self, total: int, done: int) -> None:
         self.total, self.done = total, done
         self.bars.update(self.task, total=total, completed=done)
 
-    def finished(self, what: str, summary: dict[str, float], wall: float, eta: float | None = None) -> None:
-        """One trial done; ``eta`` as known to the caller, else the mean wall time × trials left."""
+    def finished(
+        self,
+        what: str,
+        summary: dict[str, float],
+        wall: float,
+        eta: float | None = None,
+        copied: bool = False,
+    ) -> None:
+        """One trial done (``copied``: from a donor, ``wall`` its); ``eta`` as known to the
+        caller, else the mean wall time × trials left."""
         self.done += 1
-        self.walls.append(wall)
+        (self.copied_walls if copied else self.walls).append(wall)
         eta = self._show(eta)
         value = summary.get(f"test.{self.metric}")
         self._say(trial_line(self.done, self.total, what, self.metric, value, wall, eta))
@@ -57,8 +66,8 @@ class TrialLog:
 
     def _show(self, eta: float | None) -> float | None:
         """Advance the bar and show the ETA (the given one, else mean wall time × trials left)."""
-        if eta is None and self.walls:
-            eta = mean(self.walls) * max(self.total - self.done, 0)
+        if eta is None and (walls := self.walls or self.copied_walls):
+            eta = mean(walls) * max(self.total - self.done, 0)
         shown = f"ETA {duration(eta)}" if eta is not None and self.done < self.total else ""
         self.bars.update(self.task, completed=self.done, eta=shown)
         return eta
@@ -103,7 +112,9 @@ class BarReporter(Reporter):
             self.log.finished(f"{variant} seed {seed}", result.summary, result.wall_s)
 
     def reused(self, variant: str, seed: int, result: TrialResult, source: str) -> None:
-        self.log.finished(f"{variant} seed {seed} (reused: {source})", result.summary, result.wall_s)
+        self.log.finished(
+            f"{variant} seed {seed} (reused: {source})", result.summary, result.wall_s, copied=True
+        )
 
     def failed(self, variant: str, seed: int, reason: str) -> None:
         # A search trial whose parameters do not fit fails before it starts, under its label.

@@ -307,6 +307,18 @@ def test_status_counts_and_eta(cli, write_study, tmp_path, monkeypatch):
     assert code == 0 and "2/6 trials done" in out and "ETA: " in out
 
 
+def test_eta_leaves_copied_trials_walls_out_once_one_is_trained():
+    """Copied trials (``--reuse``) bring their donors' wall times, another machine's or day's:
+    the ETA uses them only while no trial has been trained here."""
+    rows = {
+        "base": drive.VariantStatus(done=3, left=1, walls=[100.0], copied_walls=[1000.0, 1000.0]),
+        "mlp": drive.VariantStatus(done=1, left=2, copied_walls=[500.0]),
+    }
+    assert drive.eta_seconds(rows) == pytest.approx(3 * 100.0)
+    rows["base"].walls.clear()
+    assert drive.eta_seconds(rows) == pytest.approx(3 * (1000.0 + 1000.0 + 500.0) / 3)
+
+
 def test_unreachable_storage_is_one_line(cli, write_study, tmp_path):
     study = write_study()
     url = "postgresql://ablate:secret@127.0.0.1:9/nothing"

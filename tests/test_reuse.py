@@ -14,8 +14,10 @@ import pandas as pd
 import pytest
 
 import ablate
+from ablate.drive import Stores, progress
 from ablate.drive.reuse import TRIAL_SUFFIX
 from ablate.results import load_results
+from ablate.study import load_study
 
 COUNTS = ("epochs", "best_epoch", "params")
 FAST_REPORT = {"calibration": 0, "bootstrap": 200}  # the report's statistics are not under test
@@ -50,6 +52,11 @@ def test_reused_trials_carry_the_donors_numbers_curves_and_units(write_study, cl
     assert code == 0, err
     assert "reused: 4 of the study's trials were copied, not trained" in err
     got = load_results(f"sqlite:///{tmp_path / 'runs/taker/mlflow.db'}", "taker")
+    # The ETA reads the wall times of trials trained here, not the donors' (another machine's).
+    study = load_study(taker)
+    rows = progress(study, Stores.for_study(study))
+    walls = {v: (len(r.walls), len(r.copied_walls)) for v, r in rows.items()}
+    assert walls == {"base": (1, 2), "mlp": (1, 2), "post-norm": (3, 0)}
 
     rows = _by_key(got.results)
     assert len(rows) == 9

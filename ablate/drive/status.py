@@ -26,7 +26,8 @@ class VariantStatus:
     search_budget: int = 0
     final_running: int = 0
     failures: list[tuple[int, str]] = field(default_factory=list)  # (seed, reason)
-    walls: list[float] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)  # of trials trained in this study
+    copied_walls: list[float] = field(default_factory=list)  # the donors' (``--reuse``), trained elsewhere
     wanted: int = 0  # seeds planned now (a sequential design's grow as its looks need them)
     standing: str = ""  # a sequential design's: why the variant stopped, or what it waits for
 
@@ -65,7 +66,7 @@ def progress(study: Study, stores: Stores, storage: Any = None) -> dict[str, Var
             t = next(t for t in key_trials if t.state == TrialState.COMPLETE)
             wall = t.user_attrs.get("wall_s") or elapsed(t)
             if wall:
-                row.walls.append(wall)
+                (row.copied_walls if "reused_from" in t.user_attrs else row.walls).append(wall)
         elif any(t.state == TrialState.RUNNING and stores.is_live(t) for t in key_trials):
             row.running += 1
             row.final_running += 1
@@ -120,8 +121,9 @@ def eta_seconds(
 ) -> float | None:
     """Remaining trials × mean wall time of finished trials ÷ trials running now (≥ 1).
     ``checkpointed[variant]`` lists the done fraction (epoch / epochs) of that variant's trials
-    with a checkpoint: they count as that much less left; other running trials as half left."""
-    walls = [w for r in rows.values() for w in r.walls]
+    with a checkpoint: they count as that much less left; other running trials as half left.
+    Copied trials' wall times (another machine's, another day's) count only until one is trained."""
+    walls = [w for r in rows.values() for w in r.walls] or [w for r in rows.values() for w in r.copied_walls]
     if not walls:
         return None
     checkpointed = checkpointed or {}
