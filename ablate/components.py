@@ -259,6 +259,14 @@ class Component(nn.Module):
     * ``stage_end(stage)``: called when training stage ``stage`` (1-based) has early-stopped and
       the next begins (``train.second_stage``), after the weights it starts from are loaded
       (e.g. ``fr_graph`` freezing its topology: T2G-Former's second stage).
+
+    ``version`` is part of every trial's fingerprint (:func:`ablate.drive.ledger.fingerprint`).
+    Bump it when the same options start to train differently (a changed computation,
+    initialisation or order of random draws), so that stores and trial files made before stop
+    counting as this kind's results. A new option or a changed default needs no bump (a
+    fingerprint holds every option's value, defaults filled in), except a kind's first changed
+    default while it is at version 1: stores made before fingerprints were resolved, accepted
+    until then (:func:`ablate.drive.ledger.fingerprints`), hold only the options written.
     """
 
     Options: ClassVar[type[Options]] = Options
@@ -271,6 +279,8 @@ class Component(nn.Module):
     # The option that sets this kind's width (e.g. an FFN's hidden size), which
     # ``match_params`` scales to equalise parameter counts; None: the kind has none.
     width_option: ClassVar[str | None] = None
+    # The version of this kind's numbers: bumped when they change (see above).
+    version: ClassVar[int] = 1
 
     def __init__(self, options: Options, ctx: BuildContext):
         super().__init__()

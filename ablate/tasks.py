@@ -131,13 +131,24 @@ class LossPart:
 class Task:
     """Base class for tasks. Subclasses set ``Options`` and ``LossOptions`` and implement
     the methods below. ``options`` is a validated ``Options`` instance; ``base_dir`` is the
-    folder of the study file (relative data paths are resolved against it)."""
+    folder of the study file (relative data paths are resolved against it).
+
+    ``version`` is part of every trial's fingerprint (:func:`ablate.drive.ledger.fingerprint`).
+    Bump it when the same options start to give other numbers (data preparation, splits, the
+    model around the blocks, the loss, the metrics), so that stores and trial files made before
+    stop counting as this task's results. A new option or a changed default needs no bump (a
+    fingerprint holds every option's value, the loss's too, defaults filled in), except a task's
+    first changed default while it is at version 1: stores made before fingerprints were
+    resolved, accepted until then (:func:`ablate.drive.ledger.fingerprints`), hold only the
+    options written."""
 
     Options: ClassVar[type[Options]] = Options
     # A pydantic model (or a discriminated union wrapped in a RootModel) for ``train.loss``.
     LossOptions: ClassVar[type[BaseModel]] = Options
     # Evaluation units have an order / tokens are used causally.
     ordered: ClassVar[bool] = True
+    # The version of this task's numbers: bumped when they change (see above).
+    version: ClassVar[int] = 1
 
     def __init__(self, options: Options, base_dir: Path):
         self.options = options
