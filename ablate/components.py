@@ -11,7 +11,6 @@ Kinds never look at each other's configuration: the block hands them what they n
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,8 +22,10 @@ import torch.nn.functional as F
 from pydantic import ConfigDict
 from torch import Tensor, nn
 
-from . import kernels
+from . import fastpaths, kernels
 from .jagged import Jagged, Padded, last_of_rows
+from .kernels import lanes
+from .kernels.lanes import keep_threshold
 from .schema import Strict
 
 __all__ = [
@@ -50,23 +51,10 @@ def default(value, fallback):
     return fallback if value is None else value
 
 
-# CPU dropout: counter-based lanes, fused where built (False: torch's kernels, for the benchmark).
-FAST_CPU_DROPOUT = True
-
-# splitmix64's constants (Steele, Lea & Flood 2014) as signed 64-bit integers: the lanes of
-# ablate/kernels/lanes.h, computed here with torch ops (int64 products wrap as uint64 ones).
-_GOLDEN, _MIX1, _MIX2 = (c - 2**64 for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
-
-
 def dropout_key() -> int:
     """One 64-bit draw of this thread's dropout generator: the key of a call's lanes."""
     generator = getattr(_DROPOUT, "generator", None)
     return int(torch.empty((), dtype=torch.int64).random_(-(2**63), None, generator=generator))
-
-
-def _shift_right(z: Tensor, bits: int) -> Tensor:
-    """Logical (unsigned) right shift of int64 ``z``: torch's ``>>`` is arithmetic."""
-    return (z >> bits) & ((1 << (64 - bits)) - 1)
 
 
 def keep_lanes(shape: tuple[int, ...], device: torch.device, key: int | None = None) -> Tensor:
@@ -74,13 +62,7 @@ def keep_lanes(shape: tuple[int, ...], device: torch.device, key: int | None = N
     ``i mod 4`` of splitmix64's output for counter ``i // 4`` under ``key`` (default: a fresh
     :func:`dropout_key`). The fused kernels (:mod:`ablate.kernels`) compute the same lanes where
     they use them and compare them with :func:`keep_threshold` themselves."""
-    key = dropout_key() if key is None else key
-    n = math.prod(shape)
-    z = torch.arange(1, (n + 3) // 4 + 1, dtype=torch.int64, device=device) * _GOLDEN + key
-    z = (z ^ _shift_right(z, 30)) * _MIX1
-    z = (z ^ _shift_right(z, 27)) * _MIX2
-    z = z ^ _shift_right(z, 31)
-    return z.view(torch.int16)[:n].view(shape)  # lane k of a draw: its bits 16k..16k+15
+    return lanes.lanes(shape, device, dropout_key() if key is None else key)
 
 
 def keep_mask(shape: tuple[int, ...], keep: float, device: torch.device) -> Tensor:
@@ -104,25 +86,17 @@ def dropout_generator(generator: torch.Generator | None) -> Iterator[None]:
         _DROPOUT.generator = saved
 
 
-def keep_threshold(keep: float) -> int:
-    """A lane is kept when it is at least this: probability ``keep`` to within 2⁻¹⁷."""
-    return 32768 - round(keep * 65536)
-
-
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """Inverted dropout, as :func:`torch.nn.functional.dropout`: zero each entry with probability
     ``p`` and scale the rest by ``1 / (1 - p)``. On CPU the mask is :func:`keep_mask`'s (``p``
-    rounded to a multiple of 2⁻¹⁶), applied by the fused kernel where it is built (one pass each
-    way, no mask stored) and by torch ops otherwise; elsewhere torch's own kernel is already fast."""
+    rounded to a multiple of 2⁻¹⁶), applied by :func:`ablate.kernels.dropout` (the fused kernel
+    where it is built: one pass each way, no mask stored); elsewhere, or with the ``lanes`` fast
+    path off (:mod:`ablate.fastpaths`), torch's own dropout."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or not FAST_CPU_DROPOUT:
+    if x.device.type != "cpu" or not fastpaths.enabled("lanes"):
         return F.dropout(x, p, True)
-    key, threshold, scale = dropout_key(), keep_threshold(1.0 - p), 1.0 / (1.0 - p)
-    if kernels.takes(x):
-        return kernels.dropout(x, key, threshold, scale)
-    # A float mask: a bool one would be converted inside the product, forward and backward.
-    return x * (keep_lanes(x.shape, x.device, key) >= threshold).to(x.dtype).mul_(scale)
+    return kernels.dropout(x, dropout_key(), keep_threshold(1.0 - p), 1.0 / (1.0 - p))
 
 
 class Dropout(nn.Module):

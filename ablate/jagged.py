@@ -4,8 +4,9 @@ tokens, row after row) plus ``offsets [b + 1]`` (row ``r`` is ``values[offsets[r
 Position-wise layers (embeddings, projections, FFN, norms, residual joins, losses) run on the
 ``t`` real tokens; attention runs on padded blocks ``[b, n, ...]``. The conversions use
 fbgemm-gpu's ``jagged_to_padded_dense`` / ``dense_to_jagged`` / ``asynchronous_complete_cumsum``
-when ``fbgemm_gpu`` is importable (an optional dependency, the ``fbgemm`` extra) and a
-pure-torch form otherwise; both give the same values and gradients.
+when ``fbgemm_gpu`` is importable (an optional dependency, the ``fbgemm`` extra) and the
+``fbgemm`` fast path is on (:mod:`ablate.fastpaths`), and a pure-torch form otherwise; both give
+the same values and gradients.
 
 A layout is handed to the blocks inside :class:`~ablate.components.TokenContext`:
 :class:`Padded` (the identity) or :class:`Jagged`. Dimensions: ``b`` rows, ``n`` padded length,
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from . import fastpaths
 
 
 def _probe() -> bool:
@@ -40,9 +43,12 @@ def __getattr__(name: str) -> bool:
 
 
 def _fbgemm(use_fbgemm: bool | None) -> bool:
-    """None: fbgemm when it is importable (read at call time, so a caller can switch it off)."""
-    have = _probe()  # also when asked for explicitly: the ops must be registered
-    return have if use_fbgemm is None else use_fbgemm
+    """None: fbgemm when it is importable and the ``fbgemm`` fast path is on
+    (:mod:`ablate.fastpaths`; read at call time, so a caller can switch it off)."""
+    if use_fbgemm is None:
+        return fastpaths.enabled("fbgemm") and _probe()  # off: fbgemm_gpu is not even imported
+    _probe()  # asked for explicitly: the ops must be registered
+    return use_fbgemm
 
 
 def complete_cumsum(lengths: Tensor, use_fbgemm: bool | None = None) -> Tensor:

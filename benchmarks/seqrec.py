@@ -35,12 +35,12 @@ import torch
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 from torch.utils.flop_counter import FlopCounterMode
 
-from ablate import components, jagged, kernels
 from ablate.build import build_backbone, count_parameters
+from ablate.fastpaths import fast_paths
 from ablate.jagged import last_of_rows
 from ablate.study import load_study
 from ablate.train import PeakMemory, backward_parts, training_autocast
-from ablate_plugins.seqrec import evaluation, losses
+from ablate_plugins.seqrec import evaluation
 from ablate_plugins.seqrec.batches import length_groups
 
 REPO = Path(__file__).resolve().parents[1]
@@ -192,15 +192,9 @@ def cpu_kernels(kind: str):
     per-position negatives' logits reading the table in place); ``ablate, unfused``: torch ops
     where a kernel would run, as without a C compiler (the same dropout draws; negatives' logits
     from one matmul on small catalogues); ``torch``: torch's dropout and gathered negatives."""
-    saved = components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT, kernels.library
-    components.FAST_CPU_DROPOUT = kind != "torch"
-    losses.DENSE_LOGITS_LIMIT = saved[1] if kind != "torch" else 0
-    if kind != "ablate":
-        kernels.library = lambda: None
-    try:
+    plain = kind == "torch"
+    with fast_paths(kernels=kind == "ablate", lanes=not plain, dense=not plain):
         yield
-    finally:
-        components.FAST_CPU_DROPOUT, losses.DENSE_LOGITS_LIMIT, kernels.library = saved
 
 
 def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
@@ -216,12 +210,10 @@ def run(epochs: int, max_steps: int) -> tuple[list[dict], dict]:
     # (same loss), and length-pooled batches (a different objective, see the README).
     for pool, micro in ((1, 1), (1, 4), (8, 1)):
         for name, layout in layouts.items():
-            have = jagged.HAVE_FBGEMM
-            jagged.HAVE_FBGEMM = have and layout.get("fbgemm", True)
-            study = load(SASREC, jagged=layout["jagged"], length_pool=pool, micro_batches=micro)
-            data = study.task.load()
-            result = epoch(study, "base", data, epochs, max_steps)
-            jagged.HAVE_FBGEMM = have
+            with fast_paths(fbgemm=layout.get("fbgemm", True)):
+                study = load(SASREC, jagged=layout["jagged"], length_pool=pool, micro_batches=micro)
+                data = study.task.load()
+                result = epoch(study, "base", data, epochs, max_steps)
             rows.append({**sasrec, "layout": name, "precision": "fp32", "kernels": "ablate", **result})
             print(
                 rows[-1]["config"],

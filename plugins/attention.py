@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from ablate import components, kernels
+from ablate import components, fastpaths, kernels
 from ablate.components import Attention, BuildContext, Dropout, Options, TokenContext, default
 from ablate.jagged import last_of_rows
 from ablate_plugins.attention_parts import (
@@ -58,7 +58,7 @@ def scaled_dot_product_attention(
     CPU torch leaves its fused kernel for one that draws a random number per probability; the
     same math written out here draws the mask with :func:`ablate.components.dropout` instead
     (about twice as fast per training step's attention, benchmarks/RESULTS.md)."""
-    if dropout_p == 0.0 or q.device.type != "cpu" or not components.FAST_CPU_DROPOUT:
+    if dropout_p == 0.0 or q.device.type != "cpu" or not fastpaths.enabled("lanes"):
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p
         )
@@ -74,12 +74,7 @@ def scaled_dot_product_attention(
     bounds = (
         [round(n * i / CAUSAL_QUERY_CHUNKS) for i in range(CAUSAL_QUERY_CHUNKS + 1)] if causal else [0, n]
     )
-    fused = (
-        kernels.library() is not None
-        and q.dtype != torch.float64  # float64 is for reference checks: keep torch's ops
-        and (attn_mask is None or attn_mask.dtype != torch.bool)
-    )
-    outs, lanes = [], None
+    outs = []
     for s, t in itertools.pairwise(bounds):
         keys = t if causal else m
         logits = torch.bmm(q[:, s:t], k[:, :keys].transpose(1, 2))
@@ -88,19 +83,9 @@ def scaled_dot_product_attention(
             logits = logits.view(b, h, t - s, keys)
             logits = logits.masked_fill(~part, float("-inf")) if part.dtype == torch.bool else logits + part
             logits = logits.reshape(b * h, t - s, keys)
-        if fused:
-            probs = kernels.softmax_dropout(
-                logits.float(), key, (s * m, n * m, m), threshold, scale, s, is_causal
-            ).to(v.dtype)
-        else:
-            if is_causal:
-                logits = logits.masked_fill(
-                    ~torch.ones(t - s, keys, dtype=torch.bool, device=q.device).tril(s), float("-inf")
-                )
-            if lanes is None:
-                lanes = components.keep_lanes((b * h, n, m), q.device, key)
-            probs = logits.softmax(-1) * (lanes[:, s:t, :keys] >= threshold) * scale
-        outs.append(torch.bmm(probs, v[:, :keys]))
+        # The chunk's entries draw the lanes of their place in the whole [b·h, n, m].
+        probs = kernels.softmax_dropout(logits, key, (s * m, n * m, m), threshold, scale, s, is_causal)
+        outs.append(torch.bmm(probs.to(v.dtype), v[:, :keys]))
     return (outs[0] if len(outs) == 1 else torch.cat(outs, 1)).view(b, h, n, e)
 
 

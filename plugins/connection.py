@@ -82,12 +82,10 @@ def join(
     """``x ← H_res x + H_postᵀ f(H_pre x)`` per token.
 
     ``streams: [b, n, s, d]``, ``pre, post: [b, n, s]``, ``res: [b, n, t, s]`` (t: new stream);
-    any leading dims work, e.g. jagged ``[tokens, s, d]``."""
-    if kernels.takes_all(streams, pre, post, res):  # one pass per token (ablate.kernels)
-        y = dropout(branch(kernels.mix_in(streams, pre)))
-        return kernels.mix_out(streams, res, post, y.to(streams.dtype))
-    y = dropout(branch(torch.einsum("...s,...sd->...d", pre, streams)))
-    return torch.einsum("...ts,...sd->...td", res, streams) + post.unsqueeze(-1) * y.unsqueeze(-2)
+    any leading dims work, e.g. jagged ``[tokens, s, d]``. The mixing runs as one pass per token
+    where :mod:`ablate.kernels` has a kernel for it."""
+    y = dropout(branch(kernels.mix_in(streams, pre)))
+    return kernels.mix_out(streams, res, post, y)
 
 
 class HyperOptions(Options):
@@ -174,19 +172,8 @@ def sinkhorn_knopp(logits: Tensor, iters: int = 20) -> Tensor:
     """Doubly stochastic matrices from ``logits [..., s, s]``: ``M = exp(logits)``, then
     ``iters`` rounds of column normalisation followed by row normalisation, ``M ← T_r(T_c(M))``
     (rows sum to 1 exactly, columns to within the convergence of the iteration). On CPU in
-    float32/float64 one fused kernel (:func:`ablate.kernels.sinkhorn`) computes the same."""
-    if kernels.takes_all(logits):
-        return kernels.sinkhorn(logits, iters)
-    return sinkhorn_iterations(logits, iters)
-
-
-def sinkhorn_iterations(logits: Tensor, iters: int) -> Tensor:
-    """:func:`sinkhorn_knopp` in torch ops (GPU, other dtypes, no C compiler; tests' reference)."""
-    m = torch.exp(logits - logits.amax(dim=(-2, -1), keepdim=True))  # scaling cancels below
-    for _ in range(iters):
-        m = m / m.sum(dim=-2, keepdim=True)  # columns
-        m = m / m.sum(dim=-1, keepdim=True)  # rows
-    return m
+    float32/float64 one fused kernel computes it (:func:`ablate.kernels.sinkhorn`)."""
+    return kernels.sinkhorn(logits, iters)
 
 
 class ManifoldOptions(Options):

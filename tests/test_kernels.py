@@ -17,12 +17,19 @@ import pytest
 import torch
 
 import ablate_plugins.attention as attention
-from ablate import components, kernels
+from ablate import components, fastpaths, kernels
+from ablate.kernels import unfused
 
 pytestmark = pytest.mark.skipif(
     kernels.library() is None, reason="no C compiler: the fused kernels are not built"
 )
 CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def fast_paths_as_they_were():
+    with fastpaths.fast_paths():
+        yield
 
 
 def splitmix_lane(key: int, i: int) -> int:
@@ -144,11 +151,16 @@ def test_kernel_runs_under_the_profiler_recording_shapes():
     assert torch.equal(plain, profiled)
 
 
-def test_kernel_refuses_what_it_cannot_read():
-    with pytest.raises(ValueError, match="contiguous float32"):
-        kernels.softmax_dropout(torch.randn(2, 3, 3, dtype=torch.float64), 0, (0, 9, 3), 0, 1.0)
-    with pytest.raises(ValueError, match="contiguous float32"):
-        kernels.softmax_dropout(torch.randn(2, 3, 3).transpose(1, 2), 0, (0, 9, 3), 0, 1.0)
+def test_softmax_dropout_takes_any_layout_and_float64_through_the_torch_form():
+    logits = torch.randn(2, 3, 3)
+    transposed = logits.transpose(1, 2)  # not contiguous: the kernel reads a contiguous copy
+    assert torch.equal(
+        kernels.softmax_dropout(transposed, 4, (0, 9, 3), 0, 1.0),
+        kernels.softmax_dropout(transposed.contiguous(), 4, (0, 9, 3), 0, 1.0),
+    )
+    wide = logits.double()  # float64: reference checks, kept in torch's ops
+    expected = unfused.softmax_dropout(wide, 4, (0, 9, 3), 0, 1.0)
+    assert torch.equal(kernels.softmax_dropout(wide, 4, (0, 9, 3), 0, 1.0), expected)
 
 
 def plain(q, k, v, attn_mask, is_causal, p):
@@ -171,8 +183,7 @@ def plain(q, k, v, attn_mask, is_causal, p):
 @pytest.mark.parametrize("fused", [True, False])
 def test_attention_with_dropout_equals_the_plain_form(chunks, masking, fused, monkeypatch):
     monkeypatch.setattr(attention, "CAUSAL_QUERY_CHUNKS", chunks)
-    if not fused:
-        monkeypatch.setattr(kernels, "library", lambda: None)
+    fastpaths.set_fast_paths(kernels=fused)  # undone by the autouse fixture
     torch.manual_seed(2)
     b, h, n, e = 3, 2, 11, 4
     q, k, v = (torch.randn(b, h, n, e, requires_grad=True) for _ in range(3))
@@ -236,21 +247,21 @@ def test_a_built_wheel_carries_the_kernel_source(tmp_path):
     (wheel,) = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     sources = {f"ablate/kernels/{path.name}" for path in kernels.SOURCES + kernels.HEADERS}
-    assert len(sources) == 6 and sources <= set(names)
+    assert len(sources) == 7 and sources <= set(names)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_dropout_keeps_the_same_entries_fused_or_not(dtype, monkeypatch):
+def test_dropout_keeps_the_same_entries_fused_or_not(dtype):
     """:func:`ablate.components.dropout` through the kernel and through torch ops (no compiler):
     the same draws of the same generator keep the same entries."""
     x = torch.randn(33, 17).to(dtype)
     torch.manual_seed(8)
     fused = components.dropout(x, 0.3)
-    monkeypatch.setattr(kernels, "library", lambda: None)
     torch.manual_seed(8)
-    unfused = components.dropout(x, 0.3)
-    assert torch.equal(fused != 0, unfused != 0) and 0 < int((fused != 0).sum()) < x.numel()
-    torch.testing.assert_close(fused, unfused, atol=0, rtol=1e-2)  # bfloat16: the scale's rounding
+    with fastpaths.fast_paths(kernels=False):
+        plain = components.dropout(x, 0.3)
+    assert torch.equal(fused != 0, plain != 0) and 0 < int((fused != 0).sum()) < x.numel()
+    torch.testing.assert_close(fused, plain, atol=0, rtol=1e-2)  # bfloat16: the scale's rounding
 
 
 # ---------------------------------------------------------------------------------------------

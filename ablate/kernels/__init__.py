@@ -14,24 +14,23 @@
 * ``gathered_dot``: each row's dot products with its own gathered table rows (gathered.c), where
   torch materialises the ``[t, k, d]`` gathered vectors or scores the whole table.
 
-The first two draw their dropout from counter-based lanes (lanes.h): an entry's draw is a
-function of a key and its index, which :func:`ablate.components.keep_lanes` computes with torch
-ops, so the fused and unfused forms keep exactly the same entries. Where no compiler is found
-the callers use the torch form (one warning line); set ``ABLATE_FUSED_KERNELS=0`` to use it anyway. The
-library is cached under ``kernels/`` of :func:`ablate.cache.cache_dir` (where parsed data sets
-are cached too), keyed by the sources, the compiler flags and the CPU's feature flags (it is
-built with ``-march=native``).
+The first two draw their dropout from counter-based lanes (lanes.h, and :mod:`.lanes` in torch
+ops): an entry's draw is a function of a key and its index, so the fused and unfused forms keep
+exactly the same entries.
+
+Each op here is the one function its callers call: it runs the kernel where one applies (CPU
+tensors of a dtype it has, the library built, the ``kernels`` fast path on:
+:mod:`ablate.fastpaths`) and its torch form (:mod:`.unfused`) otherwise. The library is
+compiled on first use with ``$CC`` or ``cc`` and cached in a private folder under
+:func:`ablate.cache.cache_dir` (where parsed data sets are cached too); whatever keeps it from
+being built or loaded, the torch forms run, after one warning line (:mod:`.build`).
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import shutil
-import subprocess
-import tempfile
-import warnings
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
@@ -39,78 +38,33 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from .. import fastpaths
 from ..cache import cache_dir
+from . import build, unfused
 
 HERE = Path(__file__).parent
 SOURCES = [HERE / f"{name}.c" for name in ("softmax_dropout", "dropout", "sinkhorn", "streams", "gathered")]
-HEADERS = [HERE / "lanes.h"]
-# -ffast-math lets the compiler vectorise expf (glibc's vector maths) and the row sums.
-FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared"]
-_PTR, _I64, _U64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64
-_F32, _I32 = ctypes.c_float, ctypes.c_int32
-_SOFTMAX_ARGS = [_PTR] * 3 + [_I64] * 5 + [ctypes.c_int, _U64, _I64, _I64, _I64, _I32, _F32]
-_DROPOUT_ARGS = [_PTR] * 2 + [_I64] * 2 + [_U64, _I32, _F32]
+HEADERS = [HERE / "lanes.h", HERE / "vector_math.h"]
 _C_TYPES = {torch.float32: "float", torch.float64: "double"}  # kernels made for both
-_SIGNATURES = {
-    "softmax_dropout_forward": _SOFTMAX_ARGS,
-    "softmax_dropout_backward": _SOFTMAX_ARGS,
-    "dropout_float32": _DROPOUT_ARGS,
-    "dropout_bfloat16": _DROPOUT_ARGS,
-    **{f"sinkhorn_forward_{c}": [_PTR] * 2 + [_I64] * 4 for c in _C_TYPES.values()},
-    **{f"sinkhorn_backward_{c}": [_PTR] * 3 + [_I64] * 4 for c in _C_TYPES.values()},
-    **{f"mix_in_forward_{c}": [_PTR] * 3 + [_I64] * 4 for c in _C_TYPES.values()},
-    **{f"mix_in_backward_{c}": [_PTR] * 5 + [_I64] * 4 for c in _C_TYPES.values()},
-    **{f"mix_out_forward_{c}": [_PTR] * 5 + [_I64] * 4 for c in _C_TYPES.values()},
-    **{f"mix_out_backward_{c}": [_PTR] * 9 + [_I64] * 4 for c in _C_TYPES.values()},
-    **{f"gathered_dot_forward_{c}": [_PTR] * 4 + [_I64] * 4 for c in _C_TYPES.values()},
-    **{f"gathered_dot_backward_h_{c}": [_PTR] * 4 + [_I64] * 4 for c in _C_TYPES.values()},
-    **{f"gathered_dot_backward_table_{c}": [_PTR] * 4 + [_I64] * 5 for c in _C_TYPES.values()},
-}
 _DROPOUT_DTYPES = {torch.float32: "dropout_float32", torch.bfloat16: "dropout_bfloat16"}
+_BUILDING = threading.Lock()  # parallel loss parts' first calls: one build
 
 
-def _cpu_flags() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return os.uname().machine
-    return next((line for line in text.splitlines() if line.startswith(("flags", "Features"))), "")
+def folder() -> Path:
+    """Where the library is built: this user's own folder in the cache."""
+    return cache_dir() / f"kernels-{os.getuid()}"
 
 
 @cache
+def _built() -> ctypes.CDLL | None:
+    with _BUILDING:
+        return build.load(SOURCES, HEADERS, folder())
+
+
 def library() -> ctypes.CDLL | None:
-    """The compiled kernels, or None (kernels switched off, or no working C compiler)."""
-    if os.environ.get("ABLATE_FUSED_KERNELS", "1") == "0":
-        return None
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        warnings.warn("no C compiler found: the fused kernels' callers use torch's ops", stacklevel=2)
-        return None
-    source = b"".join(path.read_bytes() for path in SOURCES + HEADERS)
-    key = hashlib.sha256(source + " ".join([compiler, *FLAGS, _cpu_flags()]).encode()).hexdigest()[:16]
-    path = cache_dir() / "kernels" / f"ablate-kernels-{key}.so"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-            built = Path(tmp) / path.name
-            done = subprocess.run(
-                [compiler, *FLAGS, *map(str, SOURCES), "-o", str(built), "-lm"],
-                capture_output=True,
-                text=True,
-            )
-            if done.returncode != 0:
-                warnings.warn(
-                    f"compiling the fused kernels failed ({done.stderr.strip()[:200]}): their "
-                    "callers use torch's ops",
-                    stacklevel=2,
-                )
-                return None
-            os.replace(built, path)  # atomic: concurrent workers may build it at the same time
-    lib = ctypes.CDLL(str(path))
-    for name, argtypes in _SIGNATURES.items():
-        getattr(lib, name).argtypes = argtypes
-        getattr(lib, name).restype = None
-    return lib
+    """The compiled kernels, or None (the ``kernels`` fast path off, or no library: no working C
+    compiler, an unsafe cache folder, ...). Built on the first call that wants it."""
+    return _built() if fastpaths.enabled("kernels") else None
 
 
 @cache
@@ -176,14 +130,17 @@ def softmax_dropout(
     offset: int = 0,
     causal: bool = True,
 ) -> Tensor:
-    """``where(lane ≥ threshold, softmax(logits masked causally) · scale, 0)`` for contiguous
-    float32 ``logits [r, rows, m]``; row ``i`` sees keys ``j ≤ offset + i`` when ``causal``.
-    Entry ``[b, i, j]`` draws lane ``base + b · matrix_stride + i · row_stride + j`` of ``key``
-    (``lane_strides = (base, matrix_stride, row_stride)``: where these logits sit in the whole
-    probabilities the lanes number). Call only where :func:`library` is not None."""
-    if logits.dtype != torch.float32 or not logits.is_contiguous():
-        raise ValueError("softmax_dropout takes contiguous float32 logits")
-    return _SoftmaxDropout.apply(logits, (key, *lane_strides), threshold, scale, offset, causal)
+    """``where(lane ≥ threshold, softmax(logits masked causally) · scale, 0)`` for ``logits [r,
+    rows, m]``; row ``i`` sees keys ``j ≤ offset + i`` when ``causal``. Entry ``[b, i, j]`` draws
+    lane ``base + b · matrix_stride + i · row_stride + j`` of ``key`` (``lane_strides = (base,
+    matrix_stride, row_stride)``: where these logits sit in the whole probabilities the lanes
+    number). The kernel computes in float32 (bfloat16 and float16 logits widened, the result
+    in their dtype); float64 logits, kept for reference checks, take the torch form."""
+    if logits.device.type != "cpu" or logits.dtype == torch.float64 or library() is None:
+        return unfused.softmax_dropout(logits, key, lane_strides, threshold, scale, offset, causal)
+    wide = logits.float().contiguous()
+    out = _SoftmaxDropout.apply(wide, (key, *lane_strides), threshold, scale, offset, causal)
+    return out.to(logits.dtype)
 
 
 # Entries per thread below which splitting a dropout call costs more than it saves.
@@ -210,8 +167,10 @@ def _dropout(x: Tensor, args: list) -> Tensor:
 
 def dropout(x: Tensor, key: int, threshold: int, scale: float) -> Tensor:
     """``where(lane ≥ threshold, x · scale, 0)``, entry ``i`` of ``x`` (row-major) drawing lane
-    ``i`` of ``key``; its gradient is the same on the incoming gradient. For float32 and
-    bfloat16 (:func:`takes`); call only where :func:`library` is not None."""
+    ``i`` of ``key``; its gradient is the same on the incoming gradient. The kernel for CPU
+    float32 and bfloat16 (:func:`takes`)."""
+    if not takes(x):
+        return unfused.dropout(x, key, threshold, scale)
     return _Dropout.apply(x, key, threshold, scale)
 
 
@@ -245,8 +204,10 @@ class _Sinkhorn(torch.autograd.Function):
 
 def sinkhorn(logits: Tensor, iters: int) -> Tensor:
     """Sinkhorn-Knopp over the last two dims of ``logits [..., s, s]``: ``M = exp(logits)``, then
-    ``iters`` rounds of column then row normalisation; differentiable. Call only where
+    ``iters`` rounds of column then row normalisation; differentiable. The kernel where
     :func:`takes_all` holds."""
+    if not takes_all(logits):
+        return unfused.sinkhorn(logits, iters)
     return _Sinkhorn.apply(logits, iters)
 
 
@@ -308,15 +269,20 @@ class _MixOut(torch.autograd.Function):
 
 def mix_in(x: Tensor, pre: Tensor) -> Tensor:
     """``h = Σ_s pre_s x_s`` per token for streams ``x [..., s, d]`` and ``pre [..., s]``
-    (``[..., d]``); differentiable. Call only where :func:`takes_all` holds."""
+    (``[..., d]``); differentiable. The kernel where :func:`takes_all` holds."""
+    if not takes_all(x, pre):
+        return unfused.mix_in(x, pre)
     return _MixIn.apply(x, pre)
 
 
 def mix_out(x: Tensor, res: Tensor, post: Tensor, y: Tensor) -> Tensor:
     """``out_t = Σ_s res_ts x_s + post_t y`` per token for streams ``x [..., s, d]``, ``res
-    [..., s, s]``, ``post [..., s]`` and ``y [..., d]``; differentiable. Call only where
-    :func:`takes_all` holds."""
-    return _MixOut.apply(x, res, post, y)
+    [..., s, s]``, ``post [..., s]`` and ``y [..., d]``; differentiable. The kernel where
+    :func:`takes_all` holds for ``x``, ``res`` and ``post`` (``y``, e.g. a branch's bfloat16
+    output under autocast, is converted to their dtype)."""
+    if not takes_all(x, res, post):
+        return unfused.mix_out(x, res, post, y)
+    return _MixOut.apply(x, res, post, y.to(x.dtype))
 
 
 # Positions (or table rows) per thread below which splitting a gathered-dot call costs more than
@@ -347,8 +313,33 @@ class _GatheredDot(torch.autograd.Function):
 
 
 def gathered_dot(h: Tensor, table: Tensor, index: Tensor) -> Tensor:
-    """``out[t, j] = h[t] · table[index[t, j]]`` for ``h [t, d]``, ``table [m, d]`` and int64
-    ``index [t, k]`` (every entry in ``[0, m)``: not checked); differentiable in ``h`` and
-    ``table``, each table row's gradient summed in ``(t, j)`` order whatever the thread count.
-    Call only where :func:`takes_all` holds for ``h`` and ``table``."""
-    return _GatheredDot.apply(h, table, index)
+    """``out[t, j] = h[t] · table[index[t, j]]`` for ``h [t, d]``, ``table [m, d]`` and integer
+    ``index [t, k]``, every entry in ``[0, m)``; differentiable in ``h`` and ``table``. The
+    kernel where :func:`takes_all` holds for ``h`` and ``table`` (each table row's gradient
+    summed in ``(t, j)`` order whatever the thread count)."""
+    if not takes_all(h, table):
+        return unfused.gathered_dot(h, table, index)
+    _check_gather(h, table, index)
+    return _GatheredDot.apply(h, table, index.long())
+
+
+def _check_gather(h: Tensor, table: Tensor, index: Tensor) -> None:
+    """The kernel reads ``table`` rows at ``index`` unchecked: refuse what would read outside it."""
+    m = table.shape[0]
+    if (
+        h.dim() != 2
+        or table.dim() != 2
+        or index.dim() != 2
+        or h.shape[1] != table.shape[1]
+        or len(index) != len(h)
+    ):
+        raise ValueError(
+            f"gathered_dot takes h [t, d], table [m, d] and index [t, k], got {tuple(h.shape)}, "
+            f"{tuple(table.shape)} and {tuple(index.shape)}"
+        )
+    if index.numel():
+        low, high = (int(v) for v in torch.aminmax(index))
+        if low < 0 or high >= m:
+            raise ValueError(
+                f"gathered_dot: index holds {low} … {high}, outside the table's {m} rows [0, {m})"
+            )

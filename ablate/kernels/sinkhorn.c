@@ -15,7 +15,14 @@
    vector loop across matrices (s is 4 in mHC: rows are too short to vectorise along).
 
    Matrices [m0, m1) are done by one call; callers split the batch across threads. */
-#include <math.h>
+/* The build's flags leave out -ffinite-math-only (the -INFINITY of softmax_dropout.c); this file
+   has no infinities (exponentials of finite logits less their maximum), and with it and
+   -funsafe-math-optimizations GCC divides vectors of floats by a reciprocal estimate and one
+   Newton step, as these kernels' float numbers have been made (exact division differs by an ulp). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("unsafe-math-optimizations", "finite-math-only")
+#endif
+#include "vector_math.h"
 #include <stdint.h>
 #include <stdlib.h>
 

@@ -11,7 +11,7 @@
    backward: d = keep ? g * scale : 0;  gx = y * (d - sum(d * y))
 
    Matrices [m0, m1) are done by one call; callers split the batch across threads. */
-#include <math.h>
+#include "vector_math.h"
 
 #include "lanes.h"
 
@@ -34,6 +34,8 @@ void softmax_dropout_forward(const float *x, float *y, float *out, int64_t m0, i
             const int64_t lane0 = base + b * matrix_stride + i * row_stride;
             const int64_t limit = row_limit(i, m, offset, causal);
             float top = -INFINITY;
+            /* a max reduction: vectorised without -ffinite-math-only */
+#pragma omp simd reduction(max : top)
             for (int64_t j = 0; j < limit; j++) top = xr[j] > top ? xr[j] : top;
             float total = 0.0f;
             for (int64_t j = 0; j < limit; j++) {

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from pydantic import ConfigDict, Field, RootModel, ValidationError, model_validator
 from torch import Tensor
 
-from ablate import kernels
+from ablate import fastpaths, kernels
 from ablate.components import Options
 from ablate.tasks import untagged
 
@@ -180,11 +180,12 @@ def per_position_logits(h: Tensor, table: Tensor, negatives: Tensor) -> Tensor:
     multiply-adds, nothing moved). Otherwise: gathering moves ``t·k·d`` values (and scatters as
     many back in the backward pass) — memory-bound; one ``[t, d] × [d, m]`` matmul does ``t·m·d``
     multiply-adds at full speed. With small catalogues (``m ≤ k·d``; ML-1M's 3,416 items against
-    128 negatives × d = 50) the matmul is the faster of those two (benchmarks/RESULTS.md)."""
+    128 negatives × d = 50) the matmul is the faster of those two (benchmarks/RESULTS.md): the
+    ``dense`` fast path (:mod:`ablate.fastpaths`)."""
     if kernels.takes_all(h, table):
         return kernels.gathered_dot(h, table, negatives)
     t, (m, d), k = len(h), table.shape, negatives.shape[1]
-    if m <= k * d and t * m <= DENSE_LOGITS_LIMIT:
+    if m <= k * d and t * m <= DENSE_LOGITS_LIMIT and fastpaths.enabled("dense"):
         return dense_logits(h, table, negatives)
     return gathered_logits(h, table, negatives)
 
