@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ablate.build import build_backbone
-from ablate.drive.ledger import fingerprint
+from ablate.drive.ledger import fingerprint, legacy_fingerprint
 from ablate.errors import StudyError
 from ablate.study import load_study
 from ablate.train import seed_everything, seeded_model, train_trial
@@ -72,9 +72,11 @@ def test_explicit_default_trains_the_same_under_the_old_fingerprint(write_study)
         "metrics": implicit.metrics,
     }
     old = hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    assert fingerprint(implicit, "base") == fingerprint(explicit, "base") == old
+    assert legacy_fingerprint(implicit, "base") == legacy_fingerprint(explicit, "base") == old
+    assert fingerprint(implicit, "base") == fingerprint(explicit, "base")
     held = _study(write_study, {"init": False}, name="held.yaml")
-    assert fingerprint(held, "base") != old
+    assert legacy_fingerprint(held, "base") != old
+    assert fingerprint(held, "base") != fingerprint(implicit, "base")
 
 
 def test_init_held_still_same_weights_different_orders(write_study):

@@ -37,10 +37,11 @@ from .ledger import (
     drop_reason,
     failed_for_good,
     fingerprint,
+    fingerprints,
     key_of,
     plan,
     search_done,
-    search_fingerprint,
+    search_fingerprints,
     taken,
 )
 from .reuse import Donors
@@ -155,21 +156,20 @@ class Driver:
         for variant, queue in self.searches.items():
             self.stores.reap(queue)
             trials = queue.trials()
-            expected = search_fingerprint(study, variant)
+            expected = search_fingerprints(study, variant)  # the current one first: new trials carry it
             place = f"search study '{queue.name}' in {self.stores.output_dir}"
             check_changed(trials, {variant: expected}, place)
             done = taken(trials, self.retry_failed)
             points = grid_order(study) if study.spec.search.grid else None
             for slot in range(search_budget(study)):
                 if (variant, slot) not in done:
-                    attrs = {"variant": variant, "slot": slot, "fingerprint": expected}
+                    attrs = {"variant": variant, "slot": slot, "fingerprint": expected[0]}
                     queue.enqueue(points[slot] if points else {}, attrs)
         self.stores.reap(self.final)
         trials = self.final.trials()
         configs = {v: self.config(v) for v in study.variants}
-        check_changed(
-            trials, {v: fingerprint(c.study, v) for v, c in configs.items() if c}, str(self.stores.output_dir)
-        )
+        expected = {v: fingerprints(c.study, v) for v, c in configs.items() if c}
+        check_changed(trials, expected, str(self.stores.output_dir))
         self._replan(trials)
         done = taken(trials, self.retry_failed)
         for variant, seed in self.planned:
@@ -335,7 +335,7 @@ class Driver:
         trial.set_user_attr("fingerprint", trained_as)
         run_id = self.execution.start_run(job, cfg, {"trial": str(trial.number)}, cfg.params)
         trial.set_user_attr("mlflow_run_id", run_id)
-        donor = self.donors.find(trained_as, job.seed) if self.donors else None
+        donor = self.donors.find(fingerprints(cfg.study, job.variant), job.seed) if self.donors else None
         outcome = donor.copy_into(self.tracker, run_id) if donor else None
         reused = outcome is not None
         if reused:

@@ -27,7 +27,7 @@ from ..registry import COMPONENT_SLOTS
 from ..study import Study, Variant
 from ..track import Tracker
 from ..train import Checkpoint, TrialFailed, TrialResult, resolve_device, train_trial
-from .ledger import INTERRUPTED, fingerprint
+from .ledger import INTERRUPTED, fingerprint, fingerprints
 
 if TYPE_CHECKING:  # pragma: no cover
     from .driver import Reporter
@@ -69,6 +69,22 @@ class SearchJob(Job):
 
 def checkpoint_path(output_dir: Path, job: Job) -> Path:
     return output_dir / "checkpoints" / f"{job.stem('-').replace(os.sep, '_')}.pt"
+
+
+@dataclass
+class SignedCheckpoint(Checkpoint):
+    """A trial's checkpoint that also resumes a state signed as an older version of ablate signed
+    the same trial (with its legacy fingerprint, :func:`~.ledger.fingerprints`); it saves under
+    the current signature."""
+
+    older: tuple[str, ...] = ()
+
+    def load(self) -> dict[str, Any] | None:
+        for signature in (self.signature, *self.older):
+            state = Checkpoint(self.path, signature, self.every_s).load()
+            if state is not None:
+                return state
+        return None
 
 
 @dataclass
@@ -171,8 +187,12 @@ class Execution:
 
     def checkpoint(self, job: Job, study: Study) -> Checkpoint:
         """Where the trial keeps its mid-training state, signed with what it trains."""
-        signature = f"{fingerprint(study, job.variant)}/seed{job.seed}/batch{study.spec.train.batch_size}"
-        return Checkpoint(checkpoint_path(self.output_dir, job), signature, every_s=self.checkpoint_s)
+        current, *older = (
+            f"{signed}/seed{job.seed}/batch{study.spec.train.batch_size}"
+            for signed in fingerprints(study, job.variant)
+        )
+        path = checkpoint_path(self.output_dir, job)
+        return SignedCheckpoint(path, current, every_s=self.checkpoint_s, older=tuple(older))
 
     def train(self, job: Job, cfg: Config, run_id: str, trial: optuna.Trial) -> TrialResult | Pruned | Failed:
         """Train the trial (pruned, for a search trial, when the pruner says so). A pruned or

@@ -20,12 +20,16 @@ import optuna
 import pandas as pd
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
+from pydantic import BaseModel
 
+from ..components import Component
 from ..errors import AblateError
+from ..registry import COMPONENT_SLOTS
 from ..search import make_pruner, make_sampler, search_budget
 from ..stats import ReportSettings
 from ..stats.sequential import SequentialDecision, seeds_wanted, sequential_standing
 from ..study import Study
+from ..tasks import Task
 
 Key = tuple[str, int]  # (variant, seed) of a final trial, (variant, slot) of a search trial
 
@@ -90,30 +94,96 @@ def search_name(study: Study, variant: str) -> str:
     return f"{study.name}.search.{variant}"
 
 
+# Training settings that do not change a trial's numbers, left out of its fingerprint.
+UNTRAINED = frozenset({"device", "eval_batch_size"})
+
+
 def fingerprint(study: Study, variant: str) -> str:
-    """What a trial's result depends on (model, training, task, metrics) — not the device or
-    evaluation batch size. Adding a variant or a seed keeps existing trials valid; changing
+    """What a trial's numbers depend on, as the study resolves it (:func:`trained_with`): one
+    model spelt three ways is one fingerprint, and a changed default or a kind's new
+    ``version`` is another. Adding a variant or a seed keeps existing trials valid; changing
     what they were trained with does not."""
-    # ``vary`` at its default trains as before the option existed: leave it out, so old stores resume.
-    skip = {"device", "eval_batch_size"} | ({"vary"} if study.spec.train.vary.everything else set())
-    skip |= study.spec.train.later_options_at_default()
-    train = study.spec.train.model_dump(exclude=skip)
+    return _digest(trained_with(study, variant))
+
+
+def trained_with(study: Study, variant: str) -> dict[str, Any]:
+    """The settings a trial of ``variant`` trains with: every component's kind, version and
+    options with their defaults filled in, the model's settings, the training settings (its
+    loss resolved by the task; not the device or the evaluation batch size), the task's kind,
+    version and options, and the metrics."""
+    resolved = study.variants[variant]
+    model = resolved.spec.model_dump(mode="json", exclude=set(COMPONENT_SLOTS))
+    model["placement"] = resolved.spec.norm.placement  # a block option held in the norm's mapping
+    for slot in COMPONENT_SLOTS:
+        model[slot] = [_kind(part.cls, part.options) for part in resolved.parts(slot)]
+    train = study.spec.train.model_dump(mode="json", exclude=set(UNTRAINED))
+    train["loss"] = study.loss.model_dump(mode="json")
+    return {
+        "model": model,
+        "train": train,
+        "task": _kind(type(study.task), study.task.options),
+        "metrics": study.metrics,
+    }
+
+
+def _kind(cls: type[Component] | type[Task], options: BaseModel) -> dict[str, Any]:
+    return {"kind": cls.kind_name(), "version": cls.version, "options": options.model_dump(mode="json")}
+
+
+def legacy_fingerprint(study: Study, variant: str) -> str:
+    """The fingerprint stores and trial files were made with before :func:`fingerprint`: a hash
+    of the study file's text as parsed (options as written), read so that they still resume.
+    Its bytes are kept exactly: options added since (``TrainSpec.LATER_OPTIONS``,
+    ``ModelSpec.LATER_OPTIONS``, ``vary``) are left out at their defaults, and
+    ``train.micro_batches`` other than 1 goes in the task's mapping, where it was written then."""
+    train_spec = study.spec.train
+    skip = set(UNTRAINED) | ({"vary"} if train_spec.vary.everything else set())
+    skip |= train_spec.later_options_at_default() | {"micro_batches"}
+    task = study.spec.task.model_dump()
+    micro_batches = getattr(train_spec, "micro_batches", 1)
+    if micro_batches != 1:
+        task["micro_batches"] = micro_batches
     model = study.variants[variant].spec
     content = {
         "model": model.model_dump(exclude=model.later_options_at_default()),
-        "train": train,
-        "task": study.spec.task.model_dump(),
+        "train": train_spec.model_dump(exclude=skip),
+        "task": task,
         "metrics": study.metrics,
     }
-    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return _digest(content)
+
+
+# The version every kind had when legacy fingerprints were made (before kinds had versions).
+LEGACY_VERSION = 1
+
+
+def fingerprints(study: Study, variant: str) -> tuple[str, ...]:
+    """Every fingerprint a finished trial of ``variant`` may carry and still count as trained
+    with these settings: :func:`fingerprint` first (the one new records get), then
+    :func:`legacy_fingerprint` while every kind the trial uses is at :data:`LEGACY_VERSION`
+    (a kind bumped since no longer trains as the legacy records did)."""
+    current = fingerprint(study, variant)
+    if any(cls.version != LEGACY_VERSION for cls in _kinds_used(study, variant)):
+        return (current,)
+    return tuple(dict.fromkeys((current, legacy_fingerprint(study, variant))))
+
+
+def _kinds_used(study: Study, variant: str) -> list[type[Component] | type[Task]]:
+    resolved = study.variants[variant]
+    return [type(study.task), *(part.cls for slot in COMPONENT_SLOTS for part in resolved.parts(slot))]
 
 
 def search_fingerprint(study: Study, variant: str) -> str:
-    content = {
-        "base": fingerprint(study, variant),
-        "search": study.spec.search.model_dump(),
-        "match": study.spec.match_params,
-    }
+    return search_fingerprints(study, variant)[0]
+
+
+def search_fingerprints(study: Study, variant: str) -> tuple[str, ...]:
+    """:func:`fingerprints` for a search trial: what its variant trains with, and the search."""
+    search = {"search": study.spec.search.model_dump(), "match": study.spec.match_params}
+    return tuple(dict.fromkeys(_digest({"base": base, **search}) for base in fingerprints(study, variant)))
+
+
+def _digest(content: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -177,9 +247,10 @@ def failed_for_good(trials: list[FrozenTrial], keys: Collection[Key]) -> set[Key
     }
 
 
-def check_changed(trials: list[FrozenTrial], expected: dict[str, str], place: str) -> None:
+def check_changed(trials: list[FrozenTrial], expected: dict[str, Collection[str]], place: str) -> None:
     """Stop when finished trials of a variant were trained with other settings than ``expected``
-    (variant → fingerprint) gives; ``place`` names where they are."""
+    (variant → the fingerprints its trials may carry, :func:`fingerprints`) gives; ``place``
+    names where they are."""
     changed = sorted(
         {
             t.user_attrs["variant"]
@@ -187,7 +258,8 @@ def check_changed(trials: list[FrozenTrial], expected: dict[str, str], place: st
             if t.state == TrialState.COMPLETE
             and key_of(t)
             and t.user_attrs.get("variant") in expected
-            and t.user_attrs.get("fingerprint") not in (None, expected[t.user_attrs["variant"]])
+            and t.user_attrs.get("fingerprint") is not None
+            and t.user_attrs["fingerprint"] not in expected[t.user_attrs["variant"]]
         }
     )
     if changed:

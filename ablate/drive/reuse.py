@@ -45,6 +45,7 @@ from ..train import TrialResult
 CARRIED_TAGS = (*PROVENANCE_TAGS, "ablate.oom_retry", "ablate.resumed_from_epoch")
 TRIAL_SUFFIX = ".trial.json.gz"  # <variant>-seed<k>-<fingerprint>.trial.json.gz
 TRIAL_FORMAT = 1
+RUN_SEPARATOR = ", run "  # a donor's source ends with it and the run that trained it
 
 
 class Donor(ABC):
@@ -90,7 +91,7 @@ class StoredTrial(Donor):
 
     @property
     def source(self) -> str:
-        return f"{self.experiment} in {self.uri}, run {self.run.info.run_id}"
+        return f"{self.experiment} in {self.uri}{RUN_SEPARATOR}{self.run.info.run_id}"
 
     def read(self) -> tuple[TrialResult, dict[str, str]]:
         final: dict[str, float] = {}
@@ -109,11 +110,17 @@ class StoredTrial(Donor):
         """This trial as a trial file in ``folder`` (what ``--reuse folder`` reads); None where a
         file there already holds this fingerprint and seed from another run — typically the donor
         a copied trial came from (under its own study's variant name, perhaps), which must keep naming
-        the run that trained it — and is kept."""
+        the run that trained it — and is kept; so is a donor's file named with its legacy
+        fingerprint (:func:`~.ledger.legacy_fingerprint`)."""
         tags = self.run.data.tags
-        trial = _file_tail(int(tags["seed"]), tags["ablate.fingerprint"])
+        seed = int(tags["seed"])
+        trial = _file_tail(seed, tags["ablate.fingerprint"])
         path = folder / (re.sub(r"[^\w.-]", "_", tags["variant"]) + trial)
         if any(_run_in(other) not in (None, self.run.info.run_id) for other in folder.glob(f"*{trial}")):
+            return None
+        # The donor's file may be named with the fingerprint an older ablate gave it.
+        donor = tags[REUSED_TAG].rpartition(RUN_SEPARATOR)[2] if REUSED_TAG in tags else None
+        if donor and any(_run_in(other) == donor for other in folder.glob(f"*{_file_tail(seed, '*')}")):
             return None
         result, carried = self.read()
         record = {
@@ -147,7 +154,7 @@ class FiledTrial(Donor):
 
     @property
     def source(self) -> str:
-        return f"{self.record['study']} in {self.path.parent}, run {self.record['run_id']}"
+        return f"{self.record['study']} in {self.path.parent}{RUN_SEPARATOR}{self.record['run_id']}"
 
     def read(self) -> tuple[TrialResult, dict[str, str]]:
         split = self.record["per_unit"]
@@ -182,18 +189,27 @@ class Donors:
     def __bool__(self) -> bool:
         return bool(self.sources)
 
-    def find(self, fingerprint: str, seed: int) -> Donor | None:
-        """The first finished trial with this fingerprint and seed, or None."""
+    def find(self, fingerprints: Sequence[str], seed: int) -> Donor | None:
+        """The first finished trial with one of these fingerprints (the trial's current one first,
+        then those older stores and trial files carry: :func:`~.ledger.fingerprints`) and this
+        seed, or None."""
         for source in self.sources:
             try:
-                found = (
-                    self._in_store(source, fingerprint, seed)
-                    if "://" in source
-                    else self._in_folder(Path(source), fingerprint, seed)
-                )
+                found = self._first_in(source, fingerprints, seed)
             except Exception as exc:  # noqa: BLE001 - a place gone unreadable costs a training, not the study
                 warn(f"--reuse {source} not searched: {first_line(exc)}")
                 continue
+            if found is not None:
+                return found
+        return None
+
+    def _first_in(self, source: str, fingerprints: Sequence[str], seed: int) -> Donor | None:
+        for fingerprint in fingerprints:
+            found = (
+                self._in_store(source, fingerprint, seed)
+                if "://" in source
+                else self._in_folder(Path(source), fingerprint, seed)
+            )
             if found is not None:
                 return found
         return None

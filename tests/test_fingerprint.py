@@ -1,0 +1,198 @@
+"""Fingerprints are computed from the resolved study: one model spelt several ways is one
+fingerprint, a changed default or a kind's new version is another; stores and trial files made
+with the old text-based fingerprint (``legacy_fingerprint``) still resume and are still reused."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from ablate import registry
+from ablate.drive.execution import Execution, Job
+from ablate.drive.ledger import (
+    check_changed,
+    fingerprint,
+    fingerprints,
+    legacy_fingerprint,
+    search_fingerprint,
+    search_fingerprints,
+)
+from ablate.drive.reuse import TRIAL_FORMAT, TRIAL_SUFFIX, Donors, StoredTrial
+from ablate.errors import AblateError
+from ablate.spec import TrainSpec
+from ablate.study import load_study
+from ablate.track import REUSED_TAG
+from ablate.train import Checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+# The studies whose finished trials are committed beside their reports, named by fingerprint.
+COMMITTED = sorted({p.parent.parent.name for p in REPO.glob(f"reports/*/trials/*{TRIAL_SUFFIX}")})
+NAMED = rf"(.+)-seed(\d+)-([0-9a-f]{{16}}){re.escape(TRIAL_SUFFIX)}"  # variant, seed, fingerprint
+
+
+def _load(write_study, name: str, **changes):
+    return load_study(write_study(name=f"{name}.yaml", **changes), check_files=False)
+
+
+def test_one_model_spelt_three_ways_is_one_fingerprint(write_study):
+    spellings = [
+        {"kind": "softmax"},
+        {"kind": "softmax", "heads": 1},
+        {"kind": "softmax", "heads": 1, "bias": True, "dropout": None, "init": "torch"},
+    ]
+    studies = [_load(write_study, f"s{i}", replace={"model.attention": a}) for i, a in enumerate(spellings)]
+    assert len({fingerprint(s, "base") for s in studies}) == 1
+    assert len({legacy_fingerprint(s, "base") for s in studies}) == 3  # what the text-based one did
+
+
+def test_a_changed_default_or_version_changes_it(write_study, monkeypatch):
+    before = _load(write_study, "before")
+    current, legacy = fingerprints(before, "base")
+    softmax = registry.get("attention", "softmax")
+
+    class Unbiased(softmax.Options):
+        bias: bool = False
+
+    monkeypatch.setattr(softmax, "Options", Unbiased)
+    unbiased = _load(write_study, "unbiased")
+    assert fingerprint(unbiased, "base") != current
+    # The text-based one cannot see a default: why a version-1 kind's first changed default wants a bump.
+    assert legacy_fingerprint(unbiased, "base") == legacy
+    monkeypatch.undo()
+
+    for cls in (softmax, registry.get("task", "seqrec")):
+        with monkeypatch.context() as patched:
+            patched.setattr(cls, "version", cls.version + 1)
+            bumped = fingerprints(_load(write_study, f"bumped-{cls.kind_name()}"), "base")
+        assert current not in bumped and legacy not in bumped  # neither the new records nor the old
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"model": {"attention": {"heads": 2}}},
+        {"model": {"norm": {"placement": "post"}}},
+        {"train": {"lr": 0.001}},
+        {"train": {"micro_batches": 2}},
+        {"train": {"loss": {"kind": "softmax"}}},
+        {"task": {"max_len": 12}},
+        {"metrics": {"also": []}},
+    ],
+    ids=lambda patch: json.dumps(patch),
+)
+def test_a_changed_value_changes_it(write_study, patch):
+    before = _load(write_study, "before")
+    after = _load(write_study, "after", patch=patch)
+    assert fingerprint(after, "base") != fingerprint(before, "base")
+
+
+def test_device_and_evaluation_batch_size_leave_it_alone(write_study):
+    before = _load(write_study, "before")
+    after = _load(write_study, "after", patch={"train": {"device": "cpu", "eval_batch_size": 7}})
+    assert fingerprints(after, "base") == fingerprints(before, "base")
+    assert fingerprint(before, "mlp") != fingerprint(before, "base")
+
+
+def _trial(variant: str, seed: int, fingerprint: str):
+    return create_trial(
+        state=TrialState.COMPLETE,
+        value=0.5,
+        params={"x": 0.0},
+        distributions={"x": FloatDistribution(0.0, 1.0)},
+        user_attrs={"variant": variant, "seed": seed, "fingerprint": fingerprint},
+    )
+
+
+def test_a_store_of_legacy_fingerprints_resumes(write_study):
+    study = _load(write_study, "study")
+    assert fingerprints(study, "base") == (fingerprint(study, "base"), legacy_fingerprint(study, "base"))
+    expected = {v: fingerprints(study, v) for v in study.variants}
+    trials = [_trial(v, s, legacy_fingerprint(study, v)) for v in study.variants for s in (0, 1)]
+    trials.append(_trial("base", 2, fingerprint(study, "base")))
+    check_changed(trials, expected, "the store")  # old and new records alike: nothing raised
+    with pytest.raises(AblateError, match="variant\\(s\\) mlp trained with different settings"):
+        check_changed([*trials, _trial("mlp", 3, "0123456789abcdef")], expected, "the store")
+
+    search = search_fingerprints(study, "base")
+    assert len(search) == 2 and search[0] == search_fingerprint(study, "base")
+
+
+def test_a_checkpoint_signed_with_the_legacy_fingerprint_resumes(write_study, tmp_path):
+    study = _load(write_study, "study")
+    place = SimpleNamespace(output_dir=tmp_path / "out", checkpoint_s=0.0)
+    checkpoint = Execution.checkpoint(place, Job("base", 1), study)
+    assert checkpoint.signature == f"{fingerprint(study, 'base')}/seed1/batch64"
+    old = Checkpoint(checkpoint.path, f"{legacy_fingerprint(study, 'base')}/seed1/batch64", every_s=0)
+    old.save({"epoch": 1, "epochs": 2, "weights": torch.ones(3)})
+    state = checkpoint.load()
+    assert state is not None and torch.equal(state["weights"], torch.ones(3))
+    Checkpoint(checkpoint.path, "another trial/seed1/batch64", every_s=0).save({"epoch": 1, "epochs": 2})
+    assert checkpoint.load() is None
+
+
+def _trial_file(folder: Path, variant: str, seed: int, fingerprint: str, run_id: str) -> Path:
+    path = folder / f"{variant}-seed{seed}-{fingerprint}{TRIAL_SUFFIX}"
+    record = {"format": TRIAL_FORMAT, "study": "old", "run_id": run_id}
+    path.write_bytes(gzip.compress(json.dumps(record).encode()))
+    return path
+
+
+def test_reuse_finds_trial_files_named_with_the_legacy_fingerprint(write_study, tmp_path):
+    study = _load(write_study, "study")
+    folder = tmp_path / "trials"
+    folder.mkdir()
+    legacy = _trial_file(folder, "base", 0, legacy_fingerprint(study, "base"), "old-run")
+    donors = Donors([folder])
+    assert donors.find(fingerprints(study, "base"), 0).path == legacy
+    assert donors.find(fingerprints(study, "base"), 1) is None
+    assert donors.find(fingerprints(study, "mlp"), 0) is None
+    # The trial copied from that file into a store, written back into the folder, is not filed
+    # again under the current fingerprint: the donor's file keeps naming the run that trained it.
+    tags = {"variant": "base", "seed": "0", "ablate.fingerprint": fingerprint(study, "base")}
+    tags[REUSED_TAG] = donors.find(fingerprints(study, "base"), 0).source
+    copy = SimpleNamespace(info=SimpleNamespace(run_id="copy"), data=SimpleNamespace(tags=tags))
+    assert StoredTrial(None, "store", "new", copy).write(folder) is None
+    assert sorted(folder.iterdir()) == [legacy]
+    current = _trial_file(folder, "base", 0, fingerprint(study, "base"), "new-run")
+    assert donors.find(fingerprints(study, "base"), 0).path == current  # the current one first
+
+
+def _as_today(study_file: Path, folder: Path) -> Path:
+    """``study_file`` copied into ``folder`` (where its relative data paths lead nowhere), with a
+    ``task.micro_batches`` moved to ``train.micro_batches`` where the file still has it there."""
+    raw = yaml.safe_load(study_file.read_text())
+    if "micro_batches" in raw["task"] and "micro_batches" in TrainSpec.model_fields:
+        raw.setdefault("train", {})["micro_batches"] = raw["task"].pop("micro_batches")
+    copy = folder / study_file.name
+    copy.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return copy
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_committed_trial_files_carry_the_legacy_fingerprint_of_their_study(name, tmp_path):
+    """The trials committed under reports/<study>/trials were named by the text-based fingerprint:
+    computed from the study file as it is now, without its data, it names them, and the reuse
+    lookup finds every one."""
+    study = load_study(_as_today(REPO / "studies" / f"{name}.yaml", tmp_path), check_files=False)
+    assert study.task.data_path() is None or not study.task.data_path().exists()  # no data read
+    folder = REPO / "reports" / name / "trials"
+    donors = Donors([folder])
+    found = 0
+    for path in sorted(folder.glob(f"*{TRIAL_SUFFIX}")):
+        variant, seed, named = re.fullmatch(NAMED, path.name).groups()
+        if variant not in study.variants:  # a trial copied in from another study, under its name
+            continue
+        assert legacy_fingerprint(study, variant) == named, path.name
+        assert fingerprint(study, variant) != named
+        assert donors.find(fingerprints(study, variant), int(seed)).path == path
+        found += 1
+    assert found
