@@ -1,6 +1,7 @@
 """Shapes and sizes of a study's models, checked before any training.
 
-Each variant's components are built on torch's ``meta`` device (shapes, no memory): a
+Each variant's backbone is built on torch's ``meta`` device (shapes, no memory) by the same
+:func:`ablate.blocks.assemble` that builds the model, with one block standing for all of them: a
 constructor that refuses its settings (``dim`` not divisible by ``heads``) fails while the study
 is loaded, naming the key, for the base, every variant, grid point and search value. The same
 build counts parameters; with the training batch that gives a rough memory estimate, and a model
@@ -21,11 +22,11 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from .blocks import assemble
 from .components import BuildContext
 from .registry import COMPONENT_SLOTS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .spec import ModelSpec
     from .study import Part, Study, Variant
     from .studyfile import Locator
 
@@ -38,9 +39,6 @@ SMALL_DIM = 64  # the width parameter counts are extrapolated from when the give
 
 # Slot → its components and their keys under the model (``("bias", 0)``).
 Parts = dict[str, tuple[tuple[tuple, "Part"], ...]]
-# How often a slot's component occurs in the backbone (ablate.build): per block, and once around them.
-PER_BLOCK = {"attention": 1, "ffn": 1, "norm": 2, "connection": 2}
-ONCE = {"bias": 1, "norm": 1}  # the bias channels and the final norm (plus the connection's stem)
 
 
 class _MetaFills(TorchFunctionMode):
@@ -159,39 +157,41 @@ def machine_memory() -> int:
         return 2**63
 
 
-def activations(spec: ModelSpec, tokens: int, batch_size: int) -> int:
+def activations(variant: Variant, tokens: int, batch_size: int) -> int:
     """Bytes one training batch keeps for its backward pass, roughly: per block, a few values per
     token and unit of width, and the attention's scores per pair of tokens (fp32)."""
+    spec = variant.spec
     per_row = tokens * (spec.dim * FLOATS_PER_TOKEN + tokens * FLOATS_PER_PAIR)
     return 4 * max(spec.blocks, 1) * batch_size * per_row
 
 
-def backbone_parameters(spec: ModelSpec, parts: Parts, ctx: BuildContext) -> int:
-    """The backbone's parameters, each component built once and counted as often as it occurs."""
-    per_block, once = 0, 0
-    for slot, held in parts.items():
-        for key, part in held:
-            count = parameters(built(lambda part=part: part.cls(part.options, ctx), key))
-            per_block += PER_BLOCK.get(slot, 0) * count
-            if slot == "bias" and part.cls.one_per_block(part.options):
-                per_block += count  # each block builds its own, and the backbone none
-            elif slot != "norm" or spec.final_norm:
-                once += ONCE.get(slot, 0) * count
-    (_, connection), *_ = parts["connection"]
-    stem = built(lambda: connection.cls.stem(connection.options, ctx), ("connection",))
-    return spec.blocks * per_block + once + parameters(stem)
+def with_spec(variant: Variant, **changes: Any) -> Variant:
+    return replace(variant, spec=variant.spec.model_copy(update=changes))
+
+
+def backbone_parameters(variant: Variant, ctx: BuildContext) -> int:
+    """The backbone's parameters: built as the model is (:func:`ablate.blocks.assemble`) but
+    with at most one block, whose count stands for every block (so ``blocks: 1e9`` costs one)."""
+    keys = {id(part): key for held in variant_parts(variant).values() for key, part in held}
+    with on_meta():
+        backbone = assemble(
+            with_spec(variant, blocks=min(variant.spec.blocks, 1)),
+            ctx,
+            lambda part, constructor: built(constructor, keys[id(part)]),
+        )
+    per_block = parameters(backbone.blocks[0]) if len(backbone.blocks) else 0
+    return parameters(backbone) + (variant.spec.blocks - len(backbone.blocks)) * per_block
 
 
 def model_size(
-    spec: ModelSpec,
-    parts: Parts,
+    variant: Variant,
     ctx: BuildContext,
     batch_size: int,
     task_parameters: Callable[[BuildContext], int] = lambda ctx: 0,
 ) -> Size:
     """The size of a model with these settings; raises :class:`ShapeProblem` or :class:`TooLarge`."""
-    count = backbone_parameters(spec, parts, ctx) + task_parameters(ctx)
-    return Size(count, activations(spec, ctx.max_len, batch_size))
+    count = backbone_parameters(variant, ctx) + task_parameters(ctx)
+    return Size(count, activations(variant, ctx.max_len, batch_size))
 
 
 @dataclass(frozen=True)
@@ -205,8 +205,7 @@ class Oversized:
 
 
 def oversized(
-    spec: ModelSpec,
-    parts: Parts,
+    variant: Variant,
     ctx: BuildContext,
     batch_size: int,
     task_parameters: Callable[[BuildContext], int] = lambda ctx: 0,
@@ -215,21 +214,22 @@ def oversized(
     """The model's size, and what to blame when it is over :data:`MEMORY_LIMIT` (None: it fits):
     the width, the depth, the tokens per row (``tokens_key``: the task option that sets them),
     the batch, the task's embedding and head, else the largest component. Raises :class:`ShapeProblem`."""
+    spec = variant.spec
 
-    def size(spec_: ModelSpec = spec, ctx_: BuildContext = ctx, batch: int = batch_size) -> Size | None:
+    def size(variant_: Variant = variant, ctx_: BuildContext = ctx, batch: int = batch_size) -> Size | None:
         try:
-            return model_size(spec_, parts, ctx_, batch, task_parameters)
+            return model_size(variant_, ctx_, batch, task_parameters)
         except TooLarge:
             return None
 
     found = size()
     if found is not None and found.fits():
         return found, None
-    shown = found.over() if found else _extrapolated(spec, parts, ctx, batch_size)
-    small = spec.model_copy(update={"dim": SMALL_DIM})
+    shown = found.over() if found else _extrapolated(variant, ctx, batch_size)
+    small = with_spec(variant, dim=SMALL_DIM)
     if spec.dim > SMALL_DIM and _fits(size(small, replace(ctx, dim=SMALL_DIM))):
         return found, Oversized(("dim",), f"{spec.dim} gives {shown}")
-    if spec.blocks > 1 and _fits(size(spec.model_copy(update={"blocks": 1}))):
+    if spec.blocks > 1 and _fits(size(with_spec(variant, blocks=1))):
         return found, Oversized(("blocks",), f"{spec.blocks} gives {shown}")
     if ctx.max_len > NOMINAL_TOKENS and _fits(size(ctx_=replace(ctx, max_len=NOMINAL_TOKENS))):
         return found, Oversized(tokens_key, f"{ctx.max_len} tokens per row give {shown}", absolute=True)
@@ -241,7 +241,7 @@ def oversized(
         task_heavy = True
     if task_heavy:
         return found, Oversized(TASK_KEY, f"the task's embedding and head: {shown}", absolute=True)
-    return found, Oversized(_largest(parts, ctx), shown)
+    return found, Oversized(_largest(variant_parts(variant), ctx), shown)
 
 
 def _fits(size: Size | None) -> bool:
@@ -262,19 +262,20 @@ def _largest(parts: Parts, ctx: BuildContext) -> tuple:
     return best
 
 
-def _extrapolated(spec: ModelSpec, parts: Parts, ctx: BuildContext, batch_size: int) -> str:
+def _extrapolated(variant: Variant, ctx: BuildContext, batch_size: int) -> str:
     """:meth:`Size.over` for components too large for torch to lay out: parameters extrapolated
     from two small widths (a quadratic in the width)."""
     d = SMALL_DIM
     try:
-        p1, p2 = (backbone_parameters(spec, parts, replace(ctx, dim=w)) for w in (d, 2 * d))
+        p1, p2 = (backbone_parameters(variant, replace(ctx, dim=w)) for w in (d, 2 * d))
     except TooLarge:
         return "a model too large for torch to lay out"
     a = (p2 - 2 * p1) / (2 * d * d)
-    count = a * spec.dim**2 + (p1 - a * d * d) / d * spec.dim
+    dim = variant.spec.dim
+    count = a * dim**2 + (p1 - a * d * d) / d * dim
     if not math.isfinite(count) or count <= 0:
         return "a model too large for torch to lay out"
-    return Size(round(count), activations(spec, ctx.max_len, batch_size)).over()
+    return Size(round(count), activations(variant, ctx.max_len, batch_size)).over()
 
 
 def variant_parts(variant: Variant) -> Parts:
@@ -300,9 +301,7 @@ def check(
     raises :class:`StudyError` at the key to blame (under ``key``, the variant's place in the
     study file; a key the variant leaves to the base model at its line there)."""
     try:
-        size, problem = oversized(
-            variant.spec, variant_parts(variant), ctx, batch_size, task_parameters, tokens_key
-        )
+        size, problem = oversized(variant, ctx, batch_size, task_parameters, tokens_key)
     except ShapeProblem as exc:
         if exc.absolute:
             raise where.error(exc.key, f"variant '{variant.name}': {exc.message}") from None

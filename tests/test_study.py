@@ -135,13 +135,13 @@ def test_results_take_validation_from_the_restored_best_state_not_the_last_epoch
 
 @pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
 def test_the_size_estimate_counts_the_backbone_exactly(path):
-    """Each component built once on the meta device and counted as often as the backbone holds it
-    gives the built backbone's parameters: the estimate follows ablate.build."""
+    """The backbone built on the meta device with one block, that block counted as often as the
+    variant has blocks, gives the built backbone's parameters: the estimate follows ablate.build."""
     study = load_study(path, check_files=False)
     for variant in study.variants.values():
         ctx = study.build_context(variant, 30)
         built = build_backbone(variant, ctx)
-        counted = sizes.backbone_parameters(variant.spec, sizes.variant_parts(variant), ctx)
+        counted = sizes.backbone_parameters(variant, ctx)
         assert counted == sum(p.numel() for p in built.parameters()), variant.name
 
 
@@ -198,9 +198,7 @@ def test_the_tokens_and_the_task_are_blamed_once_the_data_are_known(write_study)
     study = load_study(write_study())
     variant = study.variants["base"]
     ctx = study.build_context(variant, 16)
-    _, problem = sizes.oversized(
-        variant.spec, sizes.variant_parts(variant), ctx, 64, task_parameters=lambda ctx: 10**12
-    )
+    _, problem = sizes.oversized(variant, ctx, 64, task_parameters=lambda ctx: 10**12)
     assert problem is not None and problem.key == ("task",) and "embedding and head" in problem.message
 
 

@@ -626,9 +626,7 @@ def test_per_layer_tables_give_each_block_its_own_bias(make_tokens):
     shared = build_backbone(per_layer_variant(per_layer=False), BuildContext(dim=8, max_len=16))
     assert count_parameters(backbone) == count_parameters(shared) + (31 + 41)  # one more of each table
     ctx = BuildContext(dim=8, max_len=16)
-    assert sizes.backbone_parameters(variant.spec, sizes.variant_parts(variant), ctx) == count_parameters(
-        backbone
-    )
+    assert sizes.backbone_parameters(variant, ctx) == count_parameters(backbone)
 
     tokens = timed(make_tokens([6, 4], 6, causal=True))
     x = torch.randn(2, 6, 8, dtype=torch.float64)
