@@ -29,32 +29,14 @@ from .sequential import SequentialSeeds
 # The practical margin when a study file sets none: 2 % of the baseline's mean.
 DEFAULT_MARGIN = "2%"
 
-STUDY_FILE_KEYS = (
-    "baseline",
-    "alpha",
-    "correction",
-    "bootstrap",
-    "ci",
-    "calibration",
-    "margin",
-    "resample_units",
-)
 
+class StudyFileSettings(Strict):
+    """The report settings a study file's ``report:`` section sets (:data:`STUDY_FILE_KEYS`):
+    ``margin``, the practical margin the verdicts judge equivalence against; ``ci`` the bootstrap
+    interval listed beside the verdict's t interval in comparisons.csv (see ``bootstrap_ci``);
+    ``calibration`` the number of simulated comparisons per scenario (A/A, at the margin) of the
+    report's calibration section (0: none)."""
 
-class ReportSettings(Strict):
-    """What the report compares and how.
-
-    Set in a study file (:data:`STUDY_FILE_KEYS`): ``margin``, the practical margin the verdicts
-    judge equivalence against; ``ci`` the bootstrap interval listed beside the verdict's t interval
-    in comparisons.csv (see ``bootstrap_ci``); ``calibration`` the number of simulated comparisons
-    per scenario (A/A, at the margin) of the report's calibration section (0: none).
-    Filled in from the study: ``study`` (its name); ``primary`` and ``metrics``, bare metric names
-    (``ndcg@10``), primary first (prepended when missing); ``higher_is_better``, a metric's
-    direction (default: higher is better); ``variants``; ``notes``, free-text lines shown in the
-    report's settings paragraph ("device: cpu").
-    """
-
-    # -- the study file's
     baseline: str = "base"
     alpha: float = Field(0.05, gt=0, lt=1)
     correction: CORRECTIONS.field = "holm"
@@ -70,7 +52,39 @@ class ReportSettings(Strict):
     # Each seed's test metrics over a bootstrap resample of the test units drawn with that seed
     # (stats.resample): the evaluation sample varies with the seed too.
     resample_units: bool = False
-    # -- the study's
+
+    @field_validator("margin")
+    @classmethod
+    def _margin(cls, value: float | str) -> float | str:
+        if isinstance(value, str):
+            text = value.strip()
+            try:
+                number = float(text.removesuffix("%"))
+            except ValueError:
+                number = float("nan")
+            if not text.endswith("%") or not math.isfinite(number) or number <= 0:
+                raise ValueError(
+                    f"expected an absolute margin > 0 (e.g. 0.005) or a relative one (e.g. '2%'), "
+                    f"got {value!r}"
+                )
+            return text
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"a margin must be > 0, got {value!r}")
+        return value
+
+
+STUDY_FILE_KEYS = tuple(StudyFileSettings.model_fields)
+
+
+class ReportSettings(StudyFileSettings):
+    """What the report compares and how: the study file's settings (:class:`StudyFileSettings`)
+    and what the study fills in: ``study`` (its name); ``primary`` and ``metrics``, bare metric
+    names (``ndcg@10``), primary first (prepended when missing); ``higher_is_better``, a metric's
+    direction (default: higher is better); ``variants``; ``notes``, free-text lines shown in the
+    report's settings paragraph ("device: cpu").
+    """
+
+    # -- filled in by the study
     study: str = ""
     primary: str = ""
     metrics: list[str] = []
@@ -92,25 +106,6 @@ class ReportSettings(Strict):
         if self.primary:
             self.metrics = [self.primary] + [m for m in self.metrics if m != self.primary]
         return self
-
-    @field_validator("margin")
-    @classmethod
-    def _margin(cls, value: float | str) -> float | str:
-        if isinstance(value, str):
-            text = value.strip()
-            try:
-                number = float(text.removesuffix("%"))
-            except ValueError:
-                number = float("nan")
-            if not text.endswith("%") or not math.isfinite(number) or number <= 0:
-                raise ValueError(
-                    f"expected an absolute margin > 0 (e.g. 0.005) or a relative one (e.g. '2%'), "
-                    f"got {value!r}"
-                )
-            return text
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"a margin must be > 0, got {value!r}")
-        return value
 
     def margin_for(self, baseline_mean: float) -> float:
         """The margin in the metric's units, given the baseline's mean (for a relative margin)."""
