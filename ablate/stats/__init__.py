@@ -54,34 +54,17 @@ baseline), :mod:`.ranking` (Friedman, all pairs), :mod:`.calibration` (simulated
 
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-# Each public name → the module that defines it. Imported on first use: the study-file schema
-# needs only ``settings`` (numpy), and scipy would add ~0.85 s to every ``ablate validate``.
-_HOMES = {
-    "calibration": ("calibrate", "min_detectable_d"),
-    "comparison": (
-        "COLUMNS",
-        "MIN_SEEDS_TEST",
-        "Standing",
-        "compare",
-        "family_verdicts",
-        "seed_tests",
-        "unit_tests",
-    ),
-    "corrections": ("CORRECTIONS", "Correction", "adjust_pvalues"),
-    "factorial": ("Factorial",),  # the function is ablate.stats.factorial.factorial (a module of that name)
-    "intervals": ("CI_METHODS", "MIN_SEEDS_CI", "IntervalMethod", "bootstrap_ci", "min_seeds_ci"),
-    "ranking": ("PAIRWISE_COLUMNS", "friedman", "pairwise", "pairwise_matrix"),
-    "settings": ("STUDY_FILE_KEYS", "ReportSection", "ReportSettings"),
-    "verdicts": ("Decision", "Verdict", "decide", "decide_family", "minimum_detectable"),
-}
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
-
+# The public names, each listed once, in these imports: type checkers read them, and at run time
+# each name's module is read from them (:data:`_HOME_OF`) and imported on first use, since the
+# study-file schema needs only ``settings`` and scipy would add ~0.85 s to every ``ablate validate``.
 if TYPE_CHECKING:  # pragma: no cover
-    from .calibration import calibrate, min_detectable_d
-    from .comparison import (
+    from .calibration import calibrate, min_detectable_d  # noqa: F401
+    from .comparison import (  # noqa: F401
         COLUMNS,
         MIN_SEEDS_TEST,
         Standing,
@@ -90,49 +73,29 @@ if TYPE_CHECKING:  # pragma: no cover
         seed_tests,
         unit_tests,
     )
-    from .corrections import CORRECTIONS, Correction, adjust_pvalues
-    from .factorial import Factorial
-    from .intervals import CI_METHODS, MIN_SEEDS_CI, IntervalMethod, bootstrap_ci, min_seeds_ci
-    from .ranking import PAIRWISE_COLUMNS, friedman, pairwise, pairwise_matrix
-    from .settings import STUDY_FILE_KEYS, ReportSection, ReportSettings
-    from .verdicts import Decision, Verdict, decide, decide_family, minimum_detectable
+    from .corrections import CORRECTIONS, Correction, adjust_pvalues  # noqa: F401
+
+    # the function is ablate.stats.factorial.factorial (a module of that name)
+    from .factorial import Factorial  # noqa: F401
+    from .intervals import CI_METHODS, MIN_SEEDS_CI, IntervalMethod, bootstrap_ci, min_seeds_ci  # noqa: F401
+    from .ranking import PAIRWISE_COLUMNS, friedman, pairwise, pairwise_matrix  # noqa: F401
+    from .settings import STUDY_FILE_KEYS, ReportSection, ReportSettings  # noqa: F401
+    from .verdicts import Decision, Verdict, decide, decide_family, minimum_detectable  # noqa: F401
+
+
+def _homes() -> dict[str, str]:
+    """Each name the ``TYPE_CHECKING`` imports above bring in → its module, read from this file."""
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    imports = [node for node in block.body if isinstance(node, ast.ImportFrom)]
+    return {alias.name: str(node.module) for node in imports for alias in node.names}
+
+
+_HOME_OF = _homes()
+__all__ = sorted(_HOME_OF)
 
 
 def __getattr__(name: str):
     if name not in _HOME_OF:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f".{_HOME_OF[name]}", __name__), name)
-
-
-__all__ = [
-    "CI_METHODS",
-    "COLUMNS",
-    "CORRECTIONS",
-    "MIN_SEEDS_CI",
-    "MIN_SEEDS_TEST",
-    "PAIRWISE_COLUMNS",
-    "STUDY_FILE_KEYS",
-    "Correction",
-    "Decision",
-    "Factorial",
-    "IntervalMethod",
-    "ReportSection",
-    "ReportSettings",
-    "Standing",
-    "Verdict",
-    "adjust_pvalues",
-    "bootstrap_ci",
-    "calibrate",
-    "compare",
-    "decide",
-    "decide_family",
-    "family_verdicts",
-    "friedman",
-    "min_detectable_d",
-    "min_seeds_ci",
-    "minimum_detectable",
-    "pairwise",
-    "pairwise_matrix",
-    "seed_tests",
-    "unit_tests",
-]
