@@ -26,9 +26,6 @@ def _dataset_cache(tmp_path_factory):
     mp.undo()
 
 
-SHARED_DATA = REPO.parent / "shared" / "data"
-
-
 @pytest.fixture
 def write_study(tmp_path):
     """``write_study(patch=None, text=None, name="study.yaml", replace=None) -> Path`` in a temp

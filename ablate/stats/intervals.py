@@ -50,13 +50,11 @@ def _bootstrap_t(
 @dataclass(frozen=True)
 class IntervalMethod:
     """A bootstrap CI method: ``bounds(d, resamples of d, rng, tail)`` → (low, high); the paired
-    seeds it needs (fewer: NaN, shown as 'n/a (k seeds)'); its name in the report's text; and
-    below how many seeds its intervals are narrower than their nominal level (0: never)."""
+    seeds it needs (fewer: NaN, shown as 'n/a (k seeds)'); its name in the report's text."""
 
     bounds: Callable[[np.ndarray, np.ndarray, np.random.Generator, float], tuple[float, float]]
     min_seeds: int
     label: str
-    undercovers_below: int = 0
 
 
 CI_METHODS: Vocabulary[IntervalMethod] = Vocabulary(
@@ -70,7 +68,7 @@ CI_METHODS: Vocabulary[IntervalMethod] = Vocabulary(
         # than 2.5 % on each side, so a 95 % interval would be (−∞, +∞).
         "bootstrap-t": IntervalMethod(_bootstrap_t, 4, "studentized bootstrap (bootstrap-t)"),
         # Any 2 seeds give an interval (a poor one).
-        "percentile": IntervalMethod(_percentile, 2, "percentile bootstrap", undercovers_below=10),
+        "percentile": IntervalMethod(_percentile, 2, "percentile bootstrap"),
     },
 )
 
