@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 
+from .errors import AblateError
+
 PATHS = ("kernels", "lanes", "dense", "fbgemm")
 
 # Switched in code: these names' values stand instead of the environment's.
@@ -50,7 +52,7 @@ def _from_environment(value: str, fused_kernels: str) -> tuple[bool, ...]:
         for item in value.split(","):
             name, _, on = item.partition("=")
             if name.strip() not in PATHS or on.strip() not in ("0", "1"):
-                raise ValueError(
+                raise AblateError(
                     f"ABLATE_FAST_PATHS={value!r}: {item.strip()!r} is not one of "
                     f"{', '.join(f'{p}=0|1' for p in PATHS)} (or 0 / 1 for all)"
                 )

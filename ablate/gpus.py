@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import AblateError
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import torch
 
     from .study import Study
+    from .train import Trainer
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 HEADROOM = 0.85  # share of a GPU's free memory the packed trials may use (fragmentation, eval peaks)
@@ -174,33 +175,38 @@ def probe(study: Study, device: str) -> Footprint:
     return Footprint(**json.loads(lines[-1]))
 
 
+def probe_step(study: Study, variant: str, data: Any, device: torch.device) -> Trainer:
+    """Seed 0's trainer of ``variant`` after its first training step: the step a trial takes
+    (:class:`~ablate.train.Trainer`: the same optimiser, parameter groups, clipping, micro-batches
+    and precision), so the memory measured is the memory planned for."""
+    from .train import Trainer
+
+    trainer = Trainer.start(study, study.variants[variant], 0, data, device)
+    trainer.model.train()
+    trainer.step(next(iter(trainer.batches(data))))
+    return trainer
+
+
 def measure_peak_mb(study: Study, device: torch.device) -> float:
     """Peak memory (MiB) of one training step and one validation of each variant on ``device``:
-    torch's reserved peak on CUDA, resident-set growth on CPU (:class:`~ablate.train.PeakMemory`)."""
+    torch's reserved peak on CUDA, resident-set growth on CPU (:class:`~ablate.memory.PeakMemory`)."""
     import torch
 
-    from .optimizers import OPTIMIZERS
-    from .train import PeakMemory, backward_parts, seeded_model, training_autocast
+    from .memory import PeakMemory
 
     task, train = study.task, study.spec.train
     data = task.load()
     peak = 0.0
-    for variant in study.variants.values():
+    for variant in study.variants:
         if device.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
         with PeakMemory(device) as memory:
-            model, generator = seeded_model(study, variant, 0, data, device)
-            optimizer = OPTIMIZERS[train.optimizer](model.parameters(), lr=train.lr)
-            batch = next(iter(task.train_batches(data, train.batch_size, generator))).to(device)
-            backward_parts(
-                task, model, batch, study.loss, generator, training_autocast(train.precision, device)
-            )
-            optimizer.step()
-            task.evaluate(model, data, "valid", study.metrics, device, train.eval_rows(device))
+            trainer = probe_step(study, variant, data, device)
+            task.evaluate(trainer.model, data, "valid", study.metrics, device, train.eval_rows(device))
         reserved = torch.cuda.max_memory_reserved(device) / 2**20 if device.type == "cuda" else 0.0
         peak = max(peak, memory.mb, reserved)
-        del model, optimizer, batch
+        del trainer
     return peak
 
 

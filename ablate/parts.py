@@ -34,6 +34,26 @@ def with_auxiliary(part: Tensor | LossPart, model: nn.Module) -> Tensor:
     return value if share is None else value * share
 
 
+def loss_work(
+    task: Task, model: nn.Module, batch: Any, loss: BaseModel, micro_batches: int
+) -> list[Callable[[torch.Generator], Tensor | LossPart]]:
+    """The batch's loss as pieces of work, each computing its part from a generator: the whole
+    batch's :meth:`~ablate.tasks.Task.loss` with ``micro_batches`` 1, else one
+    :class:`~ablate.tasks.LossPart` per sub-batch :meth:`~ablate.tasks.Task.split_batch` cuts,
+    weighted by its share (``train.micro_batches``: a property of the step, the task only says
+    how to cut)."""
+    if micro_batches == 1:
+        return [lambda generator: task.loss(model, batch, loss, generator)]
+    pieces = task.split_batch(model, batch, micro_batches)
+    if pieces is None:  # refused before training (ablate.preflight); a direct caller gets a clear error
+        raise ValueError(f"the {task.kind_name()} task cannot cut a batch into micro-batches")
+
+    def part(piece: Any, share: float) -> Callable[[torch.Generator], LossPart]:
+        return lambda generator: LossPart(task.loss(model, piece, loss, generator), share)
+
+    return [part(piece, share) for piece, share in pieces]
+
+
 def backward_parts(
     task: Task,
     model: nn.Module,
@@ -41,28 +61,26 @@ def backward_parts(
     loss: BaseModel,
     generator: torch.Generator,
     autocast: torch.autocast,
+    micro_batches: int = 1,
 ) -> Tensor:
-    """Backpropagate the batch's loss part by part and return the loss, detached; a part that is
-    not finite is returned before its backward. Parts the task hands out as separate pieces of
-    work (:meth:`Task.loss_part_work`) on a model without auxiliary losses (whose terms live in
-    the modules between a forward and its backward) go through :func:`parallel_parts`; others
-    one at a time (:meth:`Task.loss_parts`: one graph held at a time)."""
-    work = task.loss_part_work(model, batch, loss)
-    if work is not None and not has_auxiliary_losses(model):
+    """Backpropagate the batch's loss part by part (:func:`loss_work`) and return the loss,
+    detached; a part that is not finite is returned before its backward. Several parts on a
+    model without auxiliary losses (whose terms live in the modules between a forward and its
+    backward) go through :func:`parallel_parts`; otherwise one at a time, each part's graph freed
+    by its backward before the next part's forward."""
+    work = loss_work(task, model, batch, loss, micro_batches)
+    if len(work) > 1 and not has_auxiliary_losses(model):
         return parallel_parts(model, work, generator, autocast)
     total = None
-    parts = iter(task.loss_parts(model, batch, loss, generator))
-    while True:
+    for piece in work:
         with autocast:  # each part's forward runs under autocast, its backward outside
-            part = next(parts, None)
-            if part is None:
-                return total
             # Read right after the part's forward: the components hold that forward's terms.
-            part = with_auxiliary(part, model)
+            part = with_auxiliary(piece(generator), model)
         if not torch.isfinite(part):
             return part.detach()
         part.backward()
         total = part.detach() if total is None else total + part.detach()
+    return total
 
 
 def parallel_parts(

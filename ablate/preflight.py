@@ -10,13 +10,11 @@ has a parameter for is most likely a typo, which would otherwise train silently 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
 
-from . import jagged
+from . import fastpaths
 from .build import build_backbone
 from .sizes import Size, trained_sizes
 from .study import BASE, Study
@@ -71,9 +69,10 @@ def check_param_groups(study: Study, data: Any) -> None:
 def first_forward_problem(study: Study, name: str, data: Any) -> str | None:
     """What a component raised (ValueError, AssertionError: its own checks) on the loss of one
     small training batch in evaluation mode, or None. Other errors are left to training, which
-    reports them per trial; the global random state is left as it was."""
+    reports them per trial; the global random state is left as it was. The pure-torch jagged ops:
+    importing fbgemm takes longer than the rest of `ablate validate` (both give the same values)."""
     task, variant = study.task, study.variants[name]
-    with torch.random.fork_rng(devices=[]), torch.no_grad(), _light_kernels():
+    with torch.random.fork_rng(devices=[]), torch.no_grad(), fastpaths.fast_paths(fbgemm=False):
         generator = torch.Generator().manual_seed(0)
         ctx = study.build_context(variant, task.max_len(data))
         try:
@@ -86,18 +85,3 @@ def first_forward_problem(study: Study, name: str, data: Any) -> str | None:
         except Exception:  # noqa: BLE001 - not a component's own check: training reports it
             return None
     return None
-
-
-@contextmanager
-def _light_kernels() -> Iterator[None]:
-    """The pure-torch jagged ops unless fbgemm is loaded already: importing it takes longer than
-    the rest of `ablate validate` (both forms give the same values). Evaluation mode keeps the
-    fused training kernels out too."""
-    probed = "HAVE_FBGEMM" in vars(jagged)
-    if not probed:
-        jagged.HAVE_FBGEMM = False
-    try:
-        yield
-    finally:
-        if not probed:
-            del jagged.HAVE_FBGEMM

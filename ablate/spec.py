@@ -161,10 +161,20 @@ class TrainSpec(Strict):
     param_groups: list[ParamGroupSpec] = []
     # Train again after early stopping, with each component's stage_end hook run first.
     second_stage: SecondStageSpec | None = None
+    # Each training batch cut by the task into this many parts (seqrec: rows sorted by length,
+    # each group padded to its own longest row), each part's mean loss weighted by its share and
+    # backpropagated before the next part's forward, then one optimiser step: the whole batch's
+    # mean loss with less padding, one part's graph held at a time, parts in parallel CPU streams.
+    micro_batches: int = Field(1, ge=1)
 
     # Options added after stores existed: a study that leaves them at their defaults trains as
     # before they existed, so its trials' fingerprints leave them out and old stores resume.
-    LATER_OPTIONS: ClassVar[tuple[str, ...]] = ("lr_schedule", "param_groups", "second_stage")
+    LATER_OPTIONS: ClassVar[tuple[str, ...]] = (
+        "lr_schedule",
+        "param_groups",
+        "second_stage",
+        "micro_batches",
+    )
 
     def later_options_at_default(self) -> set[str]:
         """The :attr:`LATER_OPTIONS` a fingerprint may leave out."""

@@ -228,6 +228,11 @@ def duplicate_warnings(study: Study) -> list[str]:
 # ---------------------------------------------------------------------------------------
 
 
+# Task options that became training options: an old study file gets told where they went.
+MOVED_KEYS = {"micro_batches": "train.micro_batches"}
+MOVED_KEYS_WHY = "how a batch's loss is stepped belongs to training; the task only says how to cut a batch"
+
+
 def load_study(path: str | Path, check_files: bool = True, overrides: Iterable[str] = ()) -> Study:
     """Parse and fully validate a study file, with ``key=value`` overrides (:mod:`ablate.overrides`)
     applied first. Raises :class:`StudyError` / :class:`DataError`."""
@@ -243,6 +248,9 @@ def load_study(path: str | Path, check_files: bool = True, overrides: Iterable[s
 
     task_cls = lookup(where, ("task", "kind"), "task", spec.task.kind)
     raw_task = {k: v for k, v in raw["task"].items() if k != "kind"}
+    for key, now in MOVED_KEYS.items():
+        if key in raw_task:
+            raise where.error(("task", key), f"moved to {now}: {MOVED_KEYS_WHY}")
     task_options = validate_options(where, ("task",), task_cls, raw_task)
     task: Task = task_cls(task_options, path.parent.resolve())
 
@@ -257,6 +265,13 @@ def load_study(path: str | Path, check_files: bool = True, overrides: Iterable[s
         if problem:
             key = ("metrics", "primary") if i == 0 else ("metrics", "also", i - 1)
             raise where.error(key, problem)
+
+    if spec.train.micro_batches > 1 and not task.splits_batches:
+        raise where.error(
+            ("train", "micro_batches"),
+            f"the {task.kind_name()} task trains whole batches only (it cannot cut a batch into "
+            f"micro-batches): leave it at 1",
+        )
 
     located = {BASE: (where, BASE_KEY)}
     variants = {BASE: _resolve_variant(where, BASE, raw.get("model", {}), BASE_KEY, task)}

@@ -231,22 +231,17 @@ class Task:
         those (:meth:`~ablate.components.Component.auxiliary_loss`)."""
         raise NotImplementedError
 
-    def loss_parts(
-        self, model: nn.Module, batch: Any, loss: BaseModel, generator: torch.Generator
-    ) -> Iterator[Tensor | LossPart]:
-        """The batch's :meth:`loss` as parts that add up to it, computed one at a time. Training
-        backpropagates each part before asking for the next, so only one part's graph is held.
-        A part is a tensor when it is the whole batch's loss; a task that cuts a batch into
-        micro-batches yields one :class:`LossPart` per micro-batch (counting ``value · share``).
-        Default: the whole loss as one part."""
-        yield self.loss(model, batch, loss, generator)
+    @property
+    def splits_batches(self) -> bool:
+        """Whether this task overrides :meth:`split_batch` (``train.micro_batches`` > 1 allowed)."""
+        return type(self).split_batch is not Task.split_batch
 
-    def loss_part_work(
-        self, model: nn.Module, batch: Any, loss: BaseModel
-    ) -> list[Callable[[torch.Generator], Tensor | LossPart]] | None:
-        """The parts of :meth:`loss_parts` as separate pieces of work, each computing its part
-        from a generator of its own, so that training may run them in parallel streams
-        (:mod:`ablate.parts`); None (the default) when the batch is one part."""
+    def split_batch(self, model: nn.Module, batch: Any, parts: int) -> list[tuple[Any, float]] | None:
+        """``batch`` cut into at most ``parts`` sub-batches, each with its share of the batch's
+        loss weight (its :meth:`loss` is a mean of its own; the shares sum to 1), for
+        ``train.micro_batches``: training backpropagates ``loss(sub-batch) · share`` per piece,
+        the whole batch's mean loss with less padding. None (the default): this task trains whole
+        batches only, and a study asking for micro-batches is refused before training."""
         return None
 
     @torch.no_grad()

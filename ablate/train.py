@@ -1,37 +1,37 @@
 """Train and evaluate one (variant, seed): the task-agnostic optimiser loop.
 
-The task supplies batches, the loss and evaluation; this module owns seeding, the
-optimiser and its per-epoch learning-rate schedule, early stopping on the primary validation
-metric (and the second stage after it, ``train.second_stage``), divergence detection and the
-cost measurements (parameters, training tokens/s, peak memory, wall and CPU time).
+The task supplies batches, the loss (and how to cut a batch into micro-batches) and evaluation;
+this module owns seeding, :class:`Trainer` — ablate's one training step (the optimiser and its
+per-epoch learning-rate schedule, autocast, clipping, micro-batches), which the GPU probe and the
+benchmarks step through too — early stopping on the primary validation metric (and the second
+stage after it, ``train.second_stage``), divergence detection, checkpoints and the cost
+measurements (parameters, training tokens/s, peak memory, wall and CPU time).
 """
 
 from __future__ import annotations
 
 import copy
-import ctypes
-import gc
 import json
 import math
 import os
 import random
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from . import stopping
 from .build import build_backbone, count_parameters
 from .components import end_stage
 from .errors import AblateError
 from .faults import fault_point
+from .memory import PeakMemory
 from .parts import backward_parts
 from .schedules import LR_SCHEDULES, build_optimizer
 from .study import Study, Variant
@@ -102,63 +102,6 @@ def seeded_model(
     return model, generator
 
 
-class PeakMemory:
-    """Peak memory of one trial in MB: CUDA's allocator peak on GPU; on CPU the growth of
-    the process's resident set over its level at the start, sampled every 20 ms (the
-    kernel's own high-water mark is process-wide and never resets between trials)."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.peak = 0
-        self._stop = threading.Event()
-
-    @staticmethod
-    def _rss() -> int:
-        try:
-            with open("/proc/self/statm") as f:
-                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except OSError:  # not Linux: no sampling
-            return 0
-
-    def __enter__(self) -> PeakMemory:
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-            return self
-        # Hand memory freed by earlier trials back to the OS, so this trial's growth is its own.
-        gc.collect()
-        _malloc_trim()
-        self._base = self._rss()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.02):
-            self.peak = max(self.peak, self._rss() - self._base)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.device.type == "cuda":
-            self.peak = torch.cuda.max_memory_allocated(self.device)
-        else:
-            self._stop.set()
-            self._thread.join()
-            self.peak = max(self.peak, self._rss() - self._base)
-
-    @property
-    def mb(self) -> float:
-        """The peak so far (inside the ``with``) or of the whole block (after it)."""
-        if self.device.type == "cuda":
-            return max(self.peak, torch.cuda.max_memory_allocated(self.device)) / 2**20
-        return self.peak / 2**20
-
-
-def _malloc_trim() -> None:
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
-
-
 EpochCallback = Callable[[int, dict[str, float]], None]
 
 
@@ -181,8 +124,9 @@ class Checkpoint:
 
     def load(self) -> dict[str, Any] | None:
         try:
-            state = torch.load(self.path, map_location="cpu", weights_only=False)
-        except Exception:  # noqa: BLE001 - missing, torn or foreign: train from scratch
+            # weights_only: tensors and plain values only, so a planted file cannot run code.
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+        except Exception:  # noqa: BLE001 - missing, torn, foreign or not plain data: train from scratch
             return None
         return state if isinstance(state, dict) and state.get("signature") == self.signature else None
 
@@ -234,9 +178,12 @@ def checkpoint_interval() -> float:
 
 
 def _random_states(generator: torch.Generator) -> dict[str, Any]:
+    """Every random state the rest of a trial draws from, as tensors and plain values only, so a
+    checkpoint loads with ``torch.load(weights_only=True)`` (no pickled objects, no code run)."""
+    name, key, position, has_gauss, cached = np.random.get_state()
     states = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": (name, torch.from_numpy(key.astype(np.int64)), int(position), int(has_gauss), float(cached)),
         "torch": torch.get_rng_state(),
         "generator": generator.get_state(),
     }
@@ -247,7 +194,8 @@ def _random_states(generator: torch.Generator) -> dict[str, Any]:
 
 def _restore_random_states(states: dict[str, Any], generator: torch.Generator) -> None:
     random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
+    name, key, *rest = states["numpy"]
+    np.random.set_state((name, key.numpy().astype(np.uint32), *rest))
     torch.set_rng_state(states["torch"])
     generator.set_state(states["generator"])
     if "cuda" in states and torch.cuda.is_available():
@@ -263,6 +211,107 @@ def trains_in_bf16(precision: str, device: torch.device) -> bool:
 def training_autocast(precision: str, device: torch.device) -> torch.autocast:
     """The autocast context training steps run in."""
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=trains_in_bf16(precision, device))
+
+
+class Trainer:
+    """ablate's one training step and the state it carries from step to step: the model, the
+    optimiser ``train:`` describes (kind, betas, weight decay, parameter groups), its per-epoch
+    learning-rate schedule, bf16 autocast, gradient clipping, micro-batches, the batch generator
+    and the random states. :func:`train_trial`, the GPU memory probe (:mod:`ablate.gpus`) and the
+    benchmarks all step through it, so what they measure is what a trial runs."""
+
+    def __init__(self, study: Study, model: nn.Module, generator: torch.Generator, device: torch.device):
+        self.study, self.model, self.generator, self.device = study, model, generator, device
+        self.train = study.spec.train
+        self.optimizer = build_optimizer(model, self.train)
+        self.scheduler = LR_SCHEDULES[self.train.lr_schedule](self.optimizer, self.train.epochs)
+        self.autocast = training_autocast(self.train.precision, device)
+        self.tokens = 0  # real tokens stepped on, for the tokens/s cost column
+
+    @classmethod
+    def start(cls, study: Study, variant: Variant, seed: int, data: Any, device: torch.device) -> Trainer:
+        """A trial's trainer at its initial weights (:func:`seeded_model`)."""
+        return cls(study, *seeded_model(study, variant, seed, data, device), device)
+
+    def batches(self, data: Any) -> Iterable[Any]:
+        """One epoch of the task's shuffled training batches, drawn from this trial's generator."""
+        return self.study.task.train_batches(data, self.train.batch_size, self.generator)
+
+    def step(self, batch: Any) -> Tensor:
+        """One optimiser step on ``batch``; returns its loss, detached. A loss that is not finite
+        is returned before any parameter moves (the caller decides what a diverged trial is)."""
+        batch = batch.to(self.device)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = backward_parts(
+            self.study.task,
+            self.model,
+            batch,
+            self.study.loss,
+            self.generator,
+            self.autocast,
+            self.train.micro_batches,
+        )
+        if not torch.isfinite(loss):
+            return loss
+        if self.train.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train.grad_clip)
+        self.optimizer.step()
+        self.tokens += self.study.task.batch_tokens(batch)
+        return loss
+
+    @property
+    def lr(self) -> float:
+        """The first parameter group's learning rate now (a schedule scales every group alike)."""
+        return self.optimizer.param_groups[0]["lr"]
+
+    def end_epoch(self) -> None:
+        """The learning-rate schedule's per-epoch step."""
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the following steps depend on, in tensors and plain values."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "random": _random_states(self.generator),
+            "tokens": self.tokens,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        _restore_random_states(state["random"], self.generator)
+        self.tokens = state["tokens"]
+
+
+@dataclass
+class Progress:
+    """Where a trial's epochs stand: what a checkpoint keeps beside :meth:`Trainer.state_dict`
+    (one list of names for saving and restoring)."""
+
+    epochs: int  # planned
+    epoch: int = 0  # done
+    stage_ends: list[int] = field(default_factory=list)  # the epochs after which a stage early-stopped
+    best_score: float = -math.inf  # the primary validation metric, signed so that higher is better
+    best_state: dict[str, Tensor] | None = None
+    stale: int = 0  # evaluations since the best
+    best_epoch: int = 0
+    curves: list[tuple[int, str, float]] = field(default_factory=list)
+    train_time: float = 0.0  # seconds in training steps (tokens/s)
+    peak_memory_mb: float = 0.0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # not asdict: no deep copy
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Progress:
+        return cls(**{f.name: state[f.name] for f in fields(cls) if f.name in state})
 
 
 def _patience(train: Any, stage: int) -> int:
@@ -291,116 +340,78 @@ def train_trial(
     sign = 1.0 if task.metric_higher_is_better(primary) else -1.0
     start, cpu_start = time.perf_counter(), time.process_time()
     try:
-        model, generator = seeded_model(study, variant, seed, data, device)
+        trainer = Trainer.start(study, variant, seed, data, device)
     except torch.OutOfMemoryError:
         raise  # the driver retries at half batch size
     except (ValueError, RuntimeError) as exc:
         raise TrialFailed(f"could not build variant '{variant.name}': {exc}") from exc
-    optimizer = build_optimizer(model, train)
-    scheduler = LR_SCHEDULES[train.lr_schedule](optimizer, train.epochs)
-    autocast = training_autocast(train.precision, device)
+    model = trainer.model
 
     result = TrialResult(summary={}, per_unit=pd.DataFrame(), params=count_parameters(model))
-    best_score, best_state, stale = -math.inf, None, 0
-    stage_ends: list[int] = []  # the epochs after which a training stage early-stopped
-    train_time, tokens, earlier_wall, earlier_peak, first_epoch = 0.0, 0, 0.0, 0.0, 1
-    earlier_cpu = 0.0
+    progress = Progress(epochs=train.epochs)
     saved = checkpoint.load() if checkpoint else None
     if saved is not None:
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        if scheduler is not None:
-            scheduler.load_state_dict(saved["scheduler"])
-        stage_ends = saved.get("stage_ends", [])
-        _restore_random_states(saved["random"], generator)
-        best_score, best_state, stale = saved["best_score"], saved["best_state"], saved["stale"]
-        train_time, tokens, result.curves = saved["train_time"], saved["tokens"], saved["curves"]
-        earlier_wall, earlier_peak = saved["wall_s"], saved["peak_memory_mb"]
-        earlier_cpu = saved.get("cpu_s", 0.0)  # checkpoints written before CPU time was measured
-        result.best_epoch = saved["best_epoch"]
-        result.epochs = result.resumed_from = saved["epoch"]
-        first_epoch = saved["epoch"] + 1
-        for epoch in range(1, first_epoch):
+        trainer.load_state_dict(saved)
+        progress = Progress.from_state(saved)
+        result.resumed_from = progress.epoch
+        for epoch in range(1, progress.epoch + 1):
             task.on_epoch_end(model, epoch)  # replay the epoch schedule (e.g. frozen topologies)
-            if epoch in stage_ends:
-                end_stage(model, stage_ends.index(epoch) + 1)
+            if epoch in progress.stage_ends:
+                end_stage(model, progress.stage_ends.index(epoch) + 1)
             if on_epoch:
-                on_epoch(epoch, {k: v for e, k, v in result.curves if e == epoch})
+                on_epoch(epoch, {k: v for e, k, v in progress.curves if e == epoch})
+    earlier_wall, earlier_cpu, earlier_peak = progress.wall_s, progress.cpu_s, progress.peak_memory_mb
     last_save = time.perf_counter()
     with PeakMemory(device) as memory:
-        for epoch in range(first_epoch, train.epochs + 1):
+        for epoch in range(progress.epoch + 1, train.epochs + 1):
             model.train()
-            t0, losses, lr = time.perf_counter(), [], optimizer.param_groups[0]["lr"]
-            for batch in task.train_batches(data, train.batch_size, generator):
-                batch = batch.to(device)
-                optimizer.zero_grad(set_to_none=True)
-                loss = backward_parts(task, model, batch, study.loss, generator, autocast)
+            t0, losses, lr = time.perf_counter(), [], trainer.lr
+            for batch in trainer.batches(data):
+                loss = trainer.step(batch)
                 if not torch.isfinite(loss):
                     raise TrialFailed(f"loss became {loss.item()} at epoch {epoch}")
-                if train.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
-                optimizer.step()
-                losses.append(loss.detach())
-                tokens += task.batch_tokens(batch)
+                losses.append(loss)
                 stopping.check()  # SIGTERM / Ctrl-C stop here, between steps
                 if on_step:
                     on_step()
-            train_time += time.perf_counter() - t0
-            result.epochs = epoch
+            progress.train_time += time.perf_counter() - t0
+            progress.epoch = epoch
             task.on_epoch_end(model, epoch)
             logged = {"train.loss": float(torch.stack(losses).mean())} if losses else {}
-            if scheduler is not None:
+            if trainer.scheduler is not None:
                 logged["train.lr"] = lr
             if train.second_stage is not None:
-                logged["train.stage"] = float(1 + len(stage_ends))
+                logged["train.stage"] = float(1 + len(progress.stage_ends))
             if epoch % train.eval_every == 0 or epoch == train.epochs:
                 valid = task.evaluate(model, data, "valid", study.metrics, device, train.eval_rows(device))
                 logged.update({f"valid.{k}": v for k, v in valid.summary.items()})
                 score = sign * valid.summary[primary]
-                if score > best_score:
-                    best_score, stale, result.best_epoch = score, 0, epoch
-                    best_state = copy.deepcopy(model.state_dict())
+                if score > progress.best_score:
+                    progress.best_score, progress.stale, progress.best_epoch = score, 0, epoch
+                    progress.best_state = copy.deepcopy(model.state_dict())
                 else:
-                    stale += 1
-            if scheduler is not None:
-                scheduler.step()
-            result.curves += [(epoch, k, v) for k, v in logged.items()]
+                    progress.stale += 1
+            trainer.end_epoch()
+            progress.curves += [(epoch, k, v) for k, v in logged.items()]
             if on_epoch:
                 on_epoch(epoch, logged)
-            if train.patience and stale >= _patience(train, len(stage_ends) + 1):
-                if train.second_stage is None or stage_ends:
+            if train.patience and progress.stale >= _patience(train, len(progress.stage_ends) + 1):
+                if train.second_stage is None or progress.stage_ends:
                     break
-                if train.second_stage.start == "best" and best_state is not None:
-                    model.load_state_dict(best_state)
+                if train.second_stage.start == "best" and progress.best_state is not None:
+                    model.load_state_dict(progress.best_state)
                 end_stage(model, 1)  # e.g. fr_graph freezes its topology
-                stage_ends.append(epoch)
-                stale = 0
+                progress.stage_ends.append(epoch)
+                progress.stale = 0
             if checkpoint and epoch < train.epochs and time.perf_counter() - last_save >= checkpoint.every_s:
-                checkpoint.save(
-                    {
-                        "epoch": epoch,
-                        "epochs": train.epochs,
-                        "model": model.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                        "stage_ends": stage_ends,
-                        "random": _random_states(generator),
-                        "best_score": best_score,
-                        "best_state": best_state,
-                        "stale": stale,
-                        "best_epoch": result.best_epoch,
-                        "curves": result.curves,
-                        "train_time": train_time,
-                        "tokens": tokens,
-                        "peak_memory_mb": max(earlier_peak, memory.mb),
-                        "wall_s": earlier_wall + time.perf_counter() - start,
-                        "cpu_s": earlier_cpu + time.process_time() - cpu_start,
-                    }
-                )
+                progress.peak_memory_mb = max(earlier_peak, memory.mb)
+                progress.wall_s = earlier_wall + time.perf_counter() - start
+                progress.cpu_s = earlier_cpu + time.process_time() - cpu_start
+                checkpoint.save({**trainer.state_dict(), **progress.state_dict()})
                 last_save = time.perf_counter()
 
-        if best_state is not None:
-            model.load_state_dict(best_state)
+        if progress.best_state is not None:
+            model.load_state_dict(progress.best_state)
         fault_point("evaluate")
         valid = task.evaluate(model, data, "valid", study.metrics, device, train.eval_rows(device))
         test = task.evaluate(model, data, "test", study.metrics, device, train.eval_rows(device))
@@ -409,7 +420,9 @@ def train_trial(
         **{f"test.{k}": v for k, v in test.summary.items()},
     }
     result.per_unit = test.per_unit
-    result.tokens_per_s = tokens / train_time if train_time > 0 else 0.0
+    result.curves = progress.curves
+    result.epochs, result.best_epoch = progress.epoch, progress.best_epoch
+    result.tokens_per_s = trainer.tokens / progress.train_time if progress.train_time > 0 else 0.0
     result.peak_memory_mb = max(earlier_peak, memory.mb)
     result.wall_s = earlier_wall + time.perf_counter() - start
     result.cpu_s = earlier_cpu + time.process_time() - cpu_start

@@ -39,9 +39,9 @@ from pathlib import Path
 import torch
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 
-from ablate.optimizers import OPTIMIZERS
+from ablate.memory import PeakMemory
 from ablate.study import Study, load_study
-from ablate.train import PeakMemory, backward_parts, seeded_model, training_autocast, trains_in_bf16
+from ablate.train import Trainer, trains_in_bf16
 
 REPO = Path(__file__).resolve().parents[1]
 SECTION = "## GPU: trials per GPU"
@@ -77,27 +77,19 @@ def train_steps(
     then ``steps`` timed steps, epochs repeating as needed; ``wait()`` is called between the two."""
     task, train = study.task, study.spec.train
     data = task.load()
-    model, generator = seeded_model(study, study.variants[variant], seed, data, device)
-    optimizer = OPTIMIZERS[train.optimizer](
-        model.parameters(), lr=train.lr, betas=train.betas, weight_decay=train.weight_decay
-    )
-    autocast = training_autocast(train.precision, device)
+    trainer = Trainer.start(study, study.variants[variant], seed, data, device)
     steps_per_epoch = len(list(task.train_batches(data, train.batch_size, torch.Generator().manual_seed(0))))
 
     def batches():
         while True:
-            yield from task.train_batches(data, train.batch_size, generator)
+            yield from trainer.batches(data)
 
     def step(batch) -> int:
-        batch = batch.to(device)
-        optimizer.zero_grad(set_to_none=True)
-        backward_parts(task, model, batch, study.loss, generator, autocast)
-        if train.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
-        optimizer.step()
-        return task.batch_tokens(batch)
+        before = trainer.tokens
+        trainer.step(batch)
+        return trainer.tokens - before
 
-    model.train()
+    trainer.model.train()
     feed = batches()
     for _ in range(warmup):
         step(next(feed))

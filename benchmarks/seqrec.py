@@ -38,10 +38,10 @@ from torch.utils.flop_counter import FlopCounterMode
 from ablate.build import build_backbone, count_parameters
 from ablate.fastpaths import fast_paths
 from ablate.jagged import last_of_rows
+from ablate.memory import PeakMemory
 from ablate.study import load_study
-from ablate.train import PeakMemory, backward_parts, training_autocast
+from ablate.train import Trainer
 from ablate_plugins.seqrec import evaluation
-from ablate_plugins.seqrec.batches import length_groups
 
 REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Sequential recommendation"
@@ -49,40 +49,38 @@ SASREC = REPO / "studies/sasrec_ml1m.yaml"
 HSTU_FUXI = REPO / "studies/hstu_fuxi_ml1m.yaml"
 
 
-def load(path: Path, **task_options):
+def load(path: Path, micro_batches: int | None = None, **task_options):
+    """The study at ``path`` with ``task_options`` replaced, and ``train.micro_batches`` where given."""
     study = load_study(path)
     study.task.options = study.task.options.model_copy(update=task_options)
+    if micro_batches is not None:
+        study.spec = with_training(study.spec, micro_batches=micro_batches)
     return study
+
+
+def with_training(spec, **changes):
+    """``spec`` (a StudySpec) with ``train:`` options changed."""
+    return spec.model_copy(update={"train": spec.train.model_copy(update=changes)})
 
 
 def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str = "fp32") -> dict:
     """Train ``epochs`` epochs (or ``max_steps`` steps) of ``variant`` in ``precision``
-    (``train.precision``); time and tokens."""
+    (``train.precision``) as a trial steps them (:class:`ablate.train.Trainer`, seed 0); time and
+    tokens."""
     task = study.task
-    spec = study.variants[variant]
-    ctx = study.build_context(spec, task.max_len(data))
-    torch.manual_seed(0)
-    model = task.build_model(build_backbone(spec, ctx), ctx, data)
-    train = study.spec.train
-    optimizer_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[train.optimizer]
-    optimizer = optimizer_cls(
-        model.parameters(), lr=train.lr, betas=train.betas, weight_decay=train.weight_decay
-    )
-    generator = torch.Generator().manual_seed(0)
-    autocast = training_autocast(precision, torch.device("cpu"))
-    steps = tokens = padded = 0
-    micro = task.options.micro_batches
+    study.spec = with_training(study.spec, precision=precision)
+    trainer = Trainer.start(study, study.variants[variant], 0, data, torch.device("cpu"))
+    model, train = trainer.model, study.spec.train
+    steps = padded = 0
+    micro = train.micro_batches
     model.train()
     with PeakMemory(torch.device("cpu")) as memory:
         start = time.perf_counter()
         for _ in range(epochs):
-            for batch in task.train_batches(data, train.batch_size, generator):
-                optimizer.zero_grad(set_to_none=True)
-                backward_parts(task, model, batch, study.loss, generator, autocast)
-                optimizer.step()
+            for batch in trainer.batches(data):
+                trainer.step(batch)
                 steps += 1
-                tokens += task.batch_tokens(batch)
-                groups = length_groups(batch, micro, data.num_items + 1) if micro > 1 else [batch]
+                groups = [g for g, _ in task.split_batch(model, batch, micro)] if micro > 1 else [batch]
                 padded += sum(g.items.numel() for g in groups)
                 if max_steps and steps >= max_steps:
                     break
@@ -90,7 +88,7 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
                 break
         seconds = time.perf_counter() - start
     per_step = seconds / steps
-    flops = step_flops(task, model, data, study, steps, autocast)
+    flops = step_flops(trainer, data, steps)
     steps_per_epoch = len(list(task.train_batches(data, train.batch_size, torch.Generator().manual_seed(0))))
     return {
         "model": model,
@@ -100,30 +98,30 @@ def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str
         "steps": steps,
         "step_s": per_step,
         "epoch_s": per_step * steps_per_epoch,
-        "tokens_per_s": tokens / seconds,
-        "padding": padded / tokens,
+        "tokens_per_s": trainer.tokens / seconds,
+        "padding": padded / trainer.tokens,
         "peak_mb": memory.mb,
         "gflop_step": flops / 1e9,
         "gflops": flops / 1e9 / per_step,
     }
 
 
-def step_flops(task, model, data, study, steps: int, autocast) -> float:
+def step_flops(trainer, data, steps: int) -> float:
     """Matrix-multiply FLOPs per training step (forward and backward, as executed: padding and the
     masked half of causal attention included), counted by torch's FlopCounterMode over the same
-    ``steps`` batches the timing ran. Loss parts run one at a time here: the mode counts the ops of
-    its own thread only, and parallel parts run theirs in other threads (same ops either way)."""
-    generator = torch.Generator().manual_seed(0)
-    batches = task.train_batches(data, study.spec.train.batch_size, generator)
-    saved = task.loss_part_work
-    task.loss_part_work = lambda *args: None
+    ``steps`` batches the timing ran (from a fresh generator of the same seed). One torch thread
+    here: the mode counts the ops of its own thread only, and parallel loss parts would run theirs
+    in other threads (same ops either way)."""
+    trainer.generator.manual_seed(0)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
         with FlopCounterMode(display=False) as counter:
-            for _, batch in zip(range(steps), batches, strict=False):
-                backward_parts(task, model, batch, study.loss, generator, autocast)
+            for _, batch in zip(range(steps), trainer.batches(data), strict=False):
+                trainer.step(batch)
     finally:
-        task.loss_part_work = saved
-    model.zero_grad(set_to_none=True)
+        torch.set_num_threads(saved)
+    trainer.model.zero_grad(set_to_none=True)
     return counter.get_total_flops() / steps
 
 

@@ -26,6 +26,7 @@ from results_file import publish, section_text, two_form_options, two_form_table
 
 from ablate.build import build_backbone
 from ablate.study import load_study
+from ablate.train import Trainer
 from ablate_plugins.tabular.model import TabularModel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,22 +47,19 @@ FORMS = {"readout only": TabularModel.forward, "every token": every_token_forwar
 
 def step_time(study, data, variant: str, forward, steps: int) -> float:
     """Mean seconds per training step over ``steps`` steps, after 3 warm-up steps."""
-    task, train = study.task, study.spec.train
+    task = study.task
     spec = study.variants[variant]
     ctx = study.build_context(spec, task.max_len(data))
     torch.manual_seed(0)
     model = task.build_model(build_backbone(spec, ctx), ctx, data)
     model.forward = forward.__get__(model)  # this instance only
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
-    generator = torch.Generator().manual_seed(0)
+    trainer = Trainer(study, model, torch.Generator().manual_seed(0), torch.device("cpu"))
     done, start = 0, None
-    for batch in task.train_batches(data, train.batch_size, generator):
+    for batch in trainer.batches(data):
         if done == 3:
             start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        task.loss(model, batch, study.loss, generator).backward()
-        optimizer.step()
+        trainer.step(batch)
         done += 1
         if done == steps + 3:
             break

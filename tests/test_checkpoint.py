@@ -56,7 +56,7 @@ def test_resumed_trial_equals_the_uninterrupted_one(write_study, tmp_path, monke
     with pytest.raises(Interrupt):
         _train(study, data, checkpoint, stop_at=5)  # epochs 1-4 saved, killed during epoch 5's callback
     assert checkpoint.path.is_file()
-    assert torch.load(checkpoint.path, weights_only=False)["epoch"] == 4
+    assert torch.load(checkpoint.path, weights_only=True)["epoch"] == 4
     summary = checkpoint_summaries(checkpoint.path.parent)["mlp-seed3"]
     assert (summary["epoch"], summary["epochs"]) == (4, 6)
 
@@ -162,3 +162,23 @@ def test_a_resumed_study_takes_its_checkpointed_trials_first(write_study, tmp_pa
         taken.append(key_of(queue.stored(trial.number)))
         queue.study.tell(trial, 0.0)
     assert taken == [half_trained, *(key for key in queued if key != half_trained)]
+
+
+def test_a_planted_checkpoint_cannot_run_code(tmp_path):
+    """Checkpoints load with ``weights_only``: a pickle that would run a command on load is
+    treated as foreign (the trial trains from scratch) and its code never runs."""
+    import pickle
+
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    path = tmp_path / "ck" / "base-seed1.pt"
+    path.parent.mkdir()
+    path.write_bytes(pickle.dumps({"signature": "sig", "epoch": 1, "payload": Payload()}))
+    assert Checkpoint(path, signature="sig").load() is None
+    assert not marker.exists()
+    pickle.loads(path.read_bytes())  # the file is live: loaded unsafely, it does run
+    assert marker.exists()

@@ -200,18 +200,18 @@ def test_nan_loss_and_crash_fail_alone_and_are_reported(cli, write_study, tmp_pa
     from ablate_plugins.ffn import MLPFFN
 
     task_cls = type(load_study(write_study()).task)
-    real_parts, real_train = task_cls.loss_parts, execution.train_trial
+    real_loss, real_train = task_cls.loss, execution.train_trial
 
-    def diverging(self, model, batch, loss, generator):  # training asks for the loss in parts
-        for value in real_parts(self, model, batch, loss, generator):
-            yield value * float("nan") if any(isinstance(m, MLPFFN) for m in model.modules()) else value
+    def diverging(self, model, batch, loss, generator):
+        value = real_loss(self, model, batch, loss, generator)
+        return value * float("nan") if any(isinstance(m, MLPFFN) for m in model.modules()) else value
 
     def crashing(study, variant, seed, *args, **kwargs):
         if variant.name == "base" and seed == 1:
             raise ValueError("boom in a component")
         return real_train(study, variant, seed, *args, **kwargs)
 
-    monkeypatch.setattr(task_cls, "loss_parts", diverging)
+    monkeypatch.setattr(task_cls, "loss", diverging)
     monkeypatch.setattr(execution, "train_trial", crashing)
     study = write_study({"report": {"calibration": 0, "bootstrap": 200}})
     code, _, err = cli("run", study, "--quiet")
@@ -240,7 +240,7 @@ def test_nan_loss_and_crash_fail_alone_and_are_reported(cli, write_study, tmp_pa
     assert "## Failed trials" in report and "loss became nan at epoch 1" in report
 
     # A rerun leaves failures alone (exit 1 again, nothing retrained) unless asked to retry.
-    monkeypatch.setattr(task_cls, "loss_parts", real_parts)
+    monkeypatch.setattr(task_cls, "loss", real_loss)
     monkeypatch.setattr(execution, "train_trial", real_train)
     code, _, err = cli("run", study, "--quiet")
     assert code == 1 and "1 trial(s) were already complete" in err

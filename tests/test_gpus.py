@@ -266,3 +266,54 @@ def test_reference_benchmark_reads_the_authors_settings_and_writes_their_table(t
         '1,"8,7,9","4,3,4","100,200,200"',  # ties in time in file order
         "2,10,5,300",
     ]
+
+
+class FirstStep(BaseException):
+    """Stops a trial right after its first training step (not an Exception: nothing catches it)."""
+
+
+def test_the_probe_takes_the_step_a_trial_takes(write_study, monkeypatch):
+    """The GPU probe's step is the trial's (ablate.train.Trainer): the same weights after it, with
+    the study's optimiser, betas, weight decay, parameter groups, clipping and micro-batches — all
+    away from torch's defaults here, so a probe building its own Adam would differ."""
+    from ablate import train
+
+    study = load_study(
+        write_study(
+            {
+                "model": {"dropout": 0.0},
+                "train": {
+                    "optimizer": "adamw",
+                    "betas": [0.8, 0.9],
+                    "weight_decay": 0.1,
+                    "lr": 0.05,
+                    "grad_clip": 0.01,
+                    "micro_batches": 2,
+                    "param_groups": [{"params": "^items\\.", "lr": 0.2}],
+                },
+            }
+        )
+    )
+    data = study.task.load()
+    probed = gpus.probe_step(study, "base", data, torch.device("cpu"))
+
+    stepped = {}
+    real_step = train.Trainer.step
+
+    def first_step(self, batch):
+        real_step(self, batch)
+        stepped.update({k: v.clone() for k, v in self.model.state_dict().items()})
+        raise FirstStep
+
+    monkeypatch.setattr(train.Trainer, "step", first_step)
+    with pytest.raises(FirstStep):
+        train.train_trial(study, study.variants["base"], 0, data, torch.device("cpu"))
+    initial = train.Trainer.start(
+        study, study.variants["base"], 0, data, torch.device("cpu")
+    ).model.state_dict()
+    assert stepped.keys() == probed.model.state_dict().keys()
+    for name, value in probed.model.state_dict().items():
+        assert torch.equal(value, stepped[name]), name
+    assert any(not torch.equal(initial[n], stepped[n]) for n in initial)  # a step was taken
+    group_lrs = sorted(g["lr"] for g in probed.optimizer.param_groups)
+    assert group_lrs == [0.05, 0.2] and probed.optimizer.param_groups[0]["betas"] == (0.8, 0.9)

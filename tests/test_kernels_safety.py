@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ablate import components, fastpaths, kernels
+from ablate.errors import AblateError
 from ablate.kernels import build, lanes, unfused
 
 needs_compiler = pytest.mark.skipif(
@@ -218,7 +219,7 @@ def test_the_environment_switches_the_fast_paths(monkeypatch, environment, expec
 
 def test_a_misspelt_fast_path_is_an_error(monkeypatch):
     monkeypatch.setenv("ABLATE_FAST_PATHS", "kernel=0")
-    with pytest.raises(ValueError, match="'kernel=0' is not one of kernels=0|1"):
+    with pytest.raises(AblateError, match="'kernel=0' is not one of kernels=0|1"):
         fastpaths.enabled("kernels")
     with pytest.raises(TypeError, match="the fast paths are kernels, lanes, dense, fbgemm"):
         fastpaths.set_fast_paths(kernel=False)

@@ -14,13 +14,13 @@ CORE = REPO / "ablate"
 
 # ablate/README.md's table, top to bottom.
 LAYERS = [
-    {"errors", "faults", "stopping", "schema", "jagged", "cache", "kernels"},
+    {"errors", "faults", "stopping", "schema", "fastpaths", "jagged", "cache", "kernels"},
     {"components", "tasks", "registry"},
     {"studyfile", "overrides", "blocks", "optimizers", "schedules"},
     {"stats"},
     {"search", "spec", "variants"},
     {"study", "sizes"},
-    {"build", "match", "train", "parts", "folders", "preflight"},
+    {"build", "match", "memory", "train", "parts", "folders", "preflight"},
     {"track"},
     {"drive"},
     {"results", "report"},
@@ -28,7 +28,7 @@ LAYERS = [
 ]
 LAYER_OF = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
 # What plugins may import from the core: the interface a kind or a task is written against.
-PLUGIN_INTERFACE = {"components", "tasks", "jagged", "errors", "stopping", "cache", "kernels"}
+PLUGIN_INTERFACE = {"components", "tasks", "fastpaths", "jagged", "errors", "stopping", "cache", "kernels"}
 
 
 def _room(path: Path) -> str:

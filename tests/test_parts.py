@@ -22,7 +22,9 @@ def one_step(study, variant: str, threads: int, seed: int = 0):
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        loss = parts.backward_parts(study.task, model, batch, study.loss, generator, NO_AUTOCAST)
+        loss = parts.backward_parts(
+            study.task, model, batch, study.loss, generator, NO_AUTOCAST, study.spec.train.micro_batches
+        )
         assert torch.get_num_threads() == threads  # restored after the streams
     finally:
         torch.set_num_threads(saved)
@@ -35,9 +37,8 @@ def micro_study(write_study):
     return load_study(
         write_study(
             {
-                "task": {"micro_batches": 3},
                 "model": {"dropout": 0.3},
-                "train": {"loss": {"kind": "bce", "negatives": 2}},
+                "train": {"micro_batches": 3, "loss": {"kind": "bce", "negatives": 2}},
                 "variants": {"moe": {"ffn": {"kind": "moe", "experts": 2, "top_k": 1}}},
             }
         )
@@ -70,8 +71,8 @@ def test_the_parallel_route_adds_up_the_parts_like_the_serial_one(micro_study):
     model, generator = seeded_model(micro_study, micro_study.variants["base"], 0, data, torch.device("cpu"))
     model.eval()  # no dropout: the two routes differ only in how gradients are summed
     batch = next(iter(task.train_batches(data, 64, generator)))
-    work = task.loss_part_work(model, batch, micro_study.loss)
-    assert work is not None and len(work) == 3
+    work = parts.loss_work(task, model, batch, micro_study.loss, micro_study.spec.train.micro_batches)
+    assert len(work) == 3
     streamed = parts.parallel_parts(model, work, torch.Generator().manual_seed(5), NO_AUTOCAST)
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)

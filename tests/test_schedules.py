@@ -86,7 +86,7 @@ def test_constant_logs_no_lr_and_old_fingerprints_hold(write_study):
     result = _train(default, default.task.load())
     assert not _curve(result, "train.lr") and not _curve(result, "train.stage")
     halving = load_study(write_study({"train": {"lr_schedule": "type1"}}, name="other.yaml"))
-    assert halving.spec.train.later_options_at_default() == {"param_groups", "second_stage"}
+    assert halving.spec.train.later_options_at_default() == {"param_groups", "second_stage", "micro_batches"}
     assert fingerprint(halving, "base") != fingerprint(default, "base")
 
 
@@ -99,7 +99,7 @@ def test_a_schedule_resumes_exactly(write_study, tmp_path):
     checkpoint = Checkpoint(tmp_path / "ck" / "base.pt", signature="sig", every_s=0)
     with pytest.raises(Interrupt):
         _train(study, data, checkpoint=checkpoint, stop_at=4)  # epochs 1-3 saved
-    assert torch.load(checkpoint.path, weights_only=False)["scheduler"]["last_epoch"] == 3
+    assert torch.load(checkpoint.path, weights_only=True)["scheduler"]["last_epoch"] == 3
     resumed = _train(study, data, checkpoint=checkpoint)
     assert resumed.resumed_from == 3
     assert resumed.curves == whole.curves and resumed.summary == whole.summary
@@ -227,7 +227,7 @@ def test_second_stage_resumes_exactly_across_the_stage_boundary(tmp_path):
     checkpoint = Checkpoint(tmp_path / "ck" / "t2g.pt", signature="sig", every_s=0)
     with pytest.raises(Interrupt):
         _train(study, data, "t2g", checkpoint=checkpoint, stop_at=boundary + 1)
-    assert torch.load(checkpoint.path, weights_only=False)["stage_ends"] == [boundary]
+    assert torch.load(checkpoint.path, weights_only=True)["stage_ends"] == [boundary]
     resumed = _train(study, data, "t2g", checkpoint=checkpoint)
     assert resumed.resumed_from == boundary
     assert resumed.curves == whole.curves and resumed.summary == whole.summary

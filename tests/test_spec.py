@@ -129,6 +129,8 @@ BAD = [
         {"train": {"optimizer": "adamm"}},
         ["train.optimizer: unknown optimizer 'adamm'; did you mean 'adam'?", "(known: 'adam', 'adamw')"],
     ),
+    # micro-batching is the training step's: an old study file is told where it went.
+    ({"task": {"micro_batches": 4}}, ["task.micro_batches: moved to train.micro_batches"]),
 ]
 
 
@@ -143,6 +145,20 @@ def test_bad_study_one_line_exit_2(write_study, cli, patch, fragments):
     assert lines[0].startswith(f"error: {path}")
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
+
+
+def test_a_task_that_cannot_cut_batches_refuses_micro_batches(write_study, cli):
+    tabular = {
+        "task": {"kind": "tabular", "data": {"format": "synthetic"}},
+        "metrics": {"primary": "rmse"},
+        "train.loss": {},
+        "model.bias": [],
+    }
+    path = write_study({"train": {"micro_batches": 2}}, replace=tabular)
+    code, _, err = cli("validate", path)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "train.micro_batches: the tabular task trains whole batches only" in err
+    assert cli("validate", write_study(replace=tabular, name="whole.yaml"))[0] == 0
 
 
 def test_error_names_the_yaml_line(write_study):

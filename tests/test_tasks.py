@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ablate.components import BuildContext, Component, Options
-from ablate.tasks import LossPart, Task, cpu_streams
+from ablate.tasks import Task, cpu_streams
 from ablate.train import backward_parts, training_autocast
 
 
@@ -139,11 +139,13 @@ class SumTask(Task):
 
 
 class HalvesTask(SumTask):
-    """Two micro-batches, each its own mean weighted by its share of the rows."""
+    """Cuts a batch into two micro-batches, each its own mean weighted by its share of the rows."""
 
-    def loss_parts(self, model, batch, loss, generator):
-        for half in batch.split([1, 3]):
-            yield LossPart(model(half).mean(), len(half) / len(batch))
+    def loss(self, model, batch, loss, generator):
+        return model(batch).mean()
+
+    def split_batch(self, model, batch, parts):
+        return [(half, len(half) / len(batch)) for half in batch.split([1, 3])]
 
 
 BATCH = torch.tensor([1.0, 2.0, 3.0, 4.0])
@@ -163,7 +165,7 @@ def test_the_auxiliary_loss_is_added_once_to_a_whole_batch_part():
 
 def test_each_micro_batch_part_gets_the_auxiliary_loss_before_its_weighting():
     model = Model()
-    total = backward_parts(HalvesTask(Options(), Path()), model, BATCH, Options(), GENERATOR, NO_AUTOCAST)
+    total = backward_parts(HalvesTask(Options(), Path()), model, BATCH, Options(), GENERATOR, NO_AUTOCAST, 2)
     w = torch.tensor(3.0)
     first, rest = ((BATCH[:1] * w).mean() + w**2) * 0.25, ((BATCH[1:] * w).mean() + w**2) * 0.75
     assert total.item() == (first + rest).item()  # the same float operations, bit for bit

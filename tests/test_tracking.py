@@ -245,7 +245,7 @@ def test_a_checkpoint_written_before_cpu_time_was_measured_still_resumes(write_s
         train_trial(
             study, study.variants["base"], 0, data, torch.device("cpu"), on_epoch=stop, checkpoint=checkpoint
         )
-    state = torch.load(checkpoint.path, weights_only=False)
+    state = torch.load(checkpoint.path, weights_only=True)
     assert state["epoch"] == 1 and state["cpu_s"] > 0
     del state["cpu_s"]  # as an older version wrote it
     torch.save(state, checkpoint.path)

@@ -129,11 +129,8 @@ class SeqRecOptions(TaskOptions):
     # cutting it into batches (less padding; 1 = plain shuffled batches).
     # Length pooling changes what a batch is (users of similar length together, so short
     # histories weigh more in each mean): on SASRec ML-1M it learned more slowly and ended lower
-    # (reports/sasrec_ml1m/NOTE.md). `micro_batches` saves padding without changing the objective.
+    # (reports/sasrec_ml1m/NOTE.md). `train.micro_batches` saves padding without changing the
+    # objective: this task cuts a batch into groups of rows of similar length (Task.split_batch).
     length_pool: int = Field(1, ge=1)
-    # Each training batch's rows sorted by length and cut into this many groups, each padded to its
-    # own longest row; group losses weighted by their share of the batch's targets and summed before
-    # the one optimizer step: the whole batch's mean loss, with less padding and attention work.
-    micro_batches: int = Field(1, ge=1)
     # Score (and train) with cosine similarity: L2-normalised outputs and item vectors (HSTU / FuXi-α).
     normalize: bool = False

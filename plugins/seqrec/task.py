@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from ablate.components import BuildContext
 from ablate.errors import DataError
 from ablate.jagged import Jagged
-from ablate.tasks import Evaluation, LossPart, Task
+from ablate.tasks import Evaluation, Task
 
 from . import losses, metrics
 from . import metrics as M
@@ -141,44 +141,18 @@ class SeqRecTask(Task):
         layout = Jagged.from_valid if self.options.jagged else padded_layout
         return SeqRecModel(backbone, data.num_items, ctx.dim, layout, self.options.normalize)
 
+    def split_batch(self, model: SeqRecModel, batch: Batch, parts: int) -> list[tuple[Batch, float]]:
+        """The batch's rows sorted by length and cut into ``parts`` groups, each padded to its own
+        longest row (:func:`length_groups`), each weighted by its share of the batch's targets:
+        the groups' weighted means are the batch's mean over real target positions."""
+        total = self.batch_tokens(batch)
+        groups = length_groups(batch, parts, model.num_items + 1)
+        return [(group, self.batch_tokens(group) / total) for group in groups]
+
     def loss(
         self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions, generator: torch.Generator
     ) -> Tensor:
-        """Mean over real target positions. With ``micro_batches > 1`` the same mean from
-        length-sorted groups of rows, each weighted by its share of the targets."""
-        if self.options.micro_batches == 1:
-            return self.group_loss(model, batch, loss, generator)
-        return sum(part.value * part.share for part in self.loss_parts(model, batch, loss, generator))
-
-    def loss_parts(
-        self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions, generator: torch.Generator
-    ) -> Iterator[Tensor | LossPart]:
-        """The whole batch's loss, or one part per micro-batch: each group's mean and its share of
-        the targets."""
-        work = self.loss_part_work(model, batch, loss)
-        if work is None:
-            yield self.group_loss(model, batch, loss, generator)
-            return
-        for part in work:
-            yield part(generator)
-
-    def loss_part_work(
-        self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions
-    ) -> list[Callable[[torch.Generator], LossPart]] | None:
-        """One piece of work per micro-batch (with ``micro_batches`` > 1), as :meth:`loss_parts`."""
-        if self.options.micro_batches == 1:
-            return None
-        total = self.batch_tokens(batch)
-
-        def part(group: Batch) -> Callable[[torch.Generator], LossPart]:
-            share = self.batch_tokens(group) / total
-            return lambda generator: LossPart(self.group_loss(model, group, loss, generator), share)
-
-        return [part(g) for g in length_groups(batch, self.options.micro_batches, model.num_items + 1)]
-
-    def group_loss(
-        self, model: SeqRecModel, batch: Batch, loss: losses.LossOptions, generator: torch.Generator
-    ) -> Tensor:
+        """Mean over real target positions."""
         where = batch.targets > 0
         seen = None
         if batch.seen is not None:

@@ -550,21 +550,24 @@ def test_micro_batches_give_the_whole_batch_mean_loss_and_gradients(study, jagge
     model.eval()  # no dropout: both routes see the same network
     batch = next(iter(task.train_batches(data, 64, torch.Generator().manual_seed(0))))
     options = LossOptions.model_validate({"kind": "softmax"})  # no sampling: equal draws not needed
-    original = task.options
     results = []
-    try:
-        for groups in (1, 3):
-            task.options = original.model_copy(update={"micro_batches": groups})
-            model.zero_grad()
-            value = task.loss(model, batch, options, torch.Generator().manual_seed(0))
-            value.backward()
-            results.append((value.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
-        # As training runs it: each group's part backpropagated before the next is computed.
+    for groups in (1, 3):
         model.zero_grad()
-        value = backward_parts(task, model, batch, options, torch.Generator().manual_seed(0), NO_AUTOCAST)
-        results.append((value, {n: p.grad.clone() for n, p in model.named_parameters()}))
-    finally:
-        task.options = original
+        if groups == 1:
+            value = task.loss(model, batch, options, torch.Generator().manual_seed(0))
+        else:  # the groups' means weighted by their shares, in one graph
+            pieces = task.split_batch(model, batch, groups)
+            assert len(pieces) == groups and sum(share for _, share in pieces) == pytest.approx(1.0)
+            value = sum(
+                task.loss(model, piece, options, torch.Generator().manual_seed(0)) * share
+                for piece, share in pieces
+            )
+        value.backward()
+        results.append((value.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    # As training runs it: each group's part backpropagated before the next is computed.
+    model.zero_grad()
+    value = backward_parts(task, model, batch, options, torch.Generator().manual_seed(0), NO_AUTOCAST, 3)
+    results.append((value, {n: p.grad.clone() for n, p in model.named_parameters()}))
     (whole, whole_grads), *grouped_routes = results
     assert len(set(batch.lengths.tolist())) > 3  # the groups really differ in length
     for grouped, grouped_grads in grouped_routes:
@@ -591,17 +594,13 @@ def test_training_holds_one_micro_batch_graph_at_a_time(study):
     task, data, model = build(study)
     batch = next(iter(task.train_batches(data, 64, torch.Generator().manual_seed(0))))
     options = LossOptions.model_validate({"kind": "softmax"})
-    original, peaks = task.options, {}
-    try:
-        for groups in (1, 4):
-            task.options = original.model_copy(update={"micro_batches": groups})
-            HeldBytes.live = HeldBytes.peak = 0
-            with torch.autograd.graph.saved_tensors_hooks(HeldBytes, lambda held: held.tensor):
-                backward_parts(task, model, batch, options, torch.Generator().manual_seed(0), NO_AUTOCAST)
-            peaks[groups] = HeldBytes.peak
-            assert HeldBytes.live == 0  # every graph was freed by its backward
-    finally:
-        task.options = original
+    peaks = {}
+    for groups in (1, 4):
+        HeldBytes.live = HeldBytes.peak = 0
+        with torch.autograd.graph.saved_tensors_hooks(HeldBytes, lambda held: held.tensor):
+            backward_parts(task, model, batch, options, torch.Generator().manual_seed(0), NO_AUTOCAST, groups)
+        peaks[groups] = HeldBytes.peak
+        assert HeldBytes.live == 0  # every graph was freed by its backward
     # The longest of 4 length-sorted groups holds its quarter of the rows at most at full length.
     assert peaks[4] < 0.4 * peaks[1]
 
