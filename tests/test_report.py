@@ -28,7 +28,7 @@ from ablate.report import (
 from ablate.report.document import Strong
 from ablate.report.figures import cost_time
 from ablate.report.methods import DEFAULT_COST_NOTE
-from ablate.stats import ReportSettings, compare
+from ablate.stats import ReportSettings, compare, comparisons
 
 # every report of ``study`` draws these (the critical-difference diagram only when its seeds
 # support one: see test_ranking)
@@ -327,7 +327,7 @@ def test_latex_table_escapes_specials():
     results, units, _ = study(seeds=3)
     results = results.replace({"variant": {"swiglu-ffn": "ffn_x2 & 50%"}, "differs": {"ffn": "ffn{#1}"}})
     s = settings(study="my_study")
-    tex = latex_table(compare(results, units, s, "ndcg@10"), s)
+    tex = latex_table(comparisons(results, units, s, "ndcg@10"), s)
     assert r"ffn\_x2 \& 50\%" in tex and r"ffn\{\#1\}" in tex and "ffn_x2" not in tex
     assert r"\begin{tabular}{llrrrrrrl}" in tex and r"\toprule" in tex and r"\bottomrule" in tex
     assert r"Ablation study my\_study" in tex and r"\label{tab:ablate:my_study:ndcg-10}" in tex
@@ -527,7 +527,7 @@ def test_first_screen_is_the_results_and_methods_come_after(report4):
 def test_results_table_bolds_the_best_by_the_metrics_direction():
     results, units, _ = study(seeds=3)
     low = settings(higher_is_better={"ndcg@10": False})
-    tables = {m: compare(results, units, low, m) for m in low.metrics}
+    tables = {m: comparisons(results, units, low, m) for m in low.metrics}
     headers, rows = overview_rows(tables, low)
     assert headers == ["variant", "differs", "seeds", "ndcg@10 (primary)", "hr@10"]
     by = {r[0]: r for r in rows}
@@ -541,7 +541,7 @@ def _tex_study():
     results, units, _ = study(seeds=3)
     results = results.replace({"variant": {"swiglu-ffn": "ffn_x2 & 50%"}, "differs": {"ffn": "ffn{#1}"}})
     s = settings(study="my_study", metrics=["ndcg@10", "hr@10"])
-    return {m: compare(results, units, s, m) for m in s.metrics}, s
+    return {m: comparisons(results, units, s, m) for m in s.metrics}, s
 
 
 def test_table_tex_has_every_metric():
@@ -579,7 +579,7 @@ def test_table_tex_has_every_metric():
     results, units, _ = study(seeds=4)
     results = results[~((results["variant"] == "base") & (results["seed"] == 3))]
     s = settings()
-    uneven = overview_latex({m: compare(results, units, s, m) for m in s.metrics}, s)
+    uneven = overview_latex({m: comparisons(results, units, s, m) for m in s.metrics}, s)
     assert r"\begin{tabular}{lrrr}" in uneven and r"variant & seeds & ndcg@10 (primary) & hr@10 \\" in uneven
     assert "base & 3 & " in uneven and "swiglu-ffn & 4 & " in uneven and "sd over seeds." in uneven
 

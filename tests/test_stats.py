@@ -19,9 +19,13 @@ from ablate.errors import AblateError
 from ablate.report import format_table
 from ablate.stats import (
     ReportSettings,
+    Verdict,
     adjust_pvalues,
     bootstrap_ci,
     compare,
+    comparison_frame,
+    comparison_rows,
+    comparisons,
     friedman,
     min_detectable_d,
     min_seeds_ci,
@@ -243,6 +247,22 @@ def test_too_few_seeds_is_na_not_a_number(k):
     assert np.isnan(pct["boot_low"]) == (k < 2)  # the percentile interval needs only 2
     table = format_table(out, settings())
     assert f"n/a ({k} seed{'s' if k > 1 else ''})" in table
+
+
+def test_comparison_rows_are_the_frame_typed(tmp_path):
+    """The typed rows, their frame (comparisons.csv's columns) and the frame read back agree; a
+    comparison without a verdict has None, not an empty word."""
+    data = frame({"base": VALUES["base"], "A": VALUES["A"], "B": VALUES["B"][:2]})
+    rows = comparisons(data, NO_UNITS, settings(), "ndcg@10")
+    assert [r.verdict for r in rows] == [None, Verdict.BETTER, None]
+    table = compare(data, NO_UNITS, settings(), "ndcg@10")
+    pd.testing.assert_frame_equal(comparison_frame(rows), table)
+    pd.testing.assert_frame_equal(comparison_frame(comparison_rows(table)), table)
+    table.to_csv(tmp_path / "comparisons.csv", index=False)
+    read = comparison_rows(pd.read_csv(tmp_path / "comparisons.csv"))
+    assert [(r.variant, r.verdict, r.n_verdict, r.note) for r in read] == [
+        (r.variant, r.verdict, r.n_verdict, r.note) for r in rows
+    ]
 
 
 def test_only_paired_seeds_count():

@@ -14,7 +14,7 @@ Markdown and LaTeX; cost), :mod:`.convergence` (not-converged warnings), :mod:`.
 :mod:`.verdicts` (the verdicts in words: opening lines, settings, calibration), :mod:`.text` (the
 ranking paragraphs), :mod:`.sequential`, :mod:`.factorial`, :mod:`.methods` (the Methods section:
 data, verdicts, convergence, costs, calibration, software and configuration), :mod:`.write`
-(``write_report``: everything assembled and written).
+(``analyse``: the statistics as typed data; ``render``: them written; ``write_report``: both).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .document import CSS, HTML, MARKDOWN, Element, Strong
 from .figures import cd_figure, cost_figure, curves_figure, pairwise_figure, strip_figure
 from .overview import VERDICT_MARKS, overview_latex, overview_rows
 from .tables import COSTS, TEX_GLYPHS, TEX_SPECIALS, format_table, latex_table, tex_escape
-from .write import write_report
+from .write import Analysis, analyse, render, write_report
 
 __all__ = [
     "COSTS",
@@ -36,11 +36,13 @@ __all__ = [
     "TEX_GLYPHS",
     "TEX_SPECIALS",
     "VERDICT_MARKS",
+    "Analysis",
     "Element",
     "NotConverged",
     "Strong",
     "cd_figure",
     "cost_figure",
+    "analyse",
     "curves_figure",
     "format_table",
     "latex_table",
@@ -48,6 +50,7 @@ __all__ = [
     "overview_latex",
     "overview_rows",
     "pairwise_figure",
+    "render",
     "strip_figure",
     "tex_escape",
     "write_report",

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..stats import MIN_SEEDS_TEST
+from ..stats import MIN_SEEDS_TEST, Verdict
 
 NA = "n/a"
 
@@ -99,7 +99,7 @@ def verdict(row, higher: bool) -> str:
         return too_few_seeds(row.n_paired) if row.n_paired < MIN_SEEDS_TEST else "not tested"
     if row.significant:
         return f"{row.verdict} {mark(row, higher)}" + (" (negligible)" if row.negligible else "")
-    if row.verdict == "inconclusive":
+    if row.verdict is Verdict.INCONCLUSIVE:
         needed = row.seeds_to_decide
         return "inconclusive" if isnan(needed) else f"inconclusive (≈ {int(needed)} seeds)"
     return str(row.verdict)

@@ -15,7 +15,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
-from ..stats import ReportSettings, pairwise_matrix  # noqa: E402
+from ..stats import ComparisonRow, ReportSettings, pairwise_matrix  # noqa: E402
 from .cells import NA, isnan, p_value  # noqa: E402
 
 
@@ -275,7 +275,7 @@ def cost_time(results: pd.DataFrame) -> tuple[str | None, str]:
 
 
 def cost_figure(
-    results: pd.DataFrame, cmp: pd.DataFrame, settings: ReportSettings, names: list[str], path: Path
+    results: pd.DataFrame, cmp: list[ComparisonRow], settings: ReportSettings, names: list[str], path: Path
 ) -> Path | None:
     """Cost vs. quality, one point per variant: x the mean time per trial (± sd) and the parameter
     count, y the primary metric's mean ± sd over seeds. The time is CPU time where it was logged
@@ -285,7 +285,7 @@ def cost_figure(
     costs = [(c, label) for c, label in (clock, ("params", "parameters")) if c and _logged(frame, c)]
     if not costs:
         return None
-    quality = cmp.set_index("variant")
+    quality = {r.variant: r for r in cmp}
     fig = Figure(figsize=(5.0 * len(costs) + 0.5, 4.2))
     axes = fig.subplots(1, len(costs), squeeze=False, sharey=True)[0]
     palette = dict(
@@ -300,7 +300,9 @@ def cost_figure(
     for ax, (c, label) in zip(axes, costs, strict=True):
         by = frame.assign(x=pd.to_numeric(frame[c], errors="coerce")).groupby("variant")["x"]
         pts = pd.DataFrame({"x": by.mean(), "xsd": by.std(ddof=1)}).reindex(names)
-        pts["y"], pts["ysd"] = quality["mean"].reindex(names), quality["sd"].reindex(names)
+        shown = [quality.get(v) for v in pts.index]
+        pts["y"] = [np.nan if r is None else r.mean for r in shown]
+        pts["ysd"] = [np.nan if r is None else r.sd for r in shown]
         pts = pts.dropna(subset=["x", "y"]).reset_index(names="variant")
         for r in pts.itertuples(index=False):
             ax.errorbar(

@@ -11,10 +11,9 @@ key is present."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from .. import stats
-from ..stats import ReportSettings
+from ..stats import ComparisonRow, ReportSettings
 from .cells import isnan
 from .convergence import NotConverged, method_text
 from .document import Element
@@ -30,16 +29,14 @@ DEFAULT_COST_NOTE = (
 )
 
 
-def calibration(primary: pd.DataFrame, settings: ReportSettings) -> dict | None:
+def calibration(primary: list[ComparisonRow], settings: ReportSettings) -> dict | None:
     """``stats.calibrate`` for a study of this one's shape on the primary metric: its seeds, the
     variants in its family, the baseline's mean and the paired differences' pooled sd."""
-    tested = (primary["variant"] != settings.baseline) & ~primary["variant"].isin(list(settings.duplicates))
-    rest = primary[tested]
-    base_mean = float(primary["mean"].iloc[0])
-    spread = rest["sd_diff"].dropna()
-    sd = float(np.sqrt(np.mean(np.square(spread)))) if len(spread) else float("nan")
-    seeds = int(primary["n_paired"].max())
-    return stats.calibrate(settings, seeds, len(rest), mean=base_mean, sd=sd)
+    rest = [r for r in primary if r.variant != settings.baseline and r.variant not in settings.duplicates]
+    spread = [r.sd_diff for r in rest if not isnan(r.sd_diff)]
+    sd = float(np.sqrt(np.mean(np.square(spread)))) if spread else float("nan")
+    seeds = max(r.n_paired for r in primary)
+    return stats.calibrate(settings, seeds, len(rest), mean=primary[0].mean, sd=sd)
 
 
 def _value(x) -> str:
@@ -110,13 +107,15 @@ def reuse_text(reused: list[tuple[str, int, str]]) -> str:
 
 def methods_elements(
     settings: ReportSettings,
-    tables: dict[str, pd.DataFrame],
+    tables: dict[str, list[ComparisonRow]],
     flags: list[NotConverged],
     has_curves: bool,
     tested_pairs: int,
     meta: dict | None,
+    calibrated: dict | None,
 ) -> list[Element]:
-    """The Methods section, everything present in ``meta`` included."""
+    """The Methods section, everything present in ``meta`` included; ``calibrated``: the verdicts'
+    simulated error rates (:func:`calibration`)."""
     meta = meta or {}
     elements = [Element("h2", "Methods"), *data_elements(meta), Element("h3", "Verdicts, intervals, margins")]
     elements += [Element("p", t) for t in settings_text(settings, tables)]
@@ -130,9 +129,7 @@ def methods_elements(
         Element("h3", "Calibration"),
         Element(
             "list",
-            items=calibration_text(
-                calibration(tables[settings.primary], settings), settings, tables, tested_pairs
-            ),
+            items=calibration_text(calibrated, settings, tables, tested_pairs),
         ),
     ]
     return elements + software_elements(meta)

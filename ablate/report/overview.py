@@ -6,27 +6,25 @@ from __future__ import annotations
 
 import re
 
-import pandas as pd
-
-from ..stats import ReportSettings
-from .cells import mean_sd, number
+from ..stats import ComparisonRow, ReportSettings, Verdict
+from .cells import isnan, mean_sd, number
 from .document import Strong
 from .tables import booktabs_table, tex_escape
 
 # A verdict's mark in the overview; a comparison without a verdict (too few seeds, a duplicate) has none.
-VERDICT_MARKS = {"better": "▲", "worse": "▼", "equivalent": "=", "inconclusive": "?"}
+VERDICT_MARKS = {Verdict.BETTER: "▲", Verdict.WORSE: "▼", Verdict.EQUIVALENT: "=", Verdict.INCONCLUSIVE: "?"}
 
 
-def _best(cmp: pd.DataFrame, higher: bool) -> str | None:
+def _best(cmp: list[ComparisonRow], higher: bool) -> str | None:
     """The best mean as shown (ties at the shown precision are all best); None: no mean."""
-    means = cmp["mean"].dropna()
-    if means.empty:
+    means = [r.mean for r in cmp if not isnan(r.mean)]
+    if not means:
         return None
-    return number(means.max() if higher else means.min())
+    return number(max(means) if higher else min(means))
 
 
 def overview_rows(
-    tables: dict[str, pd.DataFrame], settings: ReportSettings
+    tables: dict[str, list[ComparisonRow]], settings: ReportSettings
 ) -> tuple[list[str], list[list[str]]]:
     """Headers and rows, variants in the primary table's order; a metric's best cells are ``Strong``."""
     primary = tables[settings.primary]
@@ -34,9 +32,9 @@ def overview_rows(
         f"{m} (primary)" if m == settings.primary else m for m in tables
     ]
     best = {m: _best(cmp, settings.higher(m)) for m, cmp in tables.items()}
-    by_variant = {m: {r.variant: r for r in cmp.itertuples(index=False)} for m, cmp in tables.items()}
+    by_variant = {m: {r.variant: r for r in cmp} for m, cmp in tables.items()}
     rows = []
-    for row in primary.itertuples(index=False):
+    for row in primary:
         cells = [row.variant, row.differs, str(row.n_seeds)]
         for m in tables:
             r = by_variant[m][row.variant]
@@ -48,7 +46,7 @@ def overview_rows(
     return headers, rows
 
 
-def _directions(tables: dict[str, pd.DataFrame], settings: ReportSettings) -> str:
+def _directions(tables: dict[str, list[ComparisonRow]], settings: ReportSettings) -> str:
     lower = [m for m in tables if not settings.higher(m)]
     if not lower:
         return "higher is better for every metric"
@@ -57,7 +55,7 @@ def _directions(tables: dict[str, pd.DataFrame], settings: ReportSettings) -> st
     return said + (f", higher for {', '.join(higher)}" if higher else "")
 
 
-def overview_legend(tables: dict[str, pd.DataFrame], settings: ReportSettings) -> str:
+def overview_legend(tables: dict[str, list[ComparisonRow]], settings: ReportSettings) -> str:
     """What the marks and the bold mean (the same words as table.tex's caption)."""
     secondary = [m for m in tables if m != settings.primary]
     exploratory = (
@@ -80,7 +78,7 @@ def _tex_cell(cell) -> str:
     return rf"\textbf{{{text}}}" if isinstance(cell, Strong) else text
 
 
-def overview_latex(tables: dict[str, pd.DataFrame], settings: ReportSettings) -> str:
+def overview_latex(tables: dict[str, list[ComparisonRow]], settings: ReportSettings) -> str:
     """The overview as a booktabs ``table`` environment (needs ``\\usepackage{booktabs}`` only).
 
     Narrower than the Markdown table, to fit a paper's column: no ``differs`` column (the paper's

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..stats import ReportSettings
+from ..stats import ComparisonRow, ReportSettings, comparison_rows
 from .cells import NA, confidence, interval, isnan, mdd, mean_sd, number, p_decision, verdict
 from .document import md_table
 
@@ -22,10 +22,10 @@ COSTS = [
 ]
 
 
-def table_rows(cmp: pd.DataFrame, settings: ReportSettings) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows of one ``stats.compare`` frame, baseline first: the verdict and the one
+def table_rows(cmp: list[ComparisonRow], settings: ReportSettings) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of one metric's comparisons, baseline first: the verdict and the one
     interval it reads (the per-unit tests and the bootstrap interval stay in comparisons.csv)."""
-    metric = cmp["metric"].iloc[0] if "metric" in cmp.columns and len(cmp) else settings.primary
+    metric = cmp[0].metric if cmp else settings.primary
     higher = settings.higher(metric)
     headers = [
         "variant",
@@ -38,10 +38,9 @@ def table_rows(cmp: pd.DataFrame, settings: ReportSettings) -> tuple[list[str], 
         "p (adj)",
         "verdict",
     ]
-    base_mean = cmp.loc[cmp["variant"] == settings.baseline, "mean"]
-    base_mean = float(base_mean.iloc[0]) if len(base_mean) else float("nan")
+    base_mean = next((r.mean for r in cmp if r.variant == settings.baseline), float("nan"))
     rows = []
-    for row in cmp.itertuples(index=False):
+    for row in cmp:
         if row.variant == settings.baseline:
             rows.append([row.variant, row.differs, mean_sd(row)] + ["—"] * (len(headers) - 3))
             continue
@@ -63,7 +62,7 @@ def table_rows(cmp: pd.DataFrame, settings: ReportSettings) -> tuple[list[str], 
 
 def format_table(compare_df: pd.DataFrame, settings: ReportSettings) -> str:
     """The Markdown table of one ``stats.compare`` frame (the CLI prints the primary metric's)."""
-    return md_table(*table_rows(compare_df, settings))
+    return md_table(*table_rows(comparison_rows(compare_df), settings))
 
 
 TEX_SPECIALS = {
@@ -102,14 +101,14 @@ def tex_escape(text) -> str:
     return "".join(TEX_SPECIALS.get(c, TEX_GLYPHS.get(c, c)) for c in str(text))
 
 
-def latex_table(cmp: pd.DataFrame, settings: ReportSettings) -> str:
-    """The Markdown table of one ``stats.compare`` frame as a booktabs ``table`` environment."""
+def latex_table(cmp: list[ComparisonRow], settings: ReportSettings) -> str:
+    """The Markdown table of one metric's comparisons as a booktabs ``table`` environment."""
     headers, rows = table_rows(cmp, settings)
-    metric = cmp["metric"].iloc[0] if len(cmp) else settings.primary
-    n = int(cmp["n_paired"].max()) if len(cmp) else 0
-    tested = int((cmp["verdict"] != "").sum())
-    margin = cmp["margin"].dropna()
-    within = f"±{number(margin.iloc[0])}" if len(margin) else "the margin"
+    metric = cmp[0].metric if cmp else settings.primary
+    n = max((r.n_paired for r in cmp), default=0)
+    tested = sum(r.verdict is not None for r in cmp)
+    margin = [r.margin for r in cmp if not isnan(r.margin)]
+    within = f"±{number(margin[0])}" if margin else "the margin"
     caption = (
         f"Ablation study {settings.study}: test {metric}, mean ± sd over seeds (up to {n} paired); "
         f"Δ = variant − {settings.baseline} with its paired t interval at the comparison's "

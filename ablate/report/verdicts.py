@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import math
 
-import pandas as pd
-
-from ..stats import MIN_SEEDS_TEST, ReportSettings
+from ..stats import MIN_SEEDS_TEST, ComparisonRow, ReportSettings, Verdict
 from .cells import NA, isnan, number, rate, too_few_seeds
 
 # decided comparisons first in the running text
-_ORDER = {"better": 0, "worse": 1, "equivalent": 2, "inconclusive": 3, "": 4}
+_ORDER = {Verdict.BETTER: 0, Verdict.WORSE: 1, Verdict.EQUIVALENT: 2, Verdict.INCONCLUSIVE: 3, None: 4}
 
 
 def _decimals(margin: float) -> int:
@@ -28,22 +26,22 @@ def _short(x: float, decimals: int, signed: bool = False) -> str:
     return (f"{x:+.{decimals}f}" if signed else f"{x:.{decimals}f}").replace("-", "−")
 
 
-def _tested(cmp: pd.DataFrame, settings: ReportSettings) -> pd.DataFrame:
-    return cmp[(cmp["variant"] != settings.baseline) & (cmp["verdict"] != "")]
+def _tested(cmp: list[ComparisonRow], settings: ReportSettings) -> list[ComparisonRow]:
+    return [r for r in cmp if r.variant != settings.baseline and r.verdict is not None]
 
 
-def _margin_text(cmp: pd.DataFrame, settings: ReportSettings) -> str:
+def _margin_text(cmp: list[ComparisonRow], settings: ReportSettings) -> str:
     """'±0.014 (2% of base's mean)' or '±0.005' for this metric's comparisons."""
-    margins = _tested(cmp, settings)["margin"]
-    if margins.empty:
+    tested = _tested(cmp, settings)
+    if not tested:
         return "none (no tested comparison)"
-    value = f"±{_short(float(margins.iloc[0]), _decimals(float(margins.iloc[0])))}"
+    value = f"±{_short(tested[0].margin, _decimals(tested[0].margin))}"
     if isinstance(settings.margin, str):
         return f"{value} ({settings.margin} of {settings.baseline}'s mean)"
     return value
 
 
-def verdict_sentence(row, settings: ReportSettings) -> str:
+def verdict_sentence(row: ComparisonRow, settings: ReportSettings) -> str:
     """One comparison's verdict as a clause: 'post-norm is better (+0.049 [+0.036, +0.062])'."""
     v = row.variant
     if v in settings.duplicates:
@@ -51,7 +49,7 @@ def verdict_sentence(row, settings: ReportSettings) -> str:
             f"{v} is configured exactly like {settings.duplicates[v]}: it trains the same models; "
             "its comparison is not tested"
         )
-    if not row.verdict:
+    if row.verdict is None:
         if row.n_paired < MIN_SEEDS_TEST:
             return f"{v}: no verdict, {too_few_seeds(row.n_paired)} (a verdict needs ≥ {MIN_SEEDS_TEST})"
         return f"{v}: no verdict yet ({row.note})"
@@ -59,10 +57,10 @@ def verdict_sentence(row, settings: ReportSettings) -> str:
     margin = f"±{_short(row.margin, places)}"
     ci = f"[{_short(row.ci_low, places, True)}, {_short(row.ci_high, places, True)}]"
     estimate = f"{_short(row.delta, places, True)} {ci}"
-    if row.verdict in ("better", "worse"):
+    if row.verdict in (Verdict.BETTER, Verdict.WORSE):
         small = f", by less than the {margin} margin (negligible)" if row.negligible else ""
         return f"{v} is {row.verdict} ({estimate}){small}"
-    if row.verdict == "equivalent":
+    if row.verdict is Verdict.EQUIVALENT:
         return f"{v} is equivalent within {margin} ({estimate})"
     said = f"{v}: inconclusive — its interval {ci} spans both 0 and the {margin} margin"
     if "maximum" in row.note:  # a sequential comparison that used every seed it may have
@@ -72,14 +70,14 @@ def verdict_sentence(row, settings: ReportSettings) -> str:
     return said + f"; ≈ {int(row.seeds_to_decide)} seeds would likely decide it"
 
 
-def verdict_sentences(cmp: pd.DataFrame, settings: ReportSettings) -> list[str]:
+def verdict_sentences(cmp: list[ComparisonRow], settings: ReportSettings) -> list[str]:
     """Every comparison's verdict clause, decided ones first."""
-    rows = [r for r in cmp.itertuples(index=False) if r.variant != settings.baseline]
-    rows.sort(key=lambda r: _ORDER.get(r.verdict, 4))
+    rows = [r for r in cmp if r.variant != settings.baseline]
+    rows.sort(key=lambda r: _ORDER[r.verdict])
     return [verdict_sentence(r, settings) + "." for r in rows]
 
 
-def headline(cmp: pd.DataFrame, settings: ReportSettings) -> str:
+def headline(cmp: list[ComparisonRow], settings: ReportSettings) -> str:
     """The line above the primary metric's verdicts."""
     higher = "higher" if settings.higher(settings.primary) else "lower"
     return (
@@ -88,8 +86,8 @@ def headline(cmp: pd.DataFrame, settings: ReportSettings) -> str:
     )
 
 
-def exploratory_text(cmp: pd.DataFrame, settings: ReportSettings) -> str:
-    metric = cmp["metric"].iloc[0]
+def exploratory_text(cmp: list[ComparisonRow], settings: ReportSettings) -> str:
+    metric = cmp[0].metric
     n = len(_tested(cmp, settings))
     return (
         f"Exploratory: the verdicts on {metric} are corrected over its own family of {n} tested "
@@ -99,7 +97,7 @@ def exploratory_text(cmp: pd.DataFrame, settings: ReportSettings) -> str:
     )
 
 
-def settings_text(settings: ReportSettings, tables: dict[str, pd.DataFrame]) -> list[str]:
+def settings_text(settings: ReportSettings, tables: dict[str, list[ComparisonRow]]) -> list[str]:
     """The Methods paragraphs on the verdicts: metrics, how a verdict is reached, the margin, the
     MDD, and what is left out of the tables."""
     primary = tables[settings.primary]
@@ -148,7 +146,7 @@ def settings_text(settings: ReportSettings, tables: dict[str, pd.DataFrame]) -> 
 
 
 def calibration_text(
-    cal: dict | None, settings: ReportSettings, tables: dict[str, pd.DataFrame], n_pairs: int
+    cal: dict | None, settings: ReportSettings, tables: dict[str, list[ComparisonRow]], n_pairs: int
 ) -> list[str]:
     """The calibration section: what decides, the families, and the verdicts' error rates that
     ``stats.calibrate`` measured (``cal``; None: not simulated)."""

@@ -4,24 +4,29 @@ document and written as ``report.md``, ``report.html``, ``table.tex``, the CSV f
 
 The document reads like a paper: the results first (the primary verdicts, one table of variants ×
 every metric, convergence warnings), then each metric's detail and the analyses that follow from
-them, then the Methods (how the numbers were computed, the data, the configuration)."""
+them, then the Methods (how the numbers were computed, the data, the configuration).
+
+Two steps: :func:`analyse` computes what the report says (:class:`Analysis`: typed comparison rows
+per metric, the ranking, the convergence flags, the calibration), :func:`render` writes it as
+files; nothing in the second computes a test."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from .. import stats
-from ..stats import ReportSettings
+from ..stats import ComparisonRow, ReportSettings
 from ..stats.resample import resampled_for_report
 from .cells import isnan
-from .convergence import not_converged, warning_lines
+from .convergence import NotConverged, not_converged, warning_lines
 from .document import Element, to_html, to_markdown
 from .factorial import factorial_elements
 from .figures import cd_figure, cost_figure, cost_time, curves_figure, pairwise_figure, strip_figure
-from .methods import methods_elements
+from .methods import calibration, methods_elements
 from .overview import overview_latex, overview_legend, overview_rows
 from .sequential import sequential_elements
 from .tables import cost_table, table_rows
@@ -101,6 +106,42 @@ def _tuning_sections(results: pd.DataFrame, names: list[str]) -> list[Element]:
     return elements
 
 
+@dataclass(frozen=True)
+class Analysis:
+    """What a report says, before it is written."""
+
+    results: pd.DataFrame  # the trials as compared (each seed's own test units when resample_units)
+    curves: pd.DataFrame | None
+    settings: ReportSettings  # as compared (resampling noted)
+    tables: dict[str, list[ComparisonRow]]  # metric → each variant against the baseline; primary first
+    names: list[str]  # the variants, baseline first
+    friedman: dict | None  # stats.friedman on the primary metric (None: fewer than 3 variants or seeds)
+    pairs: pd.DataFrame  # stats.pairwise: every pair of variants, primary metric
+    flags: list[NotConverged]
+    calibrated: dict | None  # the verdicts' simulated error rates (methods.calibration)
+
+
+def analyse(
+    results: pd.DataFrame, units: pd.DataFrame | None, curves: pd.DataFrame | None, settings: ReportSettings
+) -> Analysis:
+    """The statistics of a report: every comparison, the ranking, convergence, calibration."""
+    results, settings = resampled_for_report(results, units, settings)  # report.resample_units
+    tables = {m: stats.comparisons(results, units, settings, m) for m in settings.metrics}
+    primary = tables[settings.primary]
+    names = [r.variant for r in primary]
+    return Analysis(
+        results=results,
+        curves=curves,
+        settings=settings,
+        tables=tables,
+        names=names,
+        friedman=stats.friedman(results, settings.primary, settings.higher(settings.primary), settings.alpha),
+        pairs=stats.pairwise(results, settings),
+        flags=not_converged(results, curves, settings, names),
+        calibrated=calibration(primary, settings),
+    )
+
+
 def write_report(
     results: pd.DataFrame,
     units: pd.DataFrame | None,
@@ -123,24 +164,29 @@ def write_report(
     ``cost_quality`` (when a time or parameter column exists).
     """
     out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv = out_dir / "results.csv"
+    results.to_csv(csv, index=False)
+    return {"csv": csv} | render(analyse(results, units, curves, settings), out_dir, failures, meta)
+
+
+def render(
+    analysis: Analysis, out_dir: Path, failures: pd.DataFrame | None = None, meta: dict | None = None
+) -> dict[str, Path]:
+    """Write ``analysis`` into ``out_dir`` as comparisons.csv, pairwise.csv, table.tex, the
+    figures, report.md and report.html (:func:`write_report` names them)."""
+    results, curves, settings, tables = analysis.results, analysis.curves, analysis.settings, analysis.tables
+    names, fr, pairs, flags = analysis.names, analysis.friedman, analysis.pairs, analysis.flags
+    primary = tables[settings.primary]
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
-    paths: dict[str, Path] = {"csv": out_dir / "results.csv"}
-    results.to_csv(paths["csv"], index=False)
-    results, settings = resampled_for_report(results, units, settings)  # report.resample_units
-
-    tables = {m: stats.compare(results, units, settings, m) for m in settings.metrics}
-    paths["comparisons"] = out_dir / "comparisons.csv"
-    pd.concat(tables.values(), ignore_index=True).to_csv(paths["comparisons"], index=False)
-    primary = tables[settings.primary]
-    names = list(primary["variant"])
-    fr = stats.friedman(results, settings.primary, settings.higher(settings.primary), settings.alpha)
-    pairs = stats.pairwise(results, settings)
+    paths: dict[str, Path] = {"comparisons": out_dir / "comparisons.csv"}
+    frames = [stats.comparison_frame(rows) for rows in tables.values()]
+    pd.concat(frames, ignore_index=True).to_csv(paths["comparisons"], index=False)
     paths["pairwise"] = out_dir / "pairwise.csv"
     pairs.to_csv(paths["pairwise"], index=False)
     paths["tex"] = out_dir / "table.tex"
     paths["tex"].write_text(overview_latex(tables, settings), encoding="utf-8")
-    flags = not_converged(results, curves, settings, names)
 
     overview_headers, overview = overview_rows(tables, settings)
     elements = [
@@ -231,7 +277,8 @@ def write_report(
         )
 
     has_curves = curve_path is not None
-    elements += methods_elements(settings, tables, flags, has_curves, int(pairs["p"].notna().sum()), meta)
+    tested_pairs = int(pairs["p"].notna().sum())
+    elements += methods_elements(settings, tables, flags, has_curves, tested_pairs, meta, analysis.calibrated)
     elements += [
         Element("h2", "Files"),
         Element(

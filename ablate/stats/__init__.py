@@ -67,8 +67,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .comparison import (  # noqa: F401
         COLUMNS,
         MIN_SEEDS_TEST,
+        ComparisonRow,
         Standing,
         compare,
+        comparison_frame,
+        comparison_rows,
+        comparisons,
         family_verdicts,
         seed_tests,
         unit_tests,

@@ -6,7 +6,7 @@ the variants (see the package docstring for the formulas)."""
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,43 +24,52 @@ if TYPE_CHECKING:
 
 MIN_SEEDS_TEST = MIN_SEEDS_VERDICT  # paired seeds needed for a verdict, the seed tests and d
 
-COLUMNS = [
-    "metric",
-    "variant",
-    "differs",
-    "n_seeds",
-    "mean",
-    "sd",
-    "n_paired",
-    "delta",
-    "rel_change",
-    "sd_diff",
-    # the verdict and the numbers it reads (stats.verdicts.Decision)
-    "verdict",
-    "significant",
-    "negligible",
-    "n_verdict",
-    "level",
-    "ci_low",
-    "ci_high",
-    "margin",
-    "mdd",
-    "seeds_to_decide",
-    "p_seeds",
-    "p_seeds_adj",
-    "exploratory",
-    "note",
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One variant against the baseline on one metric: the columns of comparisons.csv, in order.
+    The baseline's own row has its mean and sd and no comparison (NaN, no verdict)."""
+
+    metric: str
+    variant: str
+    differs: str
+    n_seeds: int
+    mean: float
+    sd: float
+    n_paired: int = 0
+    delta: float = NAN
+    rel_change: float = NAN
+    sd_diff: float = NAN
+    # the verdict and the numbers it reads (stats.verdicts.Decision); None: not tested (``note``)
+    verdict: Verdict | None = None
+    significant: bool = False
+    negligible: bool = False
+    n_verdict: int | None = None
+    level: float = NAN
+    ci_low: float = NAN
+    ci_high: float = NAN
+    margin: float = NAN
+    mdd: float = NAN
+    seeds_to_decide: int | None = None
+    p_seeds: float = NAN
+    p_seeds_adj: float = NAN
+    exploratory: bool = False
+    note: str = ""
     # beside the verdict, not deciding it
-    "boot_low",
-    "boot_high",
-    "p_seeds_wilcoxon",
-    "d_seeds",
-    "n_units",
-    "p_units",
-    "p_units_adj",
-    "p_better_units",
-    "rank_biserial",
-]
+    boot_low: float = NAN
+    boot_high: float = NAN
+    p_seeds_wilcoxon: float = NAN
+    d_seeds: float = NAN
+    n_units: int = 0
+    p_units: float = NAN
+    p_units_adj: float = NAN
+    p_better_units: float = NAN
+    rank_biserial: float = NAN
+
+
+COLUMNS = [f.name for f in fields(ComparisonRow)]
 
 
 def _quiet(fn, *args, **kwargs) -> float:
@@ -240,20 +249,18 @@ def family_verdicts(
     return {v: out[v] for v in variants}
 
 
-def compare(
+def comparisons(
     results: pd.DataFrame, units: pd.DataFrame | None, settings: ReportSettings, metric: str
-) -> pd.DataFrame:
+) -> list[ComparisonRow]:
     """One row per variant (baseline first) comparing it with the baseline on ``metric``.
 
-    Columns: see ``COLUMNS``. The baseline's comparison columns are NaN (``verdict`` empty,
-    ``significant`` False). ``verdict`` is better / worse / equivalent / inconclusive, empty when
-    not tested (``note`` says why); ``ci_low``, ``ci_high`` the paired t interval at the decision
-    ``level`` that the verdict reads; ``significant`` = better or worse; ``p_seeds_adj`` the
-    corrected t-test p over the family (< α exactly when the interval excludes 0; NaN for a
-    sequential primary metric, whose verdict is ``p_seeds`` < ``level`` at its look).
-    ``exploratory``: a secondary metric (its own family, not corrected across metrics).
-    ``boot_low``, ``boot_high``: the bootstrap interval (``settings.ci``), for comparison only.
-    Too few paired seeds give NaN, never a made-up number.
+    ``verdict`` is better / worse / equivalent / inconclusive, None when not tested (``note`` says
+    why); ``ci_low``, ``ci_high`` the paired t interval at the decision ``level`` that the verdict
+    reads; ``significant`` = better or worse; ``p_seeds_adj`` the corrected t-test p over the family
+    (< α exactly when the interval excludes 0; NaN for a sequential primary metric, whose verdict is
+    ``p_seeds`` < ``level`` at its look). ``exploratory``: a secondary metric (its own family, not
+    corrected across metrics). ``boot_low``, ``boot_high``: the bootstrap interval
+    (``settings.ci``), for comparison only. Too few paired seeds give NaN, never a made-up number.
     """
     names = variants_in_order(results, settings.baseline)
     x, per_unit = per_seed(results, metric), _per_unit(units, metric)
@@ -270,28 +277,30 @@ def compare(
             "n_seeds": len(col),
             "mean": float(col.mean()) if len(col) else np.nan,
             "sd": float(col.std(ddof=1)) if len(col) > 1 else np.nan,
-            "n_paired": 0,
-            "n_units": 0,
-            "verdict": "",
-            "significant": False,
-            "negligible": False,
             "exploratory": metric != settings.primary,
-            "note": "",
         }
         if v != settings.baseline:
             row.update(_against_base(x, per_unit, settings, v, higher))
-            row.update(_verdict_columns(standings[v], row))
-        rows.append(row)
-    rest = rows[1:]  # the baseline is first
+            row.update(_verdict_columns(standings[v], row.pop("base_mean")))
+        rows.append(ComparisonRow(**row))
+    base, rest = rows[0], rows[1:]
     # the families: the comparisons with a fixed-n verdict; the unit tests of the same variants
-    tested = [bool(r["verdict"]) and not standings[r["variant"]].sequential for r in rest]
-    seeds_p = [r["p_seeds"] if t else np.nan for r, t in zip(rest, tested, strict=True)]
-    units_p = [np.nan if r["variant"] in settings.duplicates else r["p_units"] for r in rest]
+    tested = [r.verdict is not None and not standings[r.variant].sequential for r in rest]
+    seeds_p = [r.p_seeds if t else np.nan for r, t in zip(rest, tested, strict=True)]
+    units_p = [np.nan if r.variant in settings.duplicates else r.p_units for r in rest]
     seeds_adj = adjust_pvalues(seeds_p, settings.correction)
     units_adj = adjust_pvalues(units_p, settings.correction)
-    for r, a, u in zip(rest, seeds_adj, units_adj, strict=True):
-        r["p_seeds_adj"], r["p_units_adj"] = a, u
-    out = pd.DataFrame(rows, columns=COLUMNS)
+    adjusted = [
+        replace(r, p_seeds_adj=a, p_units_adj=u) for r, a, u in zip(rest, seeds_adj, units_adj, strict=True)
+    ]
+    return [base, *adjusted]
+
+
+def comparison_frame(rows: list[ComparisonRow]) -> pd.DataFrame:
+    """The rows as comparisons.csv holds them: :data:`COLUMNS`, the verdict as its word ('' when
+    not tested)."""
+    records = [{c: getattr(r, c) for c in COLUMNS} | {"verdict": str(r.verdict or "")} for r in rows]
+    out = pd.DataFrame(records, columns=COLUMNS)
     for c in ("n_seeds", "n_paired", "n_units"):
         out[c] = out[c].astype(int)
     for c in ("n_verdict", "seeds_to_decide"):
@@ -301,15 +310,37 @@ def compare(
     return out
 
 
-def _verdict_columns(standing: Standing, row: dict) -> dict:
+def comparison_rows(frame: pd.DataFrame) -> list[ComparisonRow]:
+    """A :func:`compare` frame (or comparisons.csv read back) as typed rows."""
+    rows = []
+    for record in frame[COLUMNS].to_dict("records"):
+        for c in ("n_verdict", "seeds_to_decide"):
+            record[c] = None if pd.isna(record[c]) else int(record[c])
+        record["verdict"] = (
+            Verdict(record["verdict"]) if isinstance(record["verdict"], str) and record["verdict"] else None
+        )
+        record["differs"] = "" if pd.isna(record["differs"]) else str(record["differs"])
+        record["note"] = "" if pd.isna(record["note"]) else str(record["note"])
+        rows.append(ComparisonRow(**record))
+    return rows
+
+
+def compare(
+    results: pd.DataFrame, units: pd.DataFrame | None, settings: ReportSettings, metric: str
+) -> pd.DataFrame:
+    """:func:`comparisons` as a frame (:func:`comparison_frame`): the columns of comparisons.csv."""
+    return comparison_frame(comparisons(results, units, settings, metric))
+
+
+def _verdict_columns(standing: Standing, base_mean: float) -> dict:
     """The verdict's columns of one comparison; ``p_seeds`` becomes the p the verdict reads."""
     d = standing.decision
     if d is None:
         return {"note": standing.note, "significant": False}
     with np.errstate(all="ignore"):
-        rel = d.delta / row["base_mean"] if row["base_mean"] else np.nan
+        rel = d.delta / base_mean if base_mean else np.nan
     return {
-        "verdict": str(d.verdict),
+        "verdict": d.verdict,
         "significant": d.verdict in (Verdict.BETTER, Verdict.WORSE),
         "negligible": d.negligible,
         "n_verdict": d.n,
