@@ -15,7 +15,7 @@ import difflib
 import math
 import re
 from collections.abc import Iterator, Mapping
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -72,9 +72,15 @@ Int = Annotated[int, BeforeValidator(integer)]
 
 
 class Strict(BaseModel):
-    """A section of the study file: unknown keys are errors, a bool is no number."""
+    """A section of the study file: unknown keys are errors, a bool is no number.
+
+    ``ADDED_LATER`` names options added after stores with fingerprints by meaning existed, each
+    with the value under which a study trains exactly as before the option existed: fingerprints
+    leave such an option out at that value (not at its default: a default changed later is still
+    seen), so adding an option does not retrain every store."""
 
     model_config = ConfigDict(extra="forbid")
+    ADDED_LATER: ClassVar[dict[str, Any]] = {}
 
     @classmethod
     def __get_pydantic_core_schema__(

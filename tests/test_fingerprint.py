@@ -196,3 +196,25 @@ def test_committed_trial_files_carry_the_legacy_fingerprint_of_their_study(name,
         assert donors.find(fingerprints(study, variant), int(seed)).path == path
         found += 1
     assert found
+
+
+def test_an_option_added_later_keeps_fingerprints_at_its_neutral_value(write_study, monkeypatch):
+    """A kind's new option declared in ``ADDED_LATER`` (the value that trains as before) leaves old
+    fingerprints as they were at that value, whatever its default, and changes them elsewhere."""
+    before = fingerprint(_load(write_study, "before"), "base")
+    softmax = registry.get("attention", "softmax")
+
+    class WithGate(softmax.Options):
+        gate: float = 0.0
+        ADDED_LATER = {"gate": 0.0}
+
+    monkeypatch.setattr(softmax, "Options", WithGate)
+    assert fingerprint(_load(write_study, "neutral"), "base") == before
+    gated = {"model.attention": {"kind": "softmax", "gate": 0.5}}
+    assert fingerprint(_load(write_study, "gated", replace=gated), "base") != before
+
+    class GatedByDefault(WithGate):
+        gate: float = 0.5  # the default changed later: trials trained at 0.0 are not these
+
+    monkeypatch.setattr(softmax, "Options", GatedByDefault)
+    assert fingerprint(_load(write_study, "default"), "base") != before

@@ -112,12 +112,12 @@ def trained_with(study: Study, variant: str) -> dict[str, Any]:
     loss resolved by the task; not the device or the evaluation batch size), the task's kind,
     version and options, and the metrics."""
     resolved = study.variants[variant]
-    model = resolved.spec.model_dump(mode="json", exclude=set(COMPONENT_SLOTS))
+    model = _settings(resolved.spec, exclude=COMPONENT_SLOTS)
     model["placement"] = resolved.spec.norm.placement  # a block option held in the norm's mapping
     for slot in COMPONENT_SLOTS:
         model[slot] = [_kind(part.cls, part.options) for part in resolved.parts(slot)]
-    train = study.spec.train.model_dump(mode="json", exclude=set(UNTRAINED))
-    train["loss"] = study.loss.model_dump(mode="json")
+    train = _settings(study.spec.train, exclude=UNTRAINED)
+    train["loss"] = _settings(study.loss)
     return {
         "model": model,
         "train": train,
@@ -127,7 +127,15 @@ def trained_with(study: Study, variant: str) -> dict[str, Any]:
 
 
 def _kind(cls: type[Component] | type[Task], options: BaseModel) -> dict[str, Any]:
-    return {"kind": cls.kind_name(), "version": cls.version, "options": options.model_dump(mode="json")}
+    return {"kind": cls.kind_name(), "version": cls.version, "options": _settings(options)}
+
+
+def _settings(settings: BaseModel, exclude: Collection[str] = ()) -> dict[str, Any]:
+    """``settings`` with every default filled in, less ``exclude`` and the options added later
+    that sit at the value which trains as before they existed (``ADDED_LATER``)."""
+    neutral = getattr(type(settings), "ADDED_LATER", {})
+    dumped = settings.model_dump(mode="json", exclude=set(exclude))
+    return {k: v for k, v in dumped.items() if not (k in neutral and getattr(settings, k) == neutral[k])}
 
 
 def legacy_fingerprint(study: Study, variant: str) -> str:
