@@ -487,6 +487,18 @@ def test_a_stop_while_the_data_loads_ends_the_run_with_130(cli, write_study, tmp
     assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_bad_data_stops_a_new_study_before_any_store_is_created(cli, write_study, tmp_path, workers):
+    """A study that never ran reads its data before it creates its stores: a bad data file is one
+    line and exit 2 with no MLflow or Optuna store left behind (nor their schemas' cost paid)."""
+    (tmp_path / "u.data").write_text("1\t2\t3\t4\n1\t3\tx\t5\n")
+    data = {"format": "movielens", "path": str(tmp_path / "u.data")}
+    code, _, err = cli("run", write_study(replace={"task.data": data}), "--workers", workers, "--quiet")
+    assert code == 2 and "got rating 'x', which is not a number" in err and len(err.splitlines()) == 1, err
+    output = tmp_path / "runs" / "tiny"
+    assert not (output / "mlflow.db").exists() and not (output / "optuna.journal").exists()
+
+
 def test_storage_and_tracking_values_that_name_a_store(tmp_path):
     from ablate.drive.stores import storage_problem
     from ablate.track import tracking_problem

@@ -83,6 +83,7 @@ class Driver:
         retry_failed: bool = False,
         worker_id: str = "",
         donors: Donors | None = None,
+        data: TaskData | None = None,
     ):
         self.study, self.stores = study, stores
         self.donors = donors or Donors()
@@ -105,7 +106,10 @@ class Driver:
         self.searches = (
             {v: Queue.search(study, v, storage) for v in study.variants} if study.spec.search.enabled else {}
         )
-        self.data = TaskData(study, on_load=self._record_data)
+        self.data = data or TaskData(study)
+        self.data.on_load = self._record_data
+        if self.data.loaded:  # read before the stores existed (read_data_first): recorded now
+            self._record_data(self.data.get())
         self.execution = Execution(
             study, stores.output_dir, tracker, parent, self.reporter, self.data, worker_id, checkpoint_s
         )
@@ -375,8 +379,9 @@ def run_study(
     """Train every planned (variant, seed) not yet complete (searching first when the study
     has a ``search:`` section), or copy it from a donor (``donors``); returns what this
     process did."""
+    data = read_data_first(study, stores)
     with stores.worker() as worker_id:
-        driver = Driver(study, stores, reporter, retry_failed, worker_id=worker_id, donors=donors)
+        driver = Driver(study, stores, reporter, retry_failed, worker_id=worker_id, donors=donors, data=data)
         try:
             summary = driver.run(wait_for_others=wait_for_others)
         except BaseException as exc:
@@ -390,14 +395,27 @@ def run_study(
 def prepare(study: Study, stores: Stores) -> None:
     """Create the stores and fill the queues once, before N workers start on them (MLflow's
     and Optuna's first-use schema creation must not race); read the data if a trial is left."""
+    read = read_data_first(study, stores) is not None
     driver = Driver(study, stores)
     with stores.queue_lock():
         driver.sync()
     complete = {key_of(t) for t in driver.final.trials(TrialState.COMPLETE)}
-    if not set(driver.planned) <= complete:
+    if not read and not set(driver.planned) <= complete:
         # Read once here: a bad data file is one line from this process, not one from every worker
         # (which then read the parsed data from the cache instead of each parsing it at once).
         study.task.load()
+
+
+def read_data_first(study: Study, stores: Stores) -> TaskData | None:
+    """A study that never ran reads and checks its data (the preflight included) before any
+    store is created: bad data stops it (one line, exit 2) with nothing left behind, and no
+    store's schema is created for a run that cannot train. A started study opens its stores
+    first (None here): with every trial complete, it never reads the data."""
+    if stores.started():
+        return None
+    data = TaskData(study)
+    data.get()
+    return data
 
 
 def _study_tags(study: Study) -> dict[str, str]:

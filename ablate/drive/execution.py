@@ -127,6 +127,10 @@ class TaskData:
             self.on_load(data)
         return data, self.task.max_len(data)
 
+    @property
+    def loaded(self) -> bool:
+        return "_loaded" in self.__dict__
+
     def get(self) -> Any:
         return self._loaded[0]
 
