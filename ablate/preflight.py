@@ -18,6 +18,7 @@ from . import fastpaths
 from .build import build_backbone
 from .sizes import Size, trained_sizes
 from .study import BASE, Study
+from .train import resolve_device
 
 # A model this small is built for real and takes one forward pass before training (≈ 0.1 s).
 FORWARD_PARAMETERS = 20_000_000
@@ -27,6 +28,11 @@ FORWARD_ROWS = 2
 def preflight(study: Study, data: Any) -> dict[str, Size]:
     """Each variant's size; raises :class:`~ablate.errors.StudyError` naming the variant's key
     when one is too large, refuses its shapes or fails its first forward pass."""
+    check_device(study)
+    problem = study.task.loss_problem(study.loss, data)
+    if problem is not None:
+        where, _ = study.locate(BASE)
+        raise where.error(("train", "loss", *problem[0]), problem[1])
     sizes = trained_sizes(study, data)
     for name, size in sizes.items():
         if size.parameters <= FORWARD_PARAMETERS:
@@ -36,6 +42,24 @@ def preflight(study: Study, data: Any) -> dict[str, Size]:
                 raise where.error(key, f"a training step fails: {problem}")
     check_param_groups(study, data)
     return sizes
+
+
+def check_device(study: Study) -> None:
+    """Raise :class:`~ablate.errors.StudyError` at ``train.device`` when it names a device this
+    machine does not have (every trial would fail on it). Checked where the trials run: a study
+    may be validated on a login node and trained on GPU nodes, each checking its own."""
+    name = study.spec.train.device
+    device = resolve_device(name)
+    missing = None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (device.index or 0) >= count:
+            missing = f"{count} CUDA device(s) visible here" if count else "no CUDA device is visible here"
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        missing = "MPS (Apple GPU) is not available here"
+    if missing:
+        where, _ = study.locate(BASE)
+        raise where.error(("train", "device"), f"'{name}': {missing}; use 'auto' or 'cpu'")
 
 
 def check_param_groups(study: Study, data: Any) -> None:

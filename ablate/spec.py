@@ -11,6 +11,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import torch
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -104,8 +105,8 @@ class ParamGroupSpec(Strict):
     T2G-Former's column embeddings at lr 0.01, no decay on norms and biases)."""
 
     params: str
-    lr: float | None = Field(None, gt=0)  # None: train.lr (a schedule scales it alike)
-    weight_decay: float | None = Field(None, ge=0)  # None: train.weight_decay
+    lr: float | None = Field(None, gt=0, allow_inf_nan=False)  # None: train.lr (a schedule scales it alike)
+    weight_decay: float | None = Field(None, ge=0, allow_inf_nan=False)  # None: train.weight_decay
 
     @field_validator("params")
     @classmethod
@@ -131,6 +132,9 @@ class SecondStageSpec(Strict):
     start: Literal["best", "last"] = "best"
 
 
+Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
 class TrainSpec(Strict):
     epochs: int = Field(20, gt=0)
     batch_size: int = Field(128, gt=0)
@@ -139,11 +143,12 @@ class TrainSpec(Strict):
     # cache, 512 on a GPU. ML-1M full ranking: 0.98–1.22× (median ≈ 1.13×) as fast as one
     # two-threaded stream of 128 rows, 1.05–1.6× of 512 (benchmarks/RESULTS.md, session 8).
     eval_batch_size: int | None = Field(None, gt=0)
-    lr: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    lr: float = Field(1e-3, gt=0, allow_inf_nan=False)
+    weight_decay: float = Field(0.0, ge=0, allow_inf_nan=False)
     optimizer: OPTIMIZERS.field = "adam"
-    betas: tuple[float, float] = (0.9, 0.98)
-    grad_clip: float | None = Field(None, gt=0)
+    # Adam's decay rates of its moment estimates, each in [0, 1).
+    betas: tuple[Beta, Beta] = (0.9, 0.98)
+    grad_clip: float | None = Field(None, gt=0, allow_inf_nan=False)
     # Stop when the primary validation metric has not improved for this many evaluations.
     patience: int | None = Field(None, gt=0)
     eval_every: int = Field(1, gt=0)
@@ -209,7 +214,15 @@ class MetricsSpec(Strict):
     also: list[str] = []
 
 
-_SEED_LIST = TypeAdapter(Annotated[list[Int], Field(min_length=1)])
+def _seed_range(seed: int) -> int:
+    # What torch's generators take (numpy's gets the seed mod 2³²); past it every trial would fail.
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"a seed is a whole number from 0 to 2**64 - 1 (got {seed})")
+    return seed
+
+
+Seed = Annotated[Int, AfterValidator(_seed_range)]
+_SEED_LIST = TypeAdapter(Annotated[list[Seed], Field(min_length=1)])
 
 
 def _seeds(data: Any, handler: ValidatorFunctionWrapHandler) -> list[int] | SequentialSeeds:

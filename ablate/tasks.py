@@ -257,6 +257,12 @@ class Task:
         """Metrics on ``split`` (``"valid"`` or ``"test"``), with per-unit values."""
         raise NotImplementedError
 
+    def loss_problem(self, loss: BaseModel, data: Any) -> tuple[tuple[str | int, ...], str] | None:
+        """What makes ``train.loss`` unusable with these data (e.g. more sampled negatives than
+        items to draw from), as (its key under ``train.loss``, the message); None when nothing
+        does. Checked before any training, so that no trial meets it."""
+        return None
+
     def metric_higher_is_better(self, name: str) -> bool:
         return True
 

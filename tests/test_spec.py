@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+import torch
 
 from ablate.errors import DataError, StudyError
 from ablate.registry import COMPONENT_SLOTS
@@ -129,6 +130,13 @@ BAD = [
         {"train": {"optimizer": "adamm"}},
         ["train.optimizer: unknown optimizer 'adamm'; did you mean 'adam'?", "(known: 'adam', 'adamw')"],
     ),
+    # What every trial would fail on is refused before training (issue 40, item 5).
+    ({"train": {"weight_decay": float("inf")}}, ["train.weight_decay", "finite number"]),
+    ({"train": {"lr": float("nan")}}, ["train.lr", "finite number"]),
+    ({"train": {"betas": [1.5, 0.9]}}, ["train.betas.0", "less than 1"]),
+    ({"seeds": [0, 2**64]}, ["seeds.1", "from 0 to 2**64 - 1"]),
+    ({"seeds": [-1]}, ["seeds.0", "from 0 to 2**64 - 1"]),
+    ({"train": {"loss": {"negatives": 10**9}}}, ["train.loss.negatives", "only 60 items to draw them from"]),
     # micro-batching is the training step's: an old study file is told where it went.
     ({"task": {"micro_batches": 4}}, ["task.micro_batches: moved to train.micro_batches"]),
 ]
@@ -145,6 +153,20 @@ def test_bad_study_one_line_exit_2(write_study, cli, patch, fragments):
     assert lines[0].startswith(f"error: {path}")
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", "mps"])
+def test_a_device_this_machine_lacks_is_refused_before_training(write_study, cli, monkeypatch, device):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    code, _, err = cli("validate", write_study({"train": {"device": device}}))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"train.device: '{device}': " in err and "use 'auto' or 'cpu'" in err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    if device == "cuda:1":  # one GPU visible: cuda:1 is still missing
+        code, _, err = cli("validate", write_study({"train": {"device": device}}, name="one.yaml"))
+        assert code == 2 and "1 CUDA device(s) visible here" in err
 
 
 def test_a_task_that_cannot_cut_batches_refuses_micro_batches(write_study, cli):

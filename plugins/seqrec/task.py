@@ -141,6 +141,17 @@ class SeqRecTask(Task):
         layout = Jagged.from_valid if self.options.jagged else padded_layout
         return SeqRecModel(backbone, data.num_items, ctx.dim, layout, self.options.normalize)
 
+    def loss_problem(
+        self, loss: losses.LossOptions, data: Interactions
+    ) -> tuple[tuple[str | int, ...], str] | None:
+        negatives = getattr(loss.root, "negatives", None)
+        if negatives is not None and negatives > data.num_items:
+            return ("negatives",), (
+                f"{negatives} negatives per target, but the data have only {data.num_items} items "
+                f"to draw them from"
+            )
+        return None
+
     def split_batch(self, model: SeqRecModel, batch: Batch, parts: int) -> list[tuple[Batch, float]]:
         """The batch's rows sorted by length and cut into ``parts`` groups, each padded to its own
         longest row (:func:`length_groups`), each weighted by its share of the batch's targets:
