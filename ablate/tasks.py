@@ -9,6 +9,7 @@ Dimensions: ``b`` batch, ``n`` tokens, ``d`` model width.
 
 from __future__ import annotations
 
+import stat
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -128,6 +129,19 @@ class LossPart:
     share: float
 
 
+def data_file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be read as data, or None: missing, or neither a regular file nor a
+    folder — a FIFO or a device such as ``/dev/zero`` would block or never end, so it is refused
+    before it is opened."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return f"{'folder' if path.suffix == '' else 'file'} not found: {path}"
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return f"not a regular file or folder (a pipe, socket or device): {path}"
+
+
 class Task:
     """Base class for tasks. Subclasses set ``Options`` and ``LossOptions`` and implement
     the methods below. ``options`` is a validated ``Options`` instance; ``base_dir`` is the
@@ -184,9 +198,7 @@ class Task:
     def check_files(self) -> str | None:
         """None if every data file the options name exists, else a one-line reason."""
         path = self.data_path()
-        if path is None or path.exists():
-            return None
-        return f"{'folder' if path.suffix == '' else 'file'} not found: {path}"
+        return None if path is None else data_file_problem(path)
 
     # -- data ------------------------------------------------------------------------
     def load(self) -> Any:

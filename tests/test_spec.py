@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 import pytest
@@ -315,6 +316,18 @@ def test_with_params_errors_name_the_key(write_study, params, message):
     with pytest.raises(StudyError) as exc:
         study.with_params("mlp", params)
     assert str(exc.value).startswith(message)
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_a_pipe_or_device_as_data_is_refused_before_it_is_read(write_study, cli, tmp_path, special):
+    """Reading a FIFO blocks forever and /dev/zero never ends: refused in one line, unopened."""
+    if special == "fifo":
+        special = tmp_path / "ratings.dat"
+        os.mkfifo(special)
+    path = write_study(replace={"task.data": {"format": "movielens", "path": str(special)}})
+    code, _, err = cli("validate", path)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"task.data: not a regular file or folder (a pipe, socket or device): {special}" in err
 
 
 def test_missing_data_file(write_study, cli, tmp_path):

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ablate.components import Attention, BuildContext, Component, Options
-from ablate.tasks import Evaluation, Task
+from ablate.tasks import Evaluation, Task, data_file_problem
 
 from . import evaluation
 from .batches import Batch, train_batches
@@ -65,9 +65,9 @@ class TabularTask(Task):
         if not isinstance(data, CsvData):
             return super().check_files()
         for option, name in data.files().items():
-            path = self.base_dir / Path(name).expanduser()
-            if not path.exists():
-                return f"{option}: file not found: {path}"
+            problem = data_file_problem(self.base_dir / Path(name).expanduser())
+            if problem is not None:
+                return f"{option}: {problem}"
         return None
 
     def check_metric(self, name: str) -> str | None:
