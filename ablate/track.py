@@ -30,6 +30,9 @@ from .errors import AblateError, first_line
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 # So would a "View run … at" line per closed run against a tracking server (on stdout, mid-progress).
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+# MLflow's usage telemetry writes ~/.config/mlflow/telemetry.json and looks up its host on the
+# network: nothing of a study leaves its output folder unless asked (MLFLOW_DISABLE_TELEMETRY=false).
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.entities import Metric, Param, RunStatus, RunTag  # noqa: E402

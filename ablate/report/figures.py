@@ -3,9 +3,15 @@ state, no screen) and saved as PNG under ``figures/``."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-import matplotlib
+from ..cache import cache_dir
+
+# matplotlib's font cache goes with ablate's own (one documented cache folder), not ~/.cache.
+os.environ.setdefault("MPLCONFIGDIR", str(cache_dir() / "matplotlib"))
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 
