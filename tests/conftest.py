@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -64,3 +66,32 @@ def cli(capsys, monkeypatch):
         return code, captured.out, captured.err
 
     return invoke
+
+
+@pytest.fixture(scope="session")
+def copy_runs():
+    """``copy_runs(source, target)``: see :func:`_copy_runs`."""
+    return _copy_runs
+
+
+def _copy_runs(source: Path, target: Path) -> None:
+    """Copy a folder of finished studies (study files and output folders) to ``target``, every
+    absolute path naming ``source`` rewritten to name ``target``: MLflow's sqlite stores hold
+    artifact locations and the study file's path, study files their ``output:``. A copy costs
+    ~0.1 s where training the study again costs ~10 s, so a test that changes a finished study
+    takes a copy of one trained once per module."""
+    shutil.copytree(source, target, dirs_exist_ok=True)
+    old, new = f"{source}/", f"{target}/"
+    for path in target.rglob("*"):
+        if path.suffix in (".yaml", ".yml", ".toml"):
+            path.write_text(path.read_text().replace(old, new))
+        elif path.suffix == ".db":
+            with sqlite3.connect(path) as db:
+                for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
+                    for column in [row[1] for row in db.execute(f"PRAGMA table_info('{table}')")]:
+                        db.execute(
+                            f'UPDATE "{table}" SET "{column}" = replace("{column}", ?, ?) '
+                            f'WHERE typeof("{column}") = \'text\' AND instr("{column}", ?) > 0',
+                            (old, new, old),
+                        )
+            db.close()

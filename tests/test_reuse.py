@@ -12,6 +12,8 @@ import sys
 
 import pandas as pd
 import pytest
+import yaml
+from tiny_study import tiny_spec
 
 import ablate
 from ablate.drive import Stores, progress
@@ -23,11 +25,23 @@ COUNTS = ("epochs", "best_epoch", "params")
 FAST_REPORT = {"calibration": 0, "bootstrap": 200}  # the report's statistics are not under test
 
 
-def _donor(write_study, cli, tmp_path):
-    """A finished two-variant study (base, mlp × seeds 0, 1) in runs/donor."""
-    study = write_study({"name": "donor", "report": FAST_REPORT}, name="donor.yaml")
-    code, _, err = cli("run", study, "--quiet")
-    assert code == 0, err
+@pytest.fixture(scope="module")
+def trained_donor(tmp_path_factory):
+    """A finished two-variant study (base, mlp × seeds 0, 1), trained once for the module: a
+    folder holding donor.yaml and its output folder runs/donor."""
+    folder = tmp_path_factory.mktemp("donor")
+    spec = tiny_spec({"name": "donor", "report": FAST_REPORT})
+    spec["output"] = str(folder / "runs" / "donor")
+    (folder / "donor.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    ablate.run(folder / "donor.yaml", quiet=True)
+    return folder
+
+
+@pytest.fixture
+def donor(trained_donor, tmp_path, copy_runs):
+    """This test's own copy of the donor in tmp_path (donor.yaml, runs/donor), which it may change;
+    returns the output folder and the donor's results."""
+    copy_runs(trained_donor, tmp_path)
     out = tmp_path / "runs" / "donor"
     return out, load_results(f"sqlite:///{out / 'mlflow.db'}", "donor")
 
@@ -36,8 +50,8 @@ def _by_key(frame: pd.DataFrame) -> dict:
     return {(r["variant"], r["seed"]): r for r in frame.to_dict("records")}
 
 
-def test_reused_trials_carry_the_donors_numbers_curves_and_units(write_study, cli, tmp_path):
-    donor_dir, donor = _donor(write_study, cli, tmp_path)
+def test_reused_trials_carry_the_donors_numbers_curves_and_units(donor, write_study, cli, tmp_path):
+    donor_dir, donor = donor
     # The same base and mlp, one more variant, one more seed: 4 trials to copy, 5 to train.
     taker = write_study(
         {
@@ -87,10 +101,10 @@ def test_reused_trials_carry_the_donors_numbers_curves_and_units(write_study, cl
     assert "base seed 0, base seed 1, mlp seed 0, mlp seed 1 from donor in sqlite:///" in report
 
 
-def test_a_trial_trained_differently_is_not_reused(write_study, cli, tmp_path):
+def test_a_trial_trained_differently_is_not_reused(donor, write_study, cli, tmp_path):
     """Another learning rate is another fingerprint: trained, through the Python API's ``reuse``
     (which the donor's own settings, passed the same way, do reuse)."""
-    donor_dir, _ = _donor(write_study, cli, tmp_path)
+    donor_dir, _ = donor
     taker = write_study({"name": "taker", "report": FAST_REPORT}, name="taker.yaml")
     got = ablate.run(taker, {"train.lr": 0.002, "seeds": [0]}, reuse=[donor_dir], quiet=True)
     assert len(got.results) == 2 and "reused_from" not in got.results
@@ -99,10 +113,10 @@ def test_a_trial_trained_differently_is_not_reused(write_study, cli, tmp_path):
     assert len(again.results) == 2 and again.results["reused_from"].notna().all()
 
 
-def test_a_donor_that_cannot_be_read_whole_is_trained_instead(write_study, cli, tmp_path):
+def test_a_donor_that_cannot_be_read_whole_is_trained_instead(donor, write_study, cli, tmp_path):
     """Its per-unit results are gone (artifacts deleted): a warning, the trial trains, nothing of
     the donor is half-copied."""
-    donor_dir, donor = _donor(write_study, cli, tmp_path)
+    donor_dir, donor = donor
     shutil.rmtree(donor_dir / "artifacts")
     taker = write_study({"name": "taker", "report": FAST_REPORT, "seeds": [0]}, name="taker.yaml")
     code, _, err = cli("run", taker, "--quiet", "--reuse", donor_dir)
@@ -117,11 +131,11 @@ def test_a_donor_that_cannot_be_read_whole_is_trained_instead(write_study, cli, 
     assert not got.curves.duplicated(["variant", "seed", "epoch", "metric"]).any()
 
 
-def test_trial_files_outlive_the_store(write_study, cli, tmp_path):
+def test_trial_files_outlive_the_store(donor, write_study, cli, tmp_path):
     """`ablate report --trials DIR` writes one file per finished trial; with the donor's store gone
     (a lost machine), `--reuse DIR` brings every number back exactly; a copy's file names the run
     that trained it."""
-    donor_dir, donor = _donor(write_study, cli, tmp_path)
+    donor_dir, donor = donor
     donor_study = tmp_path / "donor.yaml"
     code, _, err = cli("report", donor_study, "--trials", tmp_path / "kept")
     assert code == 0 and "trials: 4 file(s) in" in err, err
@@ -173,8 +187,7 @@ def test_trial_files_outlive_the_store(write_study, cli, tmp_path):
     assert record["trained_in"].endswith(f"run {before[('base', 0)]['run_id']}")
 
 
-def test_a_trials_folder_that_cannot_be_written_is_one_line(write_study, cli, tmp_path):
-    _donor(write_study, cli, tmp_path)
+def test_a_trials_folder_that_cannot_be_written_is_one_line(donor, cli, tmp_path):
     (tmp_path / "a-file").write_text("")
     code, _, err = cli("report", tmp_path / "donor.yaml", "--trials", tmp_path / "a-file" / "kept")
     assert (
@@ -184,10 +197,10 @@ def test_a_trials_folder_that_cannot_be_written_is_one_line(write_study, cli, tm
     )
 
 
-def test_workers_reuse_too(write_study, cli, tmp_path):
+def test_workers_reuse_too(donor, write_study, cli, tmp_path):
     """`--workers 2` hands --reuse to its worker processes: a rerun of the donor under another
     name trains nothing."""
-    donor_dir, donor = _donor(write_study, cli, tmp_path)
+    donor_dir, donor = donor
     taker = write_study({"name": "taker", "report": FAST_REPORT}, name="taker.yaml")
     run = subprocess.run(
         [sys.executable, "-m", "ablate.cli", "run", str(taker), "--workers", "2", "--reuse", str(donor_dir)],
