@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 from abc import ABC, abstractmethod
 from collections import defaultdict
@@ -164,6 +165,14 @@ class FiledTrial(Donor):
 
 
 def _result(final: dict[str, float], curves: list, per_unit: pd.DataFrame) -> TrialResult:
+    """A donor's numbers as a result, each checked to be a finite number: a record edited by hand
+    or damaged (a string, a NaN, an infinity) is refused, never copied into a report."""
+    for key, value in [*final.items(), *((f"{key} at epoch {epoch}", v) for epoch, key, v in curves)]:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ValueError(f"{key} is {value!r}, not a finite number")
+    metrics = per_unit.drop(columns="unit", errors="ignore")
+    if not metrics.empty and not (metrics.apply(pd.to_numeric, errors="coerce").notna().all().all()):
+        raise ValueError("its per-unit test results hold values that are not numbers")
     return TrialResult(
         summary={k: v for k, v in final.items() if k.startswith(("valid.", "test."))},
         per_unit=per_unit,
@@ -233,6 +242,15 @@ class Donors:
                 record = json.load(handle)
             if record.get("format") != TRIAL_FORMAT:
                 raise AblateError(f"{path}: trial file format {record.get('format')}, not {TRIAL_FORMAT}")
+            # A file's name is what the search matched; its record says what was trained. A file
+            # renamed (or a record edited) to pass for another model or seed is never copied.
+            said = (record.get("fingerprint"), record.get("seed"))
+            if said != (fingerprint, seed):
+                warn(
+                    f"not reused: {path.name} holds fingerprint {said[0]} seed {said[1]}, its name says "
+                    f"{fingerprint} seed {seed} (renamed or altered)"
+                )
+                continue
             return FiledTrial(path, record)
         return None
 
@@ -269,6 +287,10 @@ def _checked(source: str | Path) -> str:
     if "://" in text:
         if problem := tracking_problem(text):
             raise AblateError(f"--reuse {text}: {problem}")
+        # MLflow would create an empty database for a mistyped path and every trial would train.
+        database = Path(text.removeprefix("sqlite:///")) if text.startswith("sqlite:///") else None
+        if database is not None and not database.is_file():
+            raise AblateError(f"--reuse {text}: no such database file ({database})")
         return text
     folder = Path(text)
     if (folder / "mlflow.db").is_file():
