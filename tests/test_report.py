@@ -226,8 +226,19 @@ def test_verdicts_in_words(tmp_path):
     order = [head.index(s) for s in ("post-norm is", "two-heads is", "gelu-mlp:", "copy is")]
     assert order == sorted(order)
     # settings: one interval, the margin, the MDD, families counting only what was tested
-    assert "Intervals are the paired t intervals at each comparison's Holm-adjusted level" in md
-    assert "the verdict reads them" in md and "family of 3 tested comparisons" in md
+    assert "Intervals: the table's Δ [interval] is the interval the verdict reads" in md
+    assert "family of 3 tested comparisons" in md and "no simultaneous coverage" in md
+    # both error guarantees, one sentence each
+    assert "False better / worse: the chance that any of the 3 comparisons with a true difference" in md
+    assert "False equivalence: the chance that any comparison whose true difference is at or beyond" in md
+    assert "its 1 − 2e interval lies inside the margin; e comes from Holm over the family's TOST" in md
+    # an equivalent verdict reads its TOST interval, at its own confidence (1 − 2e)
+    eq_low, eq_high = (f"{cmp.loc['two-heads', c]:+.4f}".replace("-", "−") for c in ("eq_low", "eq_high"))
+    assert f"two-heads is equivalent within {margin} (" in head and f"[{eq_low}, {eq_high}])" in head
+    primary = md[md.index("## Primary metric") :]
+    two_heads = primary[primary.index("| two-heads |") :].split("\n")[0]
+    shown = ", ".join(f"{cmp.loc['two-heads', c]:+.4f}" for c in ("eq_low", "eq_high"))
+    assert f"[{shown}] | {1 - 2 * cmp.loc['two-heads', 'eq_level']:.1%} |" in two_heads
     assert "`margin: 0.005`" in md and "MDD: the minimum detectable difference, in the metric's units" in md
     assert "not evidence that a difference would replicate" in md
     # the table: the decision interval, its confidence, the MDD, the verdict
@@ -514,7 +525,7 @@ def test_first_screen_is_the_results_and_methods_come_after(report4):
     ]
     assert order == sorted(order)
     methods = md[md.index("## Methods") :]
-    for text in ("Intervals are the paired t intervals", "MDD: the minimum detectable", "Margin: ±"):
+    for text in ("Intervals: the table's Δ [interval]", "MDD: the minimum detectable", "Margin: ±"):
         assert text in methods and text not in md[: md.index("## Methods")]
     assert "## Settings" not in md
     page = paths["html"].read_text(encoding="utf-8")

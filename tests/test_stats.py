@@ -345,6 +345,13 @@ def test_settings_travel_as_json_and_old_tags_still_read():
     assert (back.ci, back.calibration) == ("smoothed-bootstrap-t", 200)
     with pytest.raises(AblateError, match=r"^report.alpha: .*less than 1"):
         ReportSettings.from_json(json.dumps({**old, "alpha": 2}))
+    # the equivalence level: the family's (default) or per comparison, a closed vocabulary
+    assert back.equivalence == "family"
+    assert ReportSettings.from_json(json.dumps({**old, "equivalence": "per-comparison"})).equivalence == (
+        "per-comparison"
+    )
+    with pytest.raises(AblateError, match=r"^report.equivalence: .*did you mean 'per-comparison'"):
+        ReportSettings.from_json(json.dumps({**old, "equivalence": "per-comparisons"}))
 
 
 def test_pairwise_by_hand():

@@ -14,7 +14,15 @@ from scipy import stats as st
 
 from ablate.stats import ReportSettings, adjust_pvalues, compare
 from ablate.stats.sequential import SequentialSeeds, decide_sequential
-from ablate.stats.verdicts import Verdict, decide, decide_family, decision_levels, minimum_detectable
+from ablate.stats.verdicts import (
+    Verdict,
+    decide,
+    decide_family,
+    decision_levels,
+    equivalence_levels,
+    minimum_detectable,
+    tost_p,
+)
 
 
 def t_interval(d, level):
@@ -52,14 +60,57 @@ def test_equivalent_by_hand():
     assert decide(np.array(d), 0.05, margin=0.0005).verdict is Verdict.INCONCLUSIVE
 
 
+def test_equivalence_is_tost_at_its_own_level():
+    """Equivalence reads the 1 − 2e interval (two one-sided tests at e each, not e/2): its p is
+    statsmodels' paired TOST p, and the interval fits inside ±margin exactly when that p < e."""
+    from statsmodels.stats.weightstats import ttost_paired
+
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        k, margin = int(rng.integers(3, 10)), float(rng.uniform(0.2, 2.0))
+        d = rng.normal(rng.uniform(-1, 1), 1.0, k)
+        out = decide(d, 0.05, margin)
+        reference = ttost_paired(d, np.zeros(k), -margin, margin)[0]
+        assert out.p_equivalence == pytest.approx(reference, rel=1e-9)
+        half = st.t.ppf(1 - 0.05, k - 1) * d.std(ddof=1) / math.sqrt(k)  # one-sided quantile
+        assert (out.eq_low, out.eq_high) == pytest.approx((d.mean() - half, d.mean() + half))
+        assert (out.eq_level, out.level) == (0.05, 0.05)
+        inside = -margin < out.eq_low and out.eq_high < margin
+        assert inside == (out.p_equivalence < 0.05)
+        assert (out.verdict is Verdict.EQUIVALENT or out.negligible) == inside
+    # the 90 % interval [−.0030, +.0030] fits inside ±.0035; the 95 % one (±.0039, a/2 per side) does not
+    d = np.array([0.004, -0.004, 0.002, -0.002, 0.0])
+    assert tuple(t_interval(d, 0.10)) == pytest.approx((-0.00301, 0.00301), abs=1e-5)
+    assert decide(d, 0.05, margin=0.0035).verdict is Verdict.EQUIVALENT
+    assert t_interval(d, 0.05)[1] > 0.0035
+    assert tost_p(0.0, 0.0, 4, 0.01) == 0.0 and tost_p(0.02, 0.0, 4, 0.01) == 1.0
+
+
+def test_equivalence_levels_of_the_family():
+    p = np.array([0.001, 0.03, 0.2, np.nan])
+    # Holm over the TOST p-values: .001 ≤ .05/3, .03 > .05/2 fails, and the rest keep .05/2
+    assert equivalence_levels(p, 0.05, "holm", "family")[:3] == pytest.approx([0.05 / 3, 0.025, 0.025])
+    assert equivalence_levels(p, 0.05, "holm", "per-comparison")[:3] == pytest.approx([0.05] * 3)
+    assert np.isnan(equivalence_levels(p, 0.05, "holm", "family")[3])
+    # in a family, better/worse and equivalence have their own levels
+    diffs = {"same": np.array([0.001, -0.001, 0.0005, 0.0]), "big": np.array([1.0, 1.1, 0.9, 1.05])}
+    out = decide_family(diffs, 0.05, "holm", dict.fromkeys(diffs, 0.01))
+    assert out["same"].verdict is Verdict.EQUIVALENT and out["big"].verdict is Verdict.BETTER
+    assert out["same"].eq_level == pytest.approx(0.025) and out["big"].level == pytest.approx(0.025)
+    assert out["same"].level == pytest.approx(0.05) and out["big"].eq_level == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="did you mean 'family'"):
+        equivalence_levels(p, 0.05, "holm", "famly")
+
+
 def decided_share(k, delta, sd, level, margin, reps=40_000, seed=0):
     """Brute force: the share of simulated studies of k normal differences whose t interval at
-    ``level`` excludes 0 or lies inside ±margin."""
+    ``level`` excludes 0 or whose 1 − 2·level interval (TOST at ``level``) lies inside ±margin."""
     rng = np.random.default_rng(seed)
     x = rng.normal(delta, sd, (reps, k))
-    mean, half = x.mean(1), st.t.ppf(1 - level / 2, k - 1) * x.std(1, ddof=1) / math.sqrt(k)
-    low, high = mean - half, mean + half
-    return float(np.mean((low > 0) | (high < 0) | ((low > -margin) & (high < margin))))
+    mean, se = x.mean(1), x.std(1, ddof=1) / math.sqrt(k)
+    half, eq_half = st.t.ppf(1 - level / 2, k - 1) * se, st.t.ppf(1 - level, k - 1) * se
+    differs = (mean - half > 0) | (mean + half < 0)
+    return float(np.mean(differs | ((mean - eq_half > -margin) & (mean + eq_half < margin))))
 
 
 @pytest.mark.parametrize(

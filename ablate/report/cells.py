@@ -49,10 +49,18 @@ def mean_sd(row) -> str:
     return f"{number(row.mean)} ± {number(row.sd)}"
 
 
+def _equivalence_read(row) -> bool:
+    """An equivalent verdict reads its TOST interval (absent in comparisons.csv of older versions)."""
+    return row.verdict is Verdict.EQUIVALENT and not isnan(row.eq_low)
+
+
 def interval(row) -> str:
-    """Δ [decision interval]: the paired t interval the verdict reads; 'n/a (k seeds)' or
-    'not tested' where there is none."""
-    if row.verdict:
+    """Δ [decision interval]: the interval the verdict reads (an equivalent verdict: its TOST
+    interval, else the paired t interval at the decision level); 'n/a (k seeds)' or 'not tested'
+    where there is none."""
+    if _equivalence_read(row):
+        ci = f"{number(row.eq_low, True)}, {number(row.eq_high, True)}"
+    elif row.verdict:
         ci = f"{number(row.ci_low, True)}, {number(row.ci_high, True)}"
     elif row.n_paired < MIN_SEEDS_TEST:
         ci = too_few_seeds(row.n_paired)
@@ -62,7 +70,10 @@ def interval(row) -> str:
 
 
 def confidence(row) -> str:
-    """The decision interval's confidence, 1 − its level ('98.3%')."""
+    """The shown interval's own confidence ('98.3%'): 1 − its level, or 1 − 2·the equivalence level
+    for a TOST interval. Each interval's alone: together they hold no simultaneous coverage."""
+    if _equivalence_read(row):
+        return f"{1.0 - 2.0 * row.eq_level:.1%}"
     return NA if isnan(row.level) else f"{1.0 - row.level:.1%}"
 
 

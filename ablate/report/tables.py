@@ -113,7 +113,8 @@ def latex_table(cmp: list[ComparisonRow], settings: ReportSettings) -> str:
         f"Ablation study {settings.study}: test {metric}, mean ± sd over seeds (up to {n} paired); "
         f"Δ = variant − {settings.baseline} with its paired t interval at the comparison's "
         f"{settings.correction_method.label}-adjusted level (conf.), which the verdict reads: better / worse "
-        f"when it excludes 0 (▲/▼), equivalent when it lies within {within}, else inconclusive; "
+        f"when it excludes 0 (▲/▼), equivalent when the two one-sided tests' interval (shown instead, at "
+        f"its own conf.) lies within {within}, else inconclusive; "
         f"MDD = the difference detected with 80% power at that level; p {settings.correction_method.label}-"
         f"adjusted over the {tested} tested comparisons with {settings.baseline}, α = {settings.alpha:g}."
     )

@@ -61,6 +61,9 @@ def verdict_sentence(row: ComparisonRow, settings: ReportSettings) -> str:
         small = f", by less than the {margin} margin (negligible)" if row.negligible else ""
         return f"{v} is {row.verdict} ({estimate}){small}"
     if row.verdict is Verdict.EQUIVALENT:
+        if not isnan(row.eq_low):  # the TOST interval it reads (older comparisons.csv: none)
+            ci = f"[{_short(row.eq_low, places, True)}, {_short(row.eq_high, places, True)}]"
+            estimate = f"{_short(row.delta, places, True)} {ci}"
         return f"{v} is equivalent within {margin} ({estimate})"
     said = f"{v}: inconclusive — its interval {ci} spans both 0 and the {margin} margin"
     if "maximum" in row.note:  # a sequential comparison that used every seed it may have
@@ -97,6 +100,40 @@ def exploratory_text(cmp: list[ComparisonRow], settings: ReportSettings) -> str:
     )
 
 
+def guarantees(settings: ReportSettings, family: int) -> list[str]:
+    """The verdicts' two error guarantees on the primary metric, one sentence each."""
+    a, corr = f"α = {settings.alpha:g}", settings.correction_method.label
+    if settings.correction == "fdr_bh":
+        differs = (
+            f"False better / worse: among the comparisons called better or worse, the expected share "
+            f"whose true difference is 0 is at most {a} ({corr} over the family of {family})."
+        )
+    else:
+        differs = (
+            f"False better / worse: the chance that any of the {family} comparisons with a true difference "
+            f"of 0 is called better or worse is at most {a} ({corr} over the family)."
+        )
+    if settings.equivalence == "per-comparison":
+        equivalent = (
+            "False equivalence: each comparison whose true difference is at or beyond the margin is "
+            f"called equivalent (or negligible) with chance at most {a} (TOST at α; not corrected over "
+            "the family)."
+        )
+    elif settings.correction == "fdr_bh":
+        equivalent = (
+            "False equivalence: among the comparisons called equivalent (or negligible), the expected "
+            f"share whose true difference is at or beyond the margin is at most {a} ({corr} over the "
+            "family's TOST p-values)."
+        )
+    else:
+        equivalent = (
+            "False equivalence: the chance that any comparison whose true difference is at or beyond "
+            f"the margin is called equivalent (or negligible) is at most {a} ({corr} over the family's "
+            "TOST p-values, apart from the better / worse family)."
+        )
+    return [differs, equivalent]
+
+
 def settings_text(settings: ReportSettings, tables: dict[str, list[ComparisonRow]]) -> list[str]:
     """The Methods paragraphs on the verdicts: metrics, how a verdict is reached, the margin, the
     MDD, and what is left out of the tables."""
@@ -104,19 +141,28 @@ def settings_text(settings: ReportSettings, tables: dict[str, list[ComparisonRow
     higher = "higher" if settings.higher(settings.primary) else "lower"
     corr = settings.correction_method.label
     family = len(_tested(primary, settings))
+    eq_how = (
+        f"e is α = {settings.alpha:g} for each comparison (the study's `equivalence: per-comparison`)"
+        if settings.equivalence == "per-comparison"
+        else f"e comes from {corr} over the family's TOST p-values (the larger of the two one-sided p's)"
+    )
     lines = [
         f"Primary metric: {settings.primary} ({higher} is better); secondary, exploratory: "
         f"{', '.join(settings.metrics[1:]) or 'none'}. Baseline: {settings.baseline}.",
         f"Verdicts: each variant against {settings.baseline} on its paired per-seed differences (a seed "
-        f"is one independent training run: the replication unit). Its interval is the paired t interval "
-        f"at its decision level: the level at which its own t-test rejects exactly when {corr} over the "
-        f"family of {family} tested comparison{'s' if family != 1 else ''} at α = {settings.alpha:g} "
-        "does. better / worse (▲ / ▼): the interval excludes 0; equivalent: it lies inside the margin "
-        "(two one-sided tests); inconclusive: neither — it holds 0 and reaches past the margin. A real "
-        "difference inside the margin is better / worse, marked negligible.",
-        f"Intervals are the paired t intervals at each comparison's {corr}-adjusted level (conf. = its "
-        f"confidence); the verdict reads them. p (adj) is the {corr}-adjusted t-test p-value, below "
-        f"α = {settings.alpha:g} exactly when the interval excludes 0.",
+        f"is one independent training run: the replication unit). better / worse (▲ / ▼): its paired t "
+        f"interval at its decision level excludes 0 — the level at which its own t-test rejects exactly "
+        f"when {corr} over the family of {family} tested comparison{'s' if family != 1 else ''} at "
+        f"α = {settings.alpha:g} does. equivalent: two one-sided t-tests (TOST) against ±margin, each "
+        f"at its equivalence level e, reject — its 1 − 2e interval lies inside the margin; {eq_how}. "
+        "inconclusive: neither. A real difference inside the margin is better / worse, marked "
+        "negligible.",
+        *guarantees(settings, family),
+        f"Intervals: the table's Δ [interval] is the interval the verdict reads — the paired t interval "
+        f"at the comparison's {corr}-adjusted level, or for an equivalent verdict its TOST interval — and "
+        "conf. is that interval's own confidence: the intervals do not hold their true Δ all at once "
+        f"with that confidence (no simultaneous coverage). p (adj) is the {corr}-adjusted t-test "
+        f"p-value, below α = {settings.alpha:g} exactly when the t interval excludes 0.",
         f"Margin: {_margin_text(primary, settings)} on {settings.primary}: a difference inside it is too "
         "small to matter. Set it in the study file's report section: `margin: 0.005` (absolute, in the "
         "metric's units) or `margin: \"1%\"` (of the baseline's mean); the default is 2%.",

@@ -77,7 +77,7 @@ if TYPE_CHECKING:  # pragma: no cover
         seed_tests,
         unit_tests,
     )
-    from .corrections import CORRECTIONS, Correction, adjust_pvalues  # noqa: F401
+    from .corrections import CORRECTIONS, EQUIVALENCE, Correction, adjust_pvalues  # noqa: F401
 
     # the function is ablate.stats.factorial.factorial (a module of that name)
     from .factorial import Factorial  # noqa: F401

@@ -51,6 +51,12 @@ class ComparisonRow:
     ci_low: float = NAN
     ci_high: float = NAN
     margin: float = NAN
+    # the equivalence test (TOST) the verdict reads: its level per side (the family's correction
+    # over the TOST p-values, or α per comparison), its 1 − 2·level interval, its raw p
+    eq_level: float = NAN
+    eq_low: float = NAN
+    eq_high: float = NAN
+    p_equivalence: float = NAN
     mdd: float = NAN
     seeds_to_decide: int | None = None
     p_seeds: float = NAN
@@ -244,7 +250,7 @@ def family_verdicts(
             out[v] = Standing(None, f"{k} paired seed{'' if k == 1 else 's'}: {needs}")
         else:
             diffs[v], margins[v] = value - base_value, settings.margin_for(float(np.mean(base_value)))
-    decided = decide_family(diffs, settings.alpha, settings.correction, margins, higher)
+    decided = decide_family(diffs, settings.alpha, settings.correction, margins, higher, settings.equivalence)
     out |= {v: Standing(d) for v, d in decided.items()}
     return {v: out[v] for v in variants}
 
@@ -313,7 +319,8 @@ def comparison_frame(rows: list[ComparisonRow]) -> pd.DataFrame:
 def comparison_rows(frame: pd.DataFrame) -> list[ComparisonRow]:
     """A :func:`compare` frame (or comparisons.csv read back) as typed rows."""
     rows = []
-    for record in frame[COLUMNS].to_dict("records"):
+    # comparisons.csv of an older version lacks the later columns: NaN (not computed)
+    for record in frame.reindex(columns=COLUMNS).to_dict("records"):
         for c in ("n_verdict", "seeds_to_decide"):
             record[c] = None if pd.isna(record[c]) else int(record[c])
         record["verdict"] = (
@@ -350,6 +357,10 @@ def _verdict_columns(standing: Standing, base_mean: float) -> dict:
         "ci_low": d.ci_low,
         "ci_high": d.ci_high,
         "margin": d.margin,
+        "eq_level": d.eq_level,
+        "eq_low": d.eq_low,
+        "eq_high": d.eq_high,
+        "p_equivalence": d.p_equivalence,
         "mdd": d.mdd,
         "seeds_to_decide": d.seeds_to_decide,
         "p_seeds": d.p,

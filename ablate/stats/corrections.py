@@ -77,6 +77,17 @@ CORRECTIONS: Vocabulary[Correction] = Vocabulary(
     },
 )
 
+# How a comparison's equivalence level is set (``report.equivalence``): the study's correction
+# over the family's TOST p-values (the family's false equivalence rate ≤ α), or α for each
+# comparison on its own (each comparison's false equivalence rate ≤ α).
+EQUIVALENCE: Vocabulary[str] = Vocabulary(
+    "equivalence level",
+    {
+        "family": "the family's TOST p-values, corrected together",
+        "per-comparison": "each comparison's TOST at α",
+    },
+)
+
 
 def adjust_pvalues(p, method: str = "holm") -> np.ndarray:
     """Holm / Benjamini-Hochberg over the finite entries of ``p``; NaN entries stay NaN."""

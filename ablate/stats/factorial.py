@@ -15,8 +15,9 @@ single level drop out. Per axis it reports:
   the other axes' levels (equally weighted) and the seeds, level minus first level, with its
   standard error and the model's residual degrees of freedom. It gets a verdict as a comparison
   with the baseline does (:func:`.verdicts.decide_estimate`): its decision level from the
-  correction over every contrast of every axis, the margin ``settings.margin_for`` the first
-  level's marginal mean.
+  correction over every contrast of every axis, its equivalence (TOST) level from the same
+  correction over their TOST p-values (or α each, ``settings.equivalence``), the margin
+  ``settings.margin_for`` the first level's marginal mean.
 
 Per pair of axes, the **interaction F-test** (type II equals type III for the highest-order terms),
 corrected over the pairs. An interaction means an axis's effect depends on another's level: the
@@ -36,7 +37,7 @@ from scipy import stats
 
 from .comparison import per_seed
 from .corrections import adjust_pvalues
-from .verdicts import Decision, decide_estimate, decision_levels
+from .verdicts import Decision, decide_estimate, decision_levels, equivalence_levels, tost_p
 
 if TYPE_CHECKING:
     from .settings import ReportSettings
@@ -201,13 +202,17 @@ def factorial(results: pd.DataFrame, settings: ReportSettings, metric: str | Non
     raw = np.array([p for *_, p in found])
     decide_at = decision_levels(raw, settings.alpha, settings.correction)
     adjusted = adjust_pvalues(raw, settings.correction)
+    means = [tuple(float(marginal[(a, v)] @ full.params) for v in (lv, levels[a][0])) for a, lv, *_ in found]
+    margins = [settings.margin_for(reference_mean) for _, reference_mean in means]
+    tost = np.array([tost_p(e, se, df_resid, m) for (_, _, e, se, _), m in zip(found, margins, strict=True)])
+    equivalent_at = equivalence_levels(tost, settings.alpha, settings.correction, settings.equivalence)
     contrasts = []
-    for (a, lv, estimate, se, _), level, p_adj in zip(found, decide_at, adjusted, strict=True):
-        first = levels[a][0]
-        mean, reference_mean = (float(marginal[(a, v)] @ full.params) for v in (lv, first))
-        margin = settings.margin_for(reference_mean)
-        decision = decide_estimate(estimate, se, df_resid, level, margin, settings.higher(metric), len(seeds))
-        contrasts.append(Contrast(a, lv, first, mean, reference_mean, se, decision, float(p_adj)))
+    for i, (a, lv, estimate, se, _) in enumerate(found):
+        (mean, reference_mean), level, eq_level = means[i], decide_at[i], equivalent_at[i]
+        higher = settings.higher(metric)
+        decision = decide_estimate(estimate, se, df_resid, level, margins[i], higher, len(seeds), eq_level)
+        p_adj = float(adjusted[i])
+        contrasts.append(Contrast(a, lv, levels[a][0], mean, reference_mean, se, decision, p_adj))
     return Factorial(
         metric,
         levels,

@@ -22,7 +22,7 @@ from pydantic import (
 
 from ..schema import Strict
 from ..studyfile import Bare
-from .corrections import CORRECTIONS, Correction
+from .corrections import CORRECTIONS, EQUIVALENCE, Correction
 from .intervals import CI_METHODS, IntervalMethod
 from .sequential import SequentialSeeds
 
@@ -35,11 +35,15 @@ class StudyFileSettings(Strict):
     ``margin``, the practical margin the verdicts judge equivalence against; ``ci`` the bootstrap
     interval listed beside the verdict's t interval in comparisons.csv (see ``bootstrap_ci``);
     ``calibration`` the number of simulated comparisons per scenario (A/A, at the margin) of the
-    report's calibration section (0: none)."""
+    report's calibration section (0: none); ``equivalence`` how each comparison's equivalence
+    (TOST) level is set (:data:`.corrections.EQUIVALENCE`)."""
 
     baseline: str = "base"
     alpha: float = Field(0.05, gt=0, lt=1)
     correction: CORRECTIONS.field = "holm"
+    # The equivalence tests' level: the correction over the family's TOST p-values (the family's
+    # false equivalence rate ≤ α), or α per comparison (each one's false equivalence rate ≤ α).
+    equivalence: EQUIVALENCE.field = "family"
     bootstrap: int = Field(10_000, ge=100)
     # Bootstrap interval for Δ in comparisons.csv: smoothed studentized bootstrap (calibrated for
     # 3–5 seeds), plain, or percentile. The verdicts read the paired t interval, not this one.

@@ -1,20 +1,27 @@
 """Verdicts: each comparison with the baseline is *better*, *worse*, *equivalent* or *inconclusive*,
-decided by one interval.
+decided by two tests with their own error guarantees.
 
 Per comparison, with ``k`` paired seeds and differences ``d_s`` (variant − base):
 
-- its **decision level** ``a`` comes from the correction over the family (:func:`decision_levels`):
-  the t-test at level ``a`` rejects exactly when the correction (Holm, Benjamini–Hochberg) does;
-- its **interval** is the paired t interval ``mean(d) ± t_{1−a/2, k−1} · sd(d)/√k``;
-- the interval excludes 0 → *better* or *worse* (by the metric's direction); it lies inside the
-  practical margin ``(−m, +m)`` → *equivalent* (two one-sided tests at level ``a/2`` each);
-  both (a real difference smaller than the margin) → *better* / *worse*, flagged ``negligible``;
-  neither → *inconclusive*, with the seeds that would likely decide it;
+- **better / worse**: its decision level ``a`` comes from the correction over the family
+  (:func:`decision_levels`): the t-test at level ``a`` rejects exactly when the correction (Holm,
+  Benjamini–Hochberg) does; its interval is the paired t interval
+  ``mean(d) ± t_{1−a/2, k−1} · sd(d)/√k``, and excluding 0 means better or worse (by the metric's
+  direction). The family's false better / worse rate is at most α.
+- **equivalent**: two one-sided t-tests (TOST) against ``±margin``, each at the equivalence level
+  ``e``: the ``1 − 2e`` interval ``mean(d) ± t_{1−e, k−1} · sd(d)/√k`` lies inside
+  ``(−margin, +margin)``. The two tests need no split of ``e`` between them (an intersection–union
+  test, Berger 1982). ``e`` comes from the same correction over the family's TOST p-values (the
+  larger of the two one-sided p's), so the family's false equivalence rate is at most α on its own,
+  apart from the better / worse family; or ``e = α`` per comparison where the study says
+  ``report: {equivalence: per-comparison}`` (:data:`EQUIVALENCE`).
+- both (a real difference smaller than the margin) → *better* / *worse*, flagged ``negligible``;
+  neither → *inconclusive*;
 - its **minimum detectable difference** is the |Δ| the t-test at level ``a`` detects with 80 %
   power at ``k`` seeds and the observed ``sd(d)`` (noncentral t).
 
-A sequential study (``seeds: {initial, max, step}``) calls :func:`decide` at each look with the
-level that look may spend (:mod:`.sequential`).
+A sequential study (``seeds: {initial, max, step}``) calls :func:`decide_family` at each look with
+the nominal levels of its group-sequential boundaries (:mod:`.sequential`).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special
 
-from .corrections import CORRECTIONS
+from .corrections import CORRECTIONS, EQUIVALENCE
 
 POWER = 0.8  # of the minimum detectable difference and of "seeds that would decide it"
 MIN_SEEDS_VERDICT = 3  # paired seeds a verdict needs (as the seed tests)
@@ -56,6 +63,12 @@ class Decision:
     mdd: float  # minimum detectable |Δ| at 80 % power, this n and level
     negligible: bool = False  # a real difference, inside the margin
     seeds_to_decide: int | None = None  # inconclusive: seeds at which 80 % of studies would decide
+    # the equivalence test (TOST): its level e (per side), its 1 − 2e interval, its p (the larger
+    # of the two one-sided p's, uncorrected)
+    eq_level: float = float("nan")
+    eq_low: float = float("nan")
+    eq_high: float = float("nan")
+    p_equivalence: float = float("nan")
 
 
 def decision_levels(p: np.ndarray, alpha: float, correction: str) -> np.ndarray:
@@ -72,16 +85,6 @@ def decision_levels(p: np.ndarray, alpha: float, correction: str) -> np.ndarray:
 # scipy.special's distribution functions directly: the same numbers as scipy.stats' t, nct and
 # norm without their argument checks, which took most of the report's calibration time.
 _t_quantile = special.stdtrit  # (df, p)
-
-
-def _t_interval(d: np.ndarray, level: float) -> tuple[float, float, float]:
-    """(low, high, p) of the paired t-test on ``d`` at ``level``."""
-    n, mean, sd = len(d), float(np.mean(d)), float(np.std(d, ddof=1))
-    if sd == 0.0:  # every seed moved by the same amount: the interval is that amount
-        return mean, mean, (1.0 if mean == 0.0 else 0.0)
-    half = _t_quantile(n - 1, 1.0 - level / 2.0) * sd / math.sqrt(n)
-    p = 2.0 * special.stdtr(n - 1, -abs(mean) / (sd / math.sqrt(n)))
-    return float(mean - half), float(mean + half), float(p)
 
 
 def _power_difference(n: int, delta: float, sd: float, level: float) -> float:
@@ -128,14 +131,14 @@ def _half_widths(n: int, level: float) -> np.ndarray:
     return _t_quantile(n - 1, 1.0 - level / 2.0) * s / math.sqrt(n)
 
 
-def _power_decide(n: int, delta: float, sd: float, level: float, margin: float) -> float:
+def _power_decide(n: int, delta: float, sd: float, level: float, margin: float, eq_level: float) -> float:
     """P(the (1 − level) t interval of ``n`` normal differences, true mean ``delta`` and sd ``sd``,
-    excludes 0 or lies inside ±margin). Given the sample sd s the interval is m ± h with
-    h = t · s / √n and m ~ N(delta, sd² / n) independent of s; it decides unless
-    max(0, margin − h) ≤ |m| ≤ h."""
+    excludes 0, or their (1 − 2·eq_level) interval lies inside ±margin). Given the sample sd s the
+    intervals are m ± h and m ± h_e with h = t_{1−level/2} · s / √n, h_e = t_{1−eq_level} · s / √n
+    and m ~ N(delta, sd² / n) independent of s; it decides unless max(0, margin − h_e) ≤ |m| ≤ h."""
     se = sd / math.sqrt(n)
     half = sd * _half_widths(n, float(level))
-    low = np.maximum(0.0, margin - half)
+    low = np.maximum(0.0, margin - sd * _half_widths(n, 2.0 * float(eq_level)))
 
     def mass(a, b):  # P(a ≤ m ≤ b)
         return special.ndtr((b - delta) / se) - special.ndtr((a - delta) / se)
@@ -144,14 +147,18 @@ def _power_decide(n: int, delta: float, sd: float, level: float, margin: float) 
     return float(1.0 - undecided.mean())
 
 
-def seeds_to_decide(n: int, delta: float, sd: float, level: float, margin: float) -> int | None:
+def seeds_to_decide(
+    n: int, delta: float, sd: float, level: float, margin: float, eq_level: float | None = None
+) -> int | None:
     """The fewest seeds (≥ n) at which, if the observed Δ and sd(d) were the truth, 80 % of studies
-    would decide: their interval excludes 0 or fits inside ±margin. None: beyond 10,000."""
+    would decide: their interval excludes 0 or their TOST at ``eq_level`` (default ``level``) finds
+    them inside ±margin. None: beyond 10,000."""
     if sd == 0.0 or not math.isfinite(sd):
         return None
+    eq_level = level if eq_level is None else eq_level
 
     def decides(k: int) -> bool:
-        return _power_decide(k, delta, sd, level, margin) >= POWER
+        return _power_decide(k, delta, sd, level, margin, eq_level) >= POWER
 
     low, high = max(n, 2), max(n, 2)
     while not decides(high):  # bracket, then bisect: the chance grows with the seeds
@@ -164,8 +171,37 @@ def seeds_to_decide(n: int, delta: float, sd: float, level: float, margin: float
     return high
 
 
-def decide(d: np.ndarray, level: float, margin: float, higher_is_better: bool = True) -> Decision:
-    """The verdict on paired differences ``d`` (variant − base) at decision level ``level``."""
+def tost_p(delta: float, se: float, df: int, margin: float) -> float:
+    """The TOST p-value of an estimate ``delta`` (standard error ``se``, ``df`` degrees of freedom)
+    against ±margin: the larger of the one-sided t-tests' p of H0 Δ ≤ −margin and H0 Δ ≥ +margin.
+    It is < e exactly when the 1 − 2e interval lies inside (−margin, +margin)."""
+    if not (math.isfinite(delta) and math.isfinite(se) and math.isfinite(margin)):
+        return float("nan")
+    if se == 0.0:
+        return 0.0 if abs(delta) < margin else 1.0
+    above_low = special.stdtr(df, -(delta + margin) / se)  # P(T ≥ (Δ + m) / se) under Δ = −m
+    below_high = special.stdtr(df, -(margin - delta) / se)  # P(T ≥ (m − Δ) / se) under Δ = +m
+    return float(max(above_low, below_high))
+
+
+def _estimate(d: np.ndarray) -> tuple[float, float, int] | None:
+    """(mean, se, df) of the finite paired differences ``d``; None with fewer than 3."""
+    d = np.asarray(d, dtype=float)
+    d = d[np.isfinite(d)]
+    if len(d) < MIN_SEEDS_VERDICT:
+        return None
+    return float(np.mean(d)), float(np.std(d, ddof=1)) / math.sqrt(len(d)), len(d) - 1
+
+
+def decide(
+    d: np.ndarray,
+    level: float,
+    margin: float,
+    higher_is_better: bool = True,
+    eq_level: float | None = None,
+) -> Decision:
+    """The verdict on paired differences ``d`` (variant − base) at decision level ``level`` and
+    equivalence level ``eq_level`` (default ``level``: TOST at the same level)."""
     d = np.asarray(d, dtype=float)
     d = d[np.isfinite(d)]
     n = len(d)
@@ -174,7 +210,9 @@ def decide(d: np.ndarray, level: float, margin: float, higher_is_better: bool = 
         delta = float(np.mean(d)) if n else nan
         return Decision(Verdict.INCONCLUSIVE, n, delta, level, nan, nan, nan, margin, nan)
     delta, sd = float(np.mean(d)), float(np.std(d, ddof=1))
-    return decide_estimate(delta, sd / math.sqrt(n), n - 1, level, margin, higher_is_better, seeds=n)
+    return decide_estimate(
+        delta, sd / math.sqrt(n), n - 1, level, margin, higher_is_better, seeds=n, eq_level=eq_level
+    )
 
 
 def decide_estimate(
@@ -185,32 +223,53 @@ def decide_estimate(
     margin: float,
     higher_is_better: bool = True,
     seeds: int | None = None,
+    eq_level: float | None = None,
 ) -> Decision:
     """The verdict on an estimate ``delta`` with standard error ``se`` on ``df`` degrees of freedom
-    (a linear model's contrast, say), read as :func:`decide` reads the paired t interval, which is
+    (a linear model's contrast, say), read as :func:`decide` reads the paired t intervals, which is
     the case se = sd(d)/√k, df = k − 1. The minimum detectable difference is the t-test's on ``df``;
     "seeds that would decide" treats the estimate as a paired comparison over ``seeds``
     replications (default df + 1) with sd(d) = se·√seeds."""
     n = df + 1 if seeds is None else seeds
-    if se == 0.0:  # every replication moved by the same amount: the interval is that amount
-        low = high = delta
+    eq_level = level if eq_level is None or not math.isfinite(eq_level) else eq_level
+    if se == 0.0:  # every replication moved by the same amount: the intervals are that amount
+        low = high = eq_low = eq_high = delta
         p = 1.0 if delta == 0.0 else 0.0
     else:
         half = _t_quantile(df, 1.0 - level / 2.0) * se
         low, high = delta - half, delta + half
+        eq_half = _t_quantile(df, 1.0 - eq_level) * se
+        eq_low, eq_high = delta - eq_half, delta + eq_half
         p = 2.0 * special.stdtr(df, -abs(delta) / se)
     low, high, p = float(low), float(high), float(p)
+    tost = {
+        "eq_level": float(eq_level),
+        "eq_low": float(eq_low),
+        "eq_high": float(eq_high),
+        "p_equivalence": tost_p(delta, se, df, margin),
+    }
     mdd = minimum_detectable(df + 1, se * math.sqrt(df + 1), level)
     differs = bool(low > 0.0 or high < 0.0)
-    inside = bool(-margin < low and high < margin)
+    inside = bool(-margin < eq_low and eq_high < margin)
     if differs:
         better = (delta > 0.0) == higher_is_better
         verdict = Verdict.BETTER if better else Verdict.WORSE
-        return Decision(verdict, n, delta, level, low, high, p, margin, mdd, negligible=inside)
+        return Decision(verdict, n, delta, level, low, high, p, margin, mdd, negligible=inside, **tost)
     if inside:
-        return Decision(Verdict.EQUIVALENT, n, delta, level, low, high, p, margin, mdd)
-    needed = seeds_to_decide(n, delta, se * math.sqrt(n), level, margin)
-    return Decision(Verdict.INCONCLUSIVE, n, delta, level, low, high, p, margin, mdd, seeds_to_decide=needed)
+        return Decision(Verdict.EQUIVALENT, n, delta, level, low, high, p, margin, mdd, **tost)
+    needed = seeds_to_decide(n, delta, se * math.sqrt(n), level, margin, eq_level)
+    return Decision(
+        Verdict.INCONCLUSIVE, n, delta, level, low, high, p, margin, mdd, seeds_to_decide=needed, **tost
+    )
+
+
+def equivalence_levels(p_tost: np.ndarray, alpha: float, correction: str, equivalence: str) -> np.ndarray:
+    """Per comparison, its TOST level: the correction's decision levels over the family's TOST
+    p-values (``equivalence = 'family'``), or α for each (``'per-comparison'``). NaN p: NaN."""
+    p_tost = np.asarray(p_tost, dtype=float)
+    if EQUIVALENCE.check(equivalence) == "per-comparison":
+        return np.where(np.isfinite(p_tost), alpha, np.nan)
+    return decision_levels(p_tost, alpha, correction)
 
 
 def decide_family(
@@ -219,17 +278,26 @@ def decide_family(
     correction: str,
     margins: dict[str, float],
     higher_is_better: bool = True,
+    equivalence: str = "family",
 ) -> dict[str, Decision]:
-    """Verdicts for a family of comparisons (name → paired differences), corrected together.
-    Comparisons with fewer than 3 paired seeds are not tested and do not count in the family."""
+    """Verdicts for a family of comparisons (name → paired differences), corrected together: the
+    better / worse tests over their t-test p-values, the equivalence tests over their TOST
+    p-values (:func:`equivalence_levels`). Comparisons with fewer than 3 paired seeds are not
+    tested and do not count in the family."""
     names = list(diffs)
-    p = np.full(len(names), np.nan)
+    p, p_tost = np.full(len(names), np.nan), np.full(len(names), np.nan)
     for i, name in enumerate(names):
-        d = np.asarray(diffs[name], dtype=float)
-        d = d[np.isfinite(d)]
-        if len(d) >= MIN_SEEDS_VERDICT:
-            p[i] = _t_interval(d, alpha)[2]
+        found = _estimate(diffs[name])
+        if found is not None:
+            delta, se, df = found
+            if se == 0.0:  # every seed moved by the same amount
+                p[i] = 1.0 if delta == 0.0 else 0.0
+            else:
+                p[i] = float(2.0 * special.stdtr(df, -abs(delta) / se))
+            p_tost[i] = tost_p(delta, se, df, margins[name])
     levels = decision_levels(p, alpha, correction)
+    eq_levels = equivalence_levels(p_tost, alpha, correction, equivalence)
     return {
-        name: decide(diffs[name], levels[i], margins[name], higher_is_better) for i, name in enumerate(names)
+        name: decide(diffs[name], levels[i], margins[name], higher_is_better, eq_levels[i])
+        for i, name in enumerate(names)
     }
