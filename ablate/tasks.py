@@ -9,6 +9,8 @@ Dimensions: ``b`` batch, ``n`` tokens, ``d`` model width.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import stat
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -24,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from torch import Tensor, nn
 
 from . import stopping
+from .cache import file_digest
 from .components import BuildContext, Component, Options
 
 
@@ -194,6 +197,22 @@ class Task:
         folder), or None for data without a path (synthetic)."""
         path = getattr(getattr(self.options, "data", None), "path", None)
         return None if path is None else self.base_dir / Path(path).expanduser()
+
+    def data_files(self) -> dict[str, Path]:
+        """Option name → each data file (or folder) the options name; default: ``data.path``."""
+        path = self.data_path()
+        return {} if path is None else {"path": path}
+
+    def data_digest(self) -> str | None:
+        """What the trials train on, by content: a digest of every file :meth:`data_files` names
+        (None for data made from the options alone, such as synthetic data, which the fingerprint
+        already covers). Recorded with each trial, so a data file changed under finished trials
+        is caught before new ones train on it."""
+        files = self.data_files()
+        if not files:
+            return None
+        parts = {name: file_digest(path) for name, path in sorted(files.items())}
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
     def check_files(self) -> str | None:
         """None if every data file the options name exists, else a one-line reason."""

@@ -141,7 +141,13 @@ def test_a_checkpoint_signed_with_the_legacy_fingerprint_resumes(write_study, tm
 
 def _trial_file(folder: Path, variant: str, seed: int, fingerprint: str, run_id: str) -> Path:
     path = folder / f"{variant}-seed{seed}-{fingerprint}{TRIAL_SUFFIX}"
-    record = {"format": TRIAL_FORMAT, "study": "old", "run_id": run_id}
+    record = {
+        "format": TRIAL_FORMAT,
+        "study": "old",
+        "run_id": run_id,
+        "fingerprint": fingerprint,
+        "seed": seed,
+    }
     path.write_bytes(gzip.compress(json.dumps(record).encode()))
     return path
 

@@ -82,3 +82,14 @@ def test_a_reuse_database_that_does_not_exist_is_an_error_not_created(tmp_path):
     with pytest.raises(AblateError, match=r"--reuse sqlite:///.*typo\.db: no such database file"):
         Donors([f"sqlite:///{typo}"])
     assert not typo.exists()
+
+
+def test_a_donor_trained_on_other_data_is_not_copied(tmp_path, capsys):
+    record = _record(REAL)
+    record["tags"]["ablate.data_digest"] = "aaaa"
+    _write(tmp_path / REAL.name, record)
+    donors = Donors([tmp_path])
+    assert donors.find(["f532881595a4821f"], 3, data_digest="bbbb") is None
+    assert "trained on other data (aaaa, these are bbbb)" in capsys.readouterr().err
+    assert donors.find(["f532881595a4821f"], 3, data_digest="aaaa") is not None
+    assert donors.find(["f532881595a4821f"], 3) is not None  # synthetic data: no digest to compare

@@ -30,10 +30,13 @@ from ..track import DATA_ARTIFACTS, DATA_SUMMARY, STUDY_ARTIFACT, Tracker, prove
 from ..train import TrialResult, checkpoint_interval
 from .execution import Config, Execution, Failed, Job, Pruned, SearchJob, TaskData, checkpoint_path
 from .ledger import (
+    DATA_DIGEST,
     INTERRUPTED,
     Phase,
     Queue,
     check_changed,
+    check_data,
+    data_digest,
     drop_reason,
     failed_for_good,
     fingerprint,
@@ -106,6 +109,7 @@ class Driver:
         self.searches = (
             {v: Queue.search(study, v, storage) for v in study.variants} if study.spec.search.enabled else {}
         )
+        self.data_digest = data_digest(study)  # what the data files hold now, by content
         self.data = data or TaskData(study)
         self.data.on_load = self._record_data
         if self.data.loaded:  # read before the stores existed (read_data_first): recorded now
@@ -120,6 +124,8 @@ class Driver:
         (Task.artifacts) as artifacts under ``data/``."""
         try:
             summary = self.study.task.data_summary(data)
+            if self.data_digest:  # which content every trial of this run was trained on
+                summary = {**summary, "data digest (SHA-256)": self.data_digest}
             self.tracker.set_tag(self.parent, DATA_SUMMARY, json.dumps(summary, default=str))
             self.tracker.attach_files(self.parent, self.study.task.artifacts(data), DATA_ARTIFACTS)
         except Exception as exc:  # noqa: BLE001 - a summary is never worth a trial (data loads inside one)
@@ -163,6 +169,7 @@ class Driver:
             expected = search_fingerprints(study, variant)  # the current one first: new trials carry it
             place = f"search study '{queue.name}' in {self.stores.output_dir}"
             check_changed(trials, {variant: expected}, place)
+            check_data(trials, self.data_digest, place)
             done = taken(trials, self.retry_failed)
             points = grid_order(study) if study.spec.search.grid else None
             for slot in range(search_budget(study)):
@@ -174,6 +181,7 @@ class Driver:
         configs = {v: self.config(v) for v in study.variants}
         expected = {v: fingerprints(c.study, v) for v, c in configs.items() if c}
         check_changed(trials, expected, str(self.stores.output_dir))
+        check_data(trials, self.data_digest, str(self.stores.output_dir))
         self._replan(trials)
         done = taken(trials, self.retry_failed)
         for variant, seed in self.planned:
@@ -317,6 +325,9 @@ class Driver:
             "trial": str(trial.number),
             **{f"search.{k}": str(v) for k, v in params.items()},
         }
+        if self.data_digest:
+            trial.set_user_attr(DATA_DIGEST, self.data_digest)
+            tags[f"ablate.{DATA_DIGEST}"] = self.data_digest
         run_id = self.execution.start_run(job, cfg, tags, params)
         trial.set_user_attr("mlflow_run_id", run_id)
         self.reporter.trial(label, job.seed, study.spec.train.epochs)
@@ -337,9 +348,14 @@ class Driver:
         cfg = self.config(job.variant)
         trained_as = fingerprint(cfg.study, job.variant)
         trial.set_user_attr("fingerprint", trained_as)
-        run_id = self.execution.start_run(job, cfg, {"trial": str(trial.number)}, cfg.params)
+        tags = {"trial": str(trial.number)}
+        if self.data_digest:
+            trial.set_user_attr(DATA_DIGEST, self.data_digest)
+            tags[f"ablate.{DATA_DIGEST}"] = self.data_digest
+        run_id = self.execution.start_run(job, cfg, tags, cfg.params)
         trial.set_user_attr("mlflow_run_id", run_id)
-        donor = self.donors.find(fingerprints(cfg.study, job.variant), job.seed) if self.donors else None
+        wanted = fingerprints(cfg.study, job.variant)
+        donor = self.donors.find(wanted, job.seed, self.data_digest) if self.donors else None
         outcome = donor.copy_into(self.tracker, run_id) if donor else None
         reused = outcome is not None
         if reused:

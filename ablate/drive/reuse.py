@@ -43,7 +43,7 @@ from ..track import (
 from ..train import TrialResult
 
 # A donor's tags that say how its numbers were made (code, resumption, batch size), carried over.
-CARRIED_TAGS = (*PROVENANCE_TAGS, "ablate.oom_retry", "ablate.resumed_from_epoch")
+CARRIED_TAGS = (*PROVENANCE_TAGS, "ablate.oom_retry", "ablate.resumed_from_epoch", "ablate.data_digest")
 TRIAL_SUFFIX = ".trial.json.gz"  # <variant>-seed<k>-<fingerprint>.trial.json.gz
 TRIAL_FORMAT = 1
 RUN_SEPARATOR = ", run "  # a donor's source ends with it and the run that trained it
@@ -60,6 +60,11 @@ class Donor(ABC):
     @abstractmethod
     def read(self) -> tuple[TrialResult, dict[str, str]]:
         """The trial's result (curves included) and its carried tags, read whole."""
+
+    @property
+    @abstractmethod
+    def data_digest(self) -> str | None:
+        """The digest of the data it was trained on; None where it was not recorded."""
 
     def copy_into(self, tracker: Tracker, run_id: str) -> TrialResult | None:
         """Log the donor's per-epoch curves and carried tags into ``run_id``; return its result (its
@@ -93,6 +98,10 @@ class StoredTrial(Donor):
     @property
     def source(self) -> str:
         return f"{self.experiment} in {self.uri}{RUN_SEPARATOR}{self.run.info.run_id}"
+
+    @property
+    def data_digest(self) -> str | None:
+        return self.run.data.tags.get("ablate.data_digest")
 
     def read(self) -> tuple[TrialResult, dict[str, str]]:
         final: dict[str, float] = {}
@@ -157,6 +166,10 @@ class FiledTrial(Donor):
     def source(self) -> str:
         return f"{self.record['study']} in {self.path.parent}{RUN_SEPARATOR}{self.record['run_id']}"
 
+    @property
+    def data_digest(self) -> str | None:
+        return self.record.get("tags", {}).get("ablate.data_digest")
+
     def read(self) -> tuple[TrialResult, dict[str, str]]:
         split = self.record["per_unit"]
         per_unit = pd.DataFrame(split["data"], columns=split["columns"])
@@ -198,15 +211,20 @@ class Donors:
     def __bool__(self) -> bool:
         return bool(self.sources)
 
-    def find(self, fingerprints: Sequence[str], seed: int) -> Donor | None:
+    def find(self, fingerprints: Sequence[str], seed: int, data_digest: str | None = None) -> Donor | None:
         """The first finished trial with one of these fingerprints (the trial's current one first,
         then those older stores and trial files carry: :func:`~.ledger.fingerprints`) and this
-        seed, or None."""
+        seed, trained on these data (``data_digest``; a donor recorded before digests were is
+        taken as trained on them), or None."""
         for source in self.sources:
             try:
                 found = self._first_in(source, fingerprints, seed)
             except Exception as exc:  # noqa: BLE001 - a place gone unreadable costs a training, not the study
                 warn(f"--reuse {source} not searched: {first_line(exc)}")
+                continue
+            other = found.data_digest if found is not None else None
+            if other is not None and data_digest is not None and other != data_digest:
+                warn(f"not reused ({found.source}): trained on other data ({other}, these are {data_digest})")
                 continue
             if found is not None:
                 return found

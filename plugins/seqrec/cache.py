@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.cache import cache_dir
+from ablate.cache import cache_dir, file_digest
 from ablate.errors import DataError
 
 from .data import Interactions
@@ -26,16 +26,12 @@ CACHE_VERSION = 2
 def file_hash(path: Path) -> str:
     if path.is_dir():
         raise DataError(f"{path}: is a folder, not a data file")
-    digest = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
+        return file_digest(path)
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
     except OSError as exc:
         raise DataError(f"{path}: cannot read: {exc}") from None
-    return digest.hexdigest()
 
 
 def cached(

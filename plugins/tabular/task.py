@@ -59,6 +59,12 @@ class TabularTask(Task):
             )
         return None
 
+    def data_files(self) -> dict[str, Path]:
+        data = self.options.data
+        if not isinstance(data, CsvData):
+            return super().data_files()
+        return {option: self.base_dir / Path(name).expanduser() for option, name in data.files().items()}
+
     def check_files(self) -> str | None:
         """Every file the data options name exists (``path``, and ``valid`` / ``test`` files)."""
         data = self.options.data
