@@ -241,12 +241,26 @@ def _seeds(data: Any, handler: ValidatorFunctionWrapHandler) -> list[int] | Sequ
 SeedsField = Annotated[list[int] | SequentialSeeds, WrapValidator(_seeds)]
 
 
+# Names become parts of file names (trial files, checkpoints, report folders): at most this long,
+# so ``<variant>-seed<k>-<fingerprint>.trial.json.gz`` stays under a file system's 255 bytes.
+MAX_NAME = 100
+
+
+def _variant_names(variants: dict[str, Any]) -> dict[str, Any]:
+    for name in variants:
+        if len(name) > MAX_NAME:
+            raise ValueError(f"variant name {name[:20]!r}… has {len(name)} characters (at most {MAX_NAME})")
+        if not name.strip() or any(not ch.isprintable() for ch in name):
+            raise ValueError(f"variant name {name!r} is empty or holds a control character")
+    return variants
+
+
 class StudySpec(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=MAX_NAME)
     description: str = ""
     task: TaskSpec
     model: ModelSpec = ModelSpec()
-    variants: dict[str, dict[str, Any]] = {}
+    variants: Annotated[dict[str, dict[str, Any]], AfterValidator(_variant_names)] = {}
     grid: dict[str, list[Any]] = {}
     train: TrainSpec = TrainSpec()
     search: SearchSpec = SearchSpec()

@@ -73,14 +73,28 @@ def read_bytes(path: Path) -> bytes:
     try:
         raw = path.read_bytes()
         if path.suffix == ".gz":
-            raw = gzip.decompress(raw)
+            raw = _gunzip(path, raw, physical_memory() // 4)
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
     except (OSError, EOFError, zlib.error) as exc:
         raise DataError(f"{path}: cannot read: {exc}") from None
+    except MemoryError:
+        raise DataError(f"{path}: does not fit in this machine's memory") from None
     if not raw.strip():
         raise DataError(f"{path}: the file is empty")
     return raw
+
+
+def _gunzip(path: Path, raw: bytes, limit: int) -> bytes:
+    """``raw`` decompressed, refused once it grows past ``limit`` bytes: a small file that inflates
+    past a quarter of this machine's memory (a "gzip bomb") would end the process, not the load,
+    and the parsed data take several times the text."""
+    text = gzip.GzipFile(fileobj=io.BytesIO(raw)).read(limit + 1)
+    if len(text) > limit:
+        raise DataError(
+            f"{path}: decompresses to more than {size(limit)} (a quarter of this machine's memory); not read"
+        )
+    return text
 
 
 def read_text(path: Path, encoding: str | None = None) -> str:

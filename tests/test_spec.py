@@ -138,6 +138,10 @@ BAD = [
     ({"seeds": [0, 2**64]}, ["seeds.1", "from 0 to 2**64 - 1"]),
     ({"seeds": [-1]}, ["seeds.0", "from 0 to 2**64 - 1"]),
     ({"train": {"loss": {"negatives": 10**9}}}, ["train.loss.negatives", "only 60 items to draw them from"]),
+    # Names become file names: no control characters, none past a file system's limit.
+    ({"variants": {"a\0b": {}}}, ["variants: variant name 'a\\x00b' is empty or holds a control character"]),
+    ({"variants": {"v" * 150: {}}}, ["variants: variant name 'vvvvvvvvvvvvvvvvvvvv'… has 150 characters"]),
+    ({"name": "x" * 260}, ["name: String should have at most 100 characters"]),
     # micro-batching is the training step's: an old study file is told where it went.
     ({"task": {"micro_batches": 4}}, ["task.micro_batches: moved to train.micro_batches"]),
 ]

@@ -129,3 +129,19 @@ def test_memory_problem_names_the_estimate_and_the_machine():
     assert memory_problem(1e6, "a million bytes") is None
     problem = memory_problem(1e18, "10¹² users")
     assert problem.startswith("10¹² users need about 888 PiB of memory") and "this machine has" in problem
+
+
+def test_a_gzip_bomb_is_refused_in_one_line_not_inflated(tmp_path, monkeypatch):
+    """A small .gz that inflates past a quarter of the machine's memory is refused as it inflates
+    (here the machine is made to have 16 MiB: 3 MiB of text passes, 8 MiB does not)."""
+    from ablate_plugins import text_files
+
+    monkeypatch.setattr(text_files, "physical_memory", lambda: 16 << 20)
+    fits = tmp_path / "fits.dat.gz"
+    fits.write_bytes(gzip.compress(b"1\t2\t3\t4\n" * (3 << 17)))
+    assert len(text_files.read_bytes(fits)) == 3 << 20
+    bomb = tmp_path / "bomb.dat.gz"
+    bomb.write_bytes(gzip.compress(b"\0" * (8 << 20)))
+    assert bomb.stat().st_size < 20_000
+    with pytest.raises(DataError, match=r"bomb.dat.gz: decompresses to more than 4 MiB .*; not read"):
+        text_files.read_bytes(bomb)
