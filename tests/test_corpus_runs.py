@@ -257,6 +257,12 @@ CASES = [
         run(),
     ),
     Case(
+        "journal-unknown-op-code",
+        {"study.yaml": STUDY, JOURNAL: JOURNAL_HEAD + b'{"op_code": 99, "worker_id": "w"}\n' + JOURNAL_TAIL},
+        ("runs/tiny/optuna.journal:2:", "corrupt record", "no known op_code: 99"),
+        run(),
+    ),
+    Case(
         "journal-is-a-folder",
         {"study.yaml": STUDY, "runs/tiny/optuna.journal/x": ""},
         ("optuna.journal:", "not a file"),

@@ -20,8 +20,13 @@ import time
 from pathlib import Path
 
 from optuna.storages.journal import JournalFileSymlinkLock
+from optuna.storages.journal._storage import JournalOperation
 
 from ..errors import AblateError, warn
+
+# What a record's op_code may be: Optuna's own operations (a private module, but the only place
+# they are named; tests/test_resume.py replays a real journal through this check).
+KNOWN_OPERATIONS = frozenset(int(op) for op in JournalOperation)
 
 
 def check_journal(path: Path) -> None:
@@ -79,8 +84,11 @@ def _complete_records(path: Path) -> int:
             if not line.endswith(b"\n"):
                 break  # the tail: cut off, or being written
             try:
-                json.loads(line)
-            except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+                record = json.loads(line)
+                op = record.get("op_code") if isinstance(record, dict) else None
+                if op not in KNOWN_OPERATIONS:  # Optuna's replay would raise on it, every run
+                    raise ValueError(f"no known op_code: {op!r}")
+            except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, the operation
                 raise AblateError(
                     f"{path}:{number}: the Optuna journal has a corrupt record ({exc}); the store cannot "
                     f"be read: restore the file from a backup, or move it away to start the study afresh"
