@@ -121,6 +121,7 @@ class TaskData:
 
     @cached_property
     def _loaded(self) -> tuple[Any, int]:
+        fault_point("load")  # test hook
         data = self.task.load()
         preflight(self.study, data)  # every variant's size and first forward pass with these data
         if self.on_load:
