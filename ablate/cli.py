@@ -105,6 +105,9 @@ RetryFailedOpt = Annotated[
 ]
 
 
+REBUILD_HELP = "Rebuild a lost Optuna journal from the MLflow store's finished trials (kept) first."
+
+
 @app.command()
 def run(
     study_file: StudyArg,
@@ -126,6 +129,7 @@ def run(
         int | None, typer.Option(min=1, help="Trials at once per GPU.", show_default="as many fit: measured")
     ] = None,
     reuse: ReuseOpt = None,
+    rebuild_queue: Annotated[bool, typer.Option("--rebuild-queue", help=REBUILD_HELP)] = False,
 ) -> None:
     """Train every (variant, seed) of a study (searching first if it has a search: section),
     resuming where it stopped, then write the report."""
@@ -144,9 +148,8 @@ def run(
         if not quiet:
             err.print(placement.describe(), markup=False, highlight=False, soft_wrap=True)
     with stopping.stop_signals(), _resumable(study_file, False, overrides):  # `kill` or Ctrl-C: a clean stop
-        ran = run_and_report(
-            study, output, reports, quiet, retry_failed, workers, storage, tracking_uri, placement, reuse
-        )
+        arguments = (output, reports, quiet, retry_failed, workers, storage, tracking_uri, placement, reuse)
+        ran = run_and_report(study, *arguments, rebuild_queue=rebuild_queue)
     if ran.failed:
         raise typer.Exit(1)
 
@@ -191,6 +194,7 @@ def worker(
     """Take trials from a study's shared queue until none is left (start one per machine or GPU,
     all with the same --storage and --tracking-uri); writes no report (run `ablate report`)."""
     from .drive import Donors, Stores, run_study
+    from .drive.recovery import check_stores
     from .progress import BarReporter
     from .running import check_folders, stop_with_parent
     from .study import load_study
@@ -200,6 +204,7 @@ def worker(
     stores = Stores.for_study(study, output, tracking_uri, storage)
     stores.heartbeat_s, stores.grace_s = heartbeat, grace
     check_folders(study, stores, output)  # before any training
+    check_stores(study, stores)  # a store lost beside the other: one line, nothing retrained
     donors = Donors(reuse or ())
     with stopping.stop_signals(), _resumable(study_file, quiet, overrides), progress_bars(quiet) as bars:
         stop_with_parent()
@@ -328,11 +333,13 @@ def status(
     import time
 
     from .drive import Stores, checkpointed_fractions, eta_seconds, plan, progress, status_table
+    from .drive.recovery import check_stores
     from .study import load_study
     from .train import checkpoint_summaries
 
     study = load_study(study_file, check_files=False, overrides=overrides or ())
     stores = Stores.for_study(study, output, storage=storage)
+    check_stores(study, stores)  # says what `run` would say of a lost store
     if not stores.started():
         design = study.spec.sequential
         first = f" at the first look, up to {len(study.variants) * design.max}" if design else ""

@@ -17,6 +17,7 @@ from rich.markup import escape
 from . import stopping
 from .console import err, out, progress_bars
 from .drive import Donors, Stores, prepare, progress, run_study
+from .drive.recovery import check_stores
 from .errors import AblateError, RunFailed
 from .folders import folder_problem, study_key_error
 from .progress import BarReporter, StoreWatch
@@ -51,17 +52,23 @@ def run_and_report(
     tracking_uri: str | None = None,
     gpus: GpuPlan | None = None,
     reuse: Sequence[str | Path] | None = None,
+    rebuild_queue: bool = False,
 ) -> Ran:
     """Train every (variant, seed) of a study not yet complete, then write the report (to
     ``<reports>/<study>/`` when ``reports`` is given, else to ``report/`` in the study's output
     folder). A stop request (SIGTERM, Ctrl-C) ends it with ``KeyboardInterrupt`` once trials in
     flight are recorded. ``reuse``: other studies' output folders, tracking URIs or folders of trial
-    files whose finished trials with the same fingerprint and seed are copied, not trained."""
+    files whose finished trials with the same fingerprint and seed are copied, not trained.
+    ``rebuild_queue``: a lost journal is rebuilt from the tracking records first
+    (:func:`~ablate.drive.recovery.check_stores`)."""
     if workers < 1:
         raise AblateError(f"workers must be at least 1 (got {workers})")
     stores = Stores.for_study(study, output, tracking_uri, storage)
     out_dir = reports / study.name if reports else stores.output_dir / "report"
     check_folders(study, stores, output, reports, out_dir)  # before any training
+    rebuilt = check_stores(study, stores, rebuild_queue)  # a store lost beside the other: one line
+    if rebuilt:
+        err.print(f"rebuilt: {rebuilt} finished trial(s) of the queue from the tracking records")
     donors = Donors(reuse or ())  # a --reuse folder without a store is refused before any training
     if workers == 1 and gpus is None:
         with progress_bars(quiet) as bars:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-import yaml
 from optuna.trial import TrialState
 
 from .. import match as matching
@@ -47,6 +46,7 @@ from .ledger import (
     search_fingerprints,
     taken,
 )
+from .records import resolved_yaml, study_params, study_tags
 from .reuse import Donors
 from .stores import Stores
 
@@ -102,7 +102,7 @@ class Driver:
         artifacts = stores.output_dir / "artifacts" if stores.tracking_uri.startswith("sqlite") else None
         tracker = Tracker(stores.tracking_uri, study.name, artifact_root=artifacts)
         tracker.provenance = provenance(study.path)
-        parent = tracker.study_run(study.name, tags=_study_tags(study), params=_study_params(study))
+        parent = tracker.study_run(study.name, tags=study_tags(study), params=study_params(study))
         tracker.attach_text(parent, resolved_yaml(study), STUDY_ARTIFACT)
         self.tracker, self.parent = tracker, parent  # the study's MLflow run
         self.final = Queue.final(study, storage)
@@ -432,21 +432,3 @@ def read_data_first(study: Study, stores: Stores) -> TaskData | None:
     data = TaskData(study)
     data.get()
     return data
-
-
-def _study_tags(study: Study) -> dict[str, str]:
-    return {
-        "ablate.study": study.name,
-        "ablate.task": study.task.kind_name(),
-        "ablate.report_settings": study.report_settings_json(),
-    }
-
-
-def _study_params(study: Study) -> dict[str, object]:
-    spec = study.spec.model_dump(mode="json", include={"seeds", "task", "metrics"})
-    return {"study_file": str(study.path), **spec}  # flattened by the tracker: task.kind, seeds.initial, …
-
-
-def resolved_yaml(study: Study) -> str:
-    """The validated study (overrides applied, defaults filled in) as YAML: what ran."""
-    return yaml.safe_dump(study.spec.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
