@@ -22,7 +22,7 @@ import ablate
 
 from . import registry, stopping
 from .console import duration, err, out, progress_bars, say_error
-from .errors import AblateError
+from .errors import AblateError, first_line
 
 app = typer.Typer(
     add_completion=False,
@@ -433,7 +433,16 @@ def main() -> None:
     except typer.Abort:
         say_error("aborted")
         sys.exit(1)
+    except Exception as exc:  # noqa: BLE001 - only a store's or the disk's failure is answered here
+        if not isinstance(exc, OSError) and type(exc).__module__.split(".")[0] not in STORE_LIBRARIES:
+            raise  # anything else is a bug: its traceback is what a report of it needs
+        say_error(f"{type(exc).__name__}: {first_line(exc)}; stopped (what finished is kept; rerun resumes)")
+        sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+# Whose errors mean a store (or the disk under it) failed mid-run: one line, exit 1, as a failed run.
+STORE_LIBRARIES = frozenset({"sqlalchemy", "sqlite3", "mlflow", "optuna"})
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,7 +4,10 @@ back, `status` saying what `run` says; a lost journal rebuilt from the tracking 
 
 from __future__ import annotations
 
+import errno
 import shutil
+
+import pytest
 
 
 def test_a_lost_journal_or_tracking_store_is_one_line_and_the_journal_is_rebuilt(
@@ -42,3 +45,46 @@ def test_a_lost_journal_or_tracking_store_is_one_line_and_the_journal_is_rebuilt
         assert code == 2 and len(err.strip().splitlines()) == 1, err
         assert "mlflow.db is missing, but" in err and "holds 2 finished trial(s)" in err
     assert not (output / "mlflow.db").exists()  # nothing created in its place
+
+
+@pytest.mark.parametrize("failure", ["os", "database"])
+def test_a_store_failing_mid_run_is_one_line_and_the_run_resumes(
+    cli, write_study, tmp_path, monkeypatch, failure
+):
+    """An I/O error (a full or read-only disk) or a database error while a trial is recorded: one
+    line, exit status 1, the trials finished before it kept; the same command then resumes."""
+    from sqlalchemy.exc import OperationalError
+
+    from ablate.drive import execution
+
+    monkeypatch.chdir(tmp_path)
+    study = write_study(
+        {"train": {"epochs": 1}, "report": {"calibration": 0, "bootstrap": 100}}, replace={"seeds": [0]}
+    )
+    real_finish, calls = execution.Execution.finish, []
+
+    def failing(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the second trial's record: the first one is kept
+            if failure == "os":
+                raise OSError(errno.EIO, "Input/output error", str(tmp_path / "runs" / "tiny" / "mlflow.db"))
+            raise OperationalError("INSERT INTO metrics …", {}, Exception("disk I/O error"))
+        return real_finish(self, *args, **kwargs)
+
+    monkeypatch.setattr(execution.Execution, "finish", failing)
+    code, _, err = cli("run", study, "--quiet")
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    why = "Input/output error" if failure == "os" else "disk I/O error"
+    assert why in err and "stopped (what finished is kept; rerun resumes)" in err
+    monkeypatch.setattr(execution.Execution, "finish", real_finish)
+    code, _, err = cli("run", study, "--quiet")
+    assert code == 0 and "resumed: 1 trial(s) were already complete" in err, err
+
+
+def test_a_bug_still_shows_its_traceback(cli, write_study, monkeypatch):
+    """Only a store's or the disk's failure is turned into one line: a programming error is not."""
+    from ablate.drive import execution
+
+    monkeypatch.setattr(execution.Execution, "finish", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        cli("run", write_study({"train": {"epochs": 1}}, replace={"seeds": [0], "variants": {}}), "--quiet")
