@@ -88,3 +88,28 @@ def test_a_bug_still_shows_its_traceback(cli, write_study, monkeypatch):
     monkeypatch.setattr(execution.Execution, "finish", lambda *a, **k: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         cli("run", write_study({"train": {"epochs": 1}}, replace={"seeds": [0], "variants": {}}), "--quiet")
+
+
+def test_a_stale_lock_naming_a_journal_that_is_gone_is_removed_not_spun_on(tmp_path, capsys):
+    """Optuna's journal lock is a link to the journal; one a crash left behind after the journal
+    was removed made every later open spin a core forever. It is removed, with one line."""
+    import threading
+
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from ablate.drive.journal import check_journal
+
+    journal = tmp_path / "optuna.journal"
+    lock = tmp_path / "optuna.journal.lock"
+    lock.symlink_to(journal)  # dangling: the journal is gone
+    check_journal(journal)
+    assert not lock.is_symlink()
+    assert "a stale lock a crash left, naming a journal that is gone; removed it" in capsys.readouterr().err
+
+    opened = threading.Thread(
+        target=lambda: JournalStorage(JournalFileBackend(str(journal))).create_new_study([]), daemon=True
+    )
+    opened.start()
+    opened.join(20)
+    assert not opened.is_alive()  # the store opens and writes: no lock left to wait on

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from optuna.storages.journal import JournalFileSymlinkLock
+from optuna.storages.journal._file import LOCK_FILE_SUFFIX
 from optuna.storages.journal._storage import JournalOperation
 
 from ..errors import AblateError, warn
@@ -32,6 +33,7 @@ KNOWN_OPERATIONS = frozenset(int(op) for op in JournalOperation)
 def check_journal(path: Path) -> None:
     """Raise :class:`AblateError` (file:line) on a journal that cannot be read back; remove a
     cut-off last record (keeping a copy of the file). A missing journal is fine (a new study)."""
+    _remove_dangling_lock(path)
     if not os.path.lexists(path):
         return
     if not path.is_file():
@@ -55,6 +57,20 @@ def check_journal(path: Path) -> None:
         f"{path}: its last record was cut off by a crash mid-write; removed it ({size - complete} bytes), "
         f"the file as it was is kept as {backup.name}"
     )
+
+
+def _remove_dangling_lock(path: Path) -> None:
+    """Remove the journal's lock where it is a symbolic link to a journal that is gone: Optuna's
+    lock (a link to the journal) would wait on it forever, at full speed — its stale-lock check
+    reads the link's target, which fails, and retries at once. No writer can be holding it: a
+    writer's lock points at the journal it appends to."""
+    lock = Path(f"{path}{LOCK_FILE_SUFFIX}")
+    if lock.is_symlink() and not lock.exists():
+        try:
+            lock.unlink()
+        except FileNotFoundError:  # another process removed it first
+            return
+        warn(f"{lock}: a stale lock a crash left, naming a journal that is gone; removed it")
 
 
 def _cut_tail(path: Path) -> tuple[int, int, Path | None]:
