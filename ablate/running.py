@@ -214,6 +214,7 @@ def write_study_report(
         why = f" ({failed} failed; `ablate run --retry-failed` trains them again)" if failed else ""
         raise RunFailed(f"no finished trials for '{experiment}' in {tracking_uri}{why}, so no report")
     settings = report_settings(loaded.settings, study)
+    stopping.check()  # safe points around the report's stages: a stop is honoured while it is written
     paths = write_report(
         loaded.results,
         loaded.units,
@@ -223,6 +224,7 @@ def write_study_report(
         failures=loaded.failures,
         meta=loaded.meta,
     )
+    stopping.check()
     attach_report(tracking_uri, experiment, paths)  # to the study's MLflow run
     shown, settings = resampled_for_report(loaded.results, loaded.units, settings)  # as the report
     out.print(

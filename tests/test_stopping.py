@@ -109,3 +109,30 @@ def _trials(journal, state) -> list:
     except (KeyError, FileNotFoundError):
         return []
     return study.get_trials(deepcopy=False, states=(state,))
+
+
+def test_sigterm_while_the_report_is_written_stops_it(cli, write_study, tmp_path, monkeypatch):
+    """Writing a report has safe points too (between calibration studies, between figures): a
+    `kill` while a finished study's report is written ends it within seconds with status 130,
+    where it used to be ignored until the report was done."""
+    monkeypatch.chdir(tmp_path)
+    study = write_study({"train": {"epochs": 1}, "report": {"calibration": 0}}, replace={"seeds": [0]})
+    assert cli("run", study, "--quiet")[0] == 0
+    run = subprocess.Popen(
+        [sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet", "report.calibration=100000"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(6)  # past start-up and the stores: the calibration is simulating by now
+        assert run.poll() is None, run.communicate()
+        stopped = time.monotonic()
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=60)
+        took = time.monotonic() - stopped
+    finally:
+        run.kill()
+    assert run.returncode == 130 and took < 10, (run.returncode, took, err[-2000:])
+    assert "interrupted:" in err and "Traceback" not in err

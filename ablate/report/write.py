@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import stats
+from .. import stats, stopping
 from ..stats import ComparisonRow, ReportSettings
 from ..stats.resample import resampled_for_report
 from .cells import isnan
@@ -207,6 +207,7 @@ def render(
         ]
 
     def figure(name: str, path: Path | None, caption: str) -> None:
+        stopping.check()  # a safe point between figures: SIGTERM / Ctrl-C stop the report here
         if path is not None:
             paths[name] = path
             elements.append(Element("figure", caption, path=path))

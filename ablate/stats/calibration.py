@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
+from .. import stopping
 from .comparison import MIN_SEEDS_TEST, family_verdicts
 from .verdicts import Decision, Verdict, minimum_detectable
 
@@ -60,6 +61,7 @@ def _run(
     rng: np.random.Generator, s: ReportSettings, k: int, effects: list[float], mean: float, sd: float
 ) -> list[tuple[float, Decision]]:
     """One simulated study: (true Δ, decision) per variant with a verdict."""
+    stopping.check()  # a safe point: SIGTERM / Ctrl-C while a report is written stop it here
     table = _study(rng, k, effects, mean, sd)
     names = list(table.columns[1:])
     standings = family_verdicts(table, s, s.primary, names).values()
