@@ -275,4 +275,12 @@ def test_calibrate_a_sequential_study():
     assert cal["familywise"] <= ALPHA + noise(ALPHA, cal["studies"])
     assert cal["false_equivalence"] <= ALPHA + noise(ALPHA, n)
     assert cal["coverage"] >= 0.95 - noise(0.95, cal["coverage_n"])
-    assert cal["power_measured"] > 0.4  # below the fixed-n 80 %: the rule spends α over its looks
+    # the planted Δ (the MDD at 9 seeds, ≈ 0.0048) lies inside the ±0.01 margin: stopping there as
+    # equivalent is right, so power to call it better is measured with a margin below it
+    assert cal["planted_delta"] < cal["margin"]
+    narrow = calibrate(
+        settings(sequential=s.sequential, margin=0.002), 3, 2, mean=0.5, sd=0.004, comparisons=150
+    )
+    print(f"\nsequential 3 → 9: power {narrow['power_measured']:.1%} (margin inside the effect)")
+    assert narrow["power_measured"] > 0.5  # below the fixed-n 80 %: the rule spends α over its looks
+    assert narrow["false_verdict"] <= ALPHA + noise(ALPHA, n)

@@ -12,11 +12,12 @@ import pandas as pd
 import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
-from scipy import stats
+from scipy import optimize, stats
 
 import ablate.drive.execution as execution
 import ablate.stats.verdicts as verdicts
 from ablate.drive.ledger import UNPLANNED, UNWANTED, drop_reason, plan
+from ablate.stats.boundaries import crossings, median_unbiased, spending_bounds
 from ablate.stats.sequential import MIN_SEEDS_VERDICT, SequentialSeeds, decide_sequential, seeds_wanted
 from ablate.study import load_study
 
@@ -58,8 +59,8 @@ def _bound(rate: float, n: int) -> float:
 
 
 def test_aa_false_better_or_worse_within_alpha(quick_verdicts):
-    # Measured: 3.4 % of studies (1.2 % of comparisons) with any false better / worse; α-spending
-    # with the union bound is conservative. Half the comparisons end equivalent (margin 1 sd).
+    # Measured: 4.65 % of studies (1.65 % of comparisons) with any false better / worse (the union
+    # bound of before: 3.4 %); boundaries from the looks' joint distribution spend α, Holm keeps it.
     runs = _simulate(2000, [0.0, 0.0, 0.0], margin=1.0)
     studies = np.mean([any(v in ("better", "worse") for v, _ in s.values()) for s in runs])
     comparisons = np.mean([v in ("better", "worse") for s in runs for v, _ in s.values()])
@@ -69,8 +70,8 @@ def test_aa_false_better_or_worse_within_alpha(quick_verdicts):
 
 
 def test_difference_at_the_margin_is_rarely_called_equivalent(quick_verdicts):
-    # Measured: 0.5 % of comparisons, 1.4 % of studies (each look's interval fits inside the
-    # margin with chance ≤ α_k / 2 when the difference is the margin).
+    # Measured: 1.8 % of comparisons, 4.6 % of studies (each one-sided test of TOST reads its
+    # one-sided group-sequential boundary; Holm over the family's TOST p-values).
     runs = _simulate(1000, [1.0, 1.0, -1.0], margin=1.0, seed=1)
     comparisons = np.mean([v == "equivalent" for s in runs for v, _ in s.values()])
     studies = np.mean([any(v == "equivalent" for v, _ in s.values()) for s in runs])
@@ -80,7 +81,7 @@ def test_difference_at_the_margin_is_rarely_called_equivalent(quick_verdicts):
 
 
 def test_planted_effect_is_found(quick_verdicts):
-    # Measured (500 studies): a 2 sd effect is called better in 100 %, at 7.7 seeds on average;
+    # Measured (300 studies): a 2 sd effect is called better in 100 %, at 7.1 seeds on average;
     # no null variant beside it is called better or worse.
     runs = _simulate(300, [2.0, 0.0, 0.0], margin=0.5, seed=2)
     power = np.mean([s["v0"][0] == "better" for s in runs])
@@ -91,8 +92,8 @@ def test_planted_effect_is_found(quick_verdicts):
 
 
 def test_sequential_beats_three_fixed_seeds_on_a_moderate_effect(quick_verdicts):
-    # Measured (500 studies, Δ = 1 sd): sequential 74 % at 14.6 seeds on average; 3 fixed seeds
-    # at the full α 7.6 % (the t-test at 3 seeds with Holm over 3 variants has little power).
+    # Measured (300 studies, Δ = 1 sd): sequential 88.7 % (the union-bound spending of before:
+    # 74 %); 3 fixed seeds 6.0 % (the t-test at 3 seeds with Holm over 3 variants has little power).
     effects = [1.0, 0.0, 0.0]
     sequential = _simulate(300, effects, margin=0.5, seed=3)
     fixed = _simulate(300, effects, margin=0.5, design=SequentialSeeds(initial=3, max=3), seed=3)
@@ -101,7 +102,7 @@ def test_sequential_beats_three_fixed_seeds_on_a_moderate_effect(quick_verdicts)
         for name, runs in (("sequential", sequential), ("fixed", fixed))
     }
     print(f"\nΔ = 1 sd: sequential {power['sequential']:.1%}, 3 fixed seeds {power['fixed']:.1%}")
-    assert power["sequential"] >= 0.6
+    assert power["sequential"] >= 0.8
     assert power["sequential"] > power["fixed"] + 0.4
 
 
@@ -148,16 +149,83 @@ def test_design_looks_levels_and_spending():
     assert SequentialSeeds(initial=4, max=10, step=3).looks() == [4, 7, 10]
     assert DESIGN.seeds() == list(range(20))
     for spending in ("pocock", "obrien_fleming"):
-        levels = SequentialSeeds(initial=3, max=20, step=2, spending=spending).levels(ALPHA)
-        assert sum(levels) == pytest.approx(ALPHA) and all(a > 0 for a in levels)
-    pocock = DESIGN.levels(ALPHA)
+        spent = SequentialSeeds(initial=3, max=20, step=2, spending=spending).spent(ALPHA)
+        assert sum(spent) == pytest.approx(ALPHA) and all(a > 0 for a in spent)
+    pocock = DESIGN.spent(ALPHA)
     assert pocock[0] == pytest.approx(ALPHA * math.log(1 + (math.e - 1) * 3 / 20))
-    # O'Brien–Fleming-type: 2 − 2Φ(z_{1−α/2} / √t), against scipy's normal distribution
-    obf = SequentialSeeds(initial=5, max=20, step=5, spending="obrien_fleming").levels(ALPHA)
-    z = stats.norm.ppf(1 - ALPHA / 2)
-    assert obf[0] == pytest.approx(2 - 2 * stats.norm.cdf(z / math.sqrt(0.25)), rel=1e-9)
+    # O'Brien–Fleming-type, each side 2 − 2Φ(z_{1−α/4} / √t), against scipy's normal distribution
+    obf = SequentialSeeds(initial=5, max=20, step=5, spending="obrien_fleming").spent(ALPHA)
+    z = stats.norm.ppf(1 - ALPHA / 4)
+    assert obf[0] == pytest.approx(2 * (2 - 2 * stats.norm.cdf(z / math.sqrt(0.25))), rel=1e-9)
     assert obf[0] < pocock[0]  # spends little early
     assert MIN_SEEDS_VERDICT == verdicts.MIN_SEEDS_VERDICT
+
+
+# -- the boundaries, from the joint distribution of the looks -------------------------------------------
+
+
+FIVE = [1.0, 2.0, 3.0, 4.0, 5.0]  # five equally spaced looks
+
+
+def test_exact_pocock_and_obrien_fleming_boundaries_match_the_tables():
+    """Jennison & Turnbull (2000), tables 2.1 and 2.3, K = 5, α = .05 two-sided: Pocock's constant
+    boundary c = 2.413 (nominal .0158 per look, where the union bound gave .0061 at the last look)
+    and O'Brien–Fleming's c_k = 2.040·√(5/k) (final nominal .041) each cross with chance .05."""
+    c = optimize.brentq(lambda c: crossings(FIVE, [-c] * 5, [c] * 5)[0].sum() * 2 - ALPHA, 1.5, 4.0)
+    assert c == pytest.approx(2.413, abs=5e-4)
+    assert 2 * stats.norm.sf(c) == pytest.approx(0.0158, abs=1e-4)
+    obf = [2.040 * math.sqrt(5 / k) for k in FIVE]
+    up, down = crossings(FIVE, [-b for b in obf], obf)
+    assert (up + down).sum() == pytest.approx(ALPHA, abs=2e-4)
+    assert 2 * stats.norm.sf(obf[-1]) == pytest.approx(0.041, abs=5e-4)
+
+
+def test_spending_boundaries_match_ldbounds():
+    """Lan–DeMets boundaries, K = 5 equally spaced, α = .05 two-sided (ldbounds / gsDesign):
+    Pocock-type 2.438 … 2.386, O'Brien–Fleming-type 4.877 … 2.031."""
+    pocock = spending_bounds(tuple(FIVE), "pocock", ALPHA, 2)
+    assert pocock == pytest.approx([2.4380, 2.4268, 2.4101, 2.3966, 2.3859], abs=2e-3)
+    obf = spending_bounds(tuple(FIVE), "obrien_fleming", ALPHA, 2)
+    assert obf == pytest.approx([4.8769, 3.3569, 2.6803, 2.2898, 2.0310], abs=2e-3)
+    # one-sided at α/2 is the same boundary (each side spends half)
+    assert spending_bounds(tuple(FIVE), "obrien_fleming", ALPHA / 2, 1) == pytest.approx(obf, abs=1e-6)
+    nominal = DESIGN.nominal(ALPHA)
+    assert len(nominal) == len(DESIGN.looks()) and all(0.009 < a < 0.016 for a in nominal)
+
+
+def test_crossing_probabilities_match_the_multivariate_normal():
+    """The recursion against scipy's multivariate normal CDF (corr(Z_i, Z_j) = √(I_i / I_j)), with
+    and without a drift, on the unequal looks of a seed design."""
+    info = np.array([3.0, 5.0, 9.0])
+    c = np.array([2.6, 2.4, 2.2])
+    cov = np.sqrt(np.minimum.outer(info, info) / np.maximum.outer(info, info))
+    for drift in (0.0, 0.4):
+        mean = drift * np.sqrt(info)
+        stays = stats.multivariate_normal(mean, cov).cdf(c, lower_limit=-c, rng=np.random.default_rng(0))
+        up, down = crossings(list(info), list(-c), list(c), drift)
+        assert (up + down).sum() == pytest.approx(1 - stays, abs=2e-4)
+
+
+def test_median_unbiased_estimate_after_stopping():
+    """Stopping early on a large Δ inflates the naive mean; the stage-wise median-unbiased estimate
+    is below it, and at the first look (one test, nothing before it) equals it. By simulation
+    (300 studies, one variant, Δ = 1 sd, 3 → 20 seeds): its median error is near 0, the naive
+    mean's is not. Measured: naive +0.090 sd, adjusted −0.013 sd."""
+    bounds = spending_bounds(tuple(FIVE), "pocock", ALPHA, 2)
+    assert median_unbiased(tuple(FIVE), bounds, 0, 3.0, 1.0) == pytest.approx(3.0, abs=1e-6)
+    assert median_unbiased(tuple(FIVE), bounds, 2, 3.0, 1.0) < 3.0 / math.sqrt(3)
+    rng = np.random.default_rng(8)
+    naive, adjusted = [], []
+    for _ in range(300):
+        x = rng.normal(size=(DESIGN.max, 1)) + rng.normal(scale=math.sqrt(0.5), size=(DESIGN.max, 2))
+        table = pd.DataFrame(x + [0.0, 1.0], columns=["base", "v0"])
+        s = decide_sequential(table, "base", ["v0"], DESIGN, ALPHA, "holm", lambda _: 0.1)["v0"]
+        naive.append(s.decision.delta)
+        adjusted.append(s.adjusted(DESIGN))
+    errors = np.median(naive) - 1, np.median(adjusted) - 1
+    print(f"\nΔ = 1 sd, median error: naive {errors[0]:+.3f}, adjusted {errors[1]:+.3f}")
+    assert abs(np.median(adjusted) - 1) < abs(np.median(naive) - 1)
+    assert abs(np.median(adjusted) - 1) < 0.06
 
 
 def _table(columns: dict[str, list[float]]) -> pd.DataFrame:
@@ -391,7 +459,9 @@ def test_driver_adds_seeds_only_where_still_open(cli, write_study, tmp_path, mon
     assert "worse at 3 seeds (look 1 of 3)" in out
 
     code, _, err = cli("run", study, "--quiet")  # nothing left to add
-    assert code == 0 and f"{total} trial(s) were already complete" in err
+    # heavy-dropout's rejection at look 1 (known only after the retry) passes its share of α on to
+    # near (Holm across looks), which may now stop at an earlier look than the seeds it has
+    assert code == 0 and "trial(s) were already complete" in err
     assert _complete(tmp_path) == complete
     report = (tmp_path / "runs" / "tiny" / "report" / "report.md").read_text()
     assert (

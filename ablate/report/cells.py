@@ -66,7 +66,15 @@ def interval(row) -> str:
         ci = too_few_seeds(row.n_paired)
     else:
         ci = "not tested"
-    return f"{number(row.delta, True)} [{ci}]"
+    return f"{effect(row)} [{ci}]"
+
+
+def effect(row, signed=number) -> str:
+    """Δ as the report prints it: after a sequential stop the median-unbiased Δ, the naive mean
+    beside it; else the mean difference."""
+    if isnan(getattr(row, "delta_adjusted", float("nan"))):
+        return signed(row.delta, True)
+    return f"{signed(row.delta_adjusted, True)} (naive {signed(row.delta, True)})"
 
 
 def confidence(row) -> str:

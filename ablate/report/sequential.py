@@ -4,10 +4,12 @@ planned with (:func:`ablate.stats.sequential.sequential_standing`), recomputed f
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from ..stats import ReportSettings
-from ..stats.sequential import SequentialDecision, sequential_standing
+from ..stats.sequential import SequentialDecision, SequentialSeeds, sequential_standing
 from .cells import number
 from .document import Element
 
@@ -24,13 +26,19 @@ def _verdict(s: SequentialDecision) -> str:
     return "waiting" if s.decision is None else str(s.decision.verdict)
 
 
-def _interval(s: SequentialDecision) -> str:
+def _interval(s: SequentialDecision, design: SequentialSeeds) -> str:
+    """The effect: the median-unbiased Δ, the naive mean beside it, and the interval the verdict read
+    at its look's nominal level."""
     d = s.decision
     if d is None:
         return "—"
-    return (
-        f"{number(d.delta, True)} [{number(d.ci_low, True)}, {number(d.ci_high, True)}] at {1 - d.level:.2%}"
+    adjusted = s.adjusted(design)
+    effect = (
+        number(d.delta, True)
+        if math.isnan(adjusted)
+        else f"{number(adjusted, True)} (naive {number(d.delta, True)})"
     )
+    return f"{effect} [{number(d.ci_low, True)}, {number(d.ci_high, True)}] at {1 - d.level:.2%}"
 
 
 def sequential_elements(results: pd.DataFrame, settings: ReportSettings) -> list[Element]:
@@ -41,26 +49,42 @@ def sequential_elements(results: pd.DataFrame, settings: ReportSettings) -> list
     per_seed = per_seed_table(results, settings)
     standing = sequential_standing(per_seed, settings)
     trained = per_seed.notna().sum() if not per_seed.empty else pd.Series(dtype=int)
-    looks, levels = design.looks(), design.levels(settings.alpha)
+    looks, levels = design.looks(), design.spent(settings.alpha)
     method = settings.correction_method.label
     text = (
         f"Seeds were added {design.step} at a time, from {design.initial} up to {design.max} per variant, "
         f"only while a variant's comparison with {settings.baseline} on test {settings.primary} was "
         f"inconclusive; {settings.baseline} got as many seeds as any variant needed. A look is a number of "
         f"seeds ({', '.join(map(str, looks))}); once every open variant and {settings.baseline} have "
-        f"them, each open comparison is decided by its paired t interval at the α that look spends "
-        f"({design.spending}-type α-spending, Lan & DeMets 1983), {method}-corrected over the "
-        f"comparisons still open, and a decided variant gets no more seeds. The looks' α add up to "
-        f"α = {settings.alpha:g}, so over all looks and comparisons the chance of any false better or "
-        f"worse is at most α, and a difference as large as the margin is called equivalent with chance "
-        f"at most α (a union bound: conservative; tests/test_sequential.py measures both by simulation)."
+        f"them, each open comparison is decided by its paired t-test at the nominal level of its look's "
+        f"boundary: a group-sequential design per comparison planned to {design.max} seeds, its "
+        f"boundaries computed from the joint distribution of the looks ({design.spending}-type "
+        f"Lan–DeMets α-spending; Jennison & Turnbull ch. 19), at its share of α from {method} over the "
+        f"family (comparisons rejected at earlier looks pass their share on; Maurer & Bretz 2013). "
+        f"Equivalent: both one-sided tests against ±margin cross their one-sided boundaries at the "
+        f"equivalence share. Over all looks the chance of any false better or worse is at most "
+        f"α = {settings.alpha:g}, and of calling a difference as large as the margin equivalent at most "
+        f"α (tests/test_sequential.py measures both by simulation). Stopping for equivalence is "
+        f"non-binding. Δ is the median-unbiased estimate by stage-wise ordering (stopping early on a "
+        f"large difference inflates the plain mean, shown as naive), and the level column is the "
+        f"nominal level of each look's boundary at the full α (a family's later Holm steps use "
+        f"their own share)."
     )
     spent = 0.0
     look_rows = []
+    nominal = design.nominal(settings.alpha)
     for k, (n, level) in enumerate(zip(looks, levels, strict=True), start=1):
         spent += level
         closed = [f"{v} ({_verdict(s)})" for v, s in standing.items() if s.closed and s.look == k]
-        look_rows.append([str(k), ", ".join(closed) or "—", str(n), f"{level:.4f}", f"{spent:.4f}"])
+        row = [
+            str(k),
+            ", ".join(closed) or "—",
+            str(n),
+            f"{level:.4f}",
+            f"{spent:.4f}",
+            f"{nominal[k - 1]:.4f}",
+        ]
+        look_rows.append(row)
     variant_rows = [
         [
             v,
@@ -68,7 +92,7 @@ def sequential_elements(results: pd.DataFrame, settings: ReportSettings) -> list
             s.reason,
             str(int(trained.get(v, 0))),
             str(s.seeds) if s.decision is not None else "—",
-            _interval(s),
+            _interval(s, design),
         ]
         for v, s in standing.items()
     ]
@@ -81,12 +105,19 @@ def sequential_elements(results: pd.DataFrame, settings: ReportSettings) -> list
         Element("p", text),
         Element(
             "table",
-            headers=["look", "decided here", "seeds", "α spent", "α spent so far"],
+            headers=["look", "decided here", "seeds", "α spent", "α spent so far", "nominal level"],
             items=look_rows,
         ),
         Element(
             "table",
-            headers=["variant", "verdict", "why it stopped", "seeds trained", "seeds used", "Δ [interval]"],
+            headers=[
+                "variant",
+                "verdict",
+                "why it stopped",
+                "seeds trained",
+                "seeds used",
+                "Δ median-unbiased [interval]",
+            ],
             items=variant_rows,
             left=3,
         ),

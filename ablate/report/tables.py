@@ -35,7 +35,8 @@ def table_rows(cmp: list[ComparisonRow], settings: ReportSettings) -> tuple[list
         "conf.",
         "rel. change",
         "MDD",
-        "p (adj)",
+        # a sequential primary metric's p is raw, read against its look's nominal level
+        "p (vs look level)" if settings.sequential is not None and metric == settings.primary else "p (adj)",
         "verdict",
     ]
     base_mean = next((r.mean for r in cmp if r.variant == settings.baseline), float("nan"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from ..stats import MIN_SEEDS_TEST, ComparisonRow, ReportSettings, Verdict
-from .cells import NA, isnan, number, rate, too_few_seeds
+from .cells import NA, effect, isnan, number, rate, too_few_seeds
 
 # decided comparisons first in the running text
 _ORDER = {Verdict.BETTER: 0, Verdict.WORSE: 1, Verdict.EQUIVALENT: 2, Verdict.INCONCLUSIVE: 3, None: 4}
@@ -56,14 +56,15 @@ def verdict_sentence(row: ComparisonRow, settings: ReportSettings) -> str:
     places = _decimals(row.margin)
     margin = f"±{_short(row.margin, places)}"
     ci = f"[{_short(row.ci_low, places, True)}, {_short(row.ci_high, places, True)}]"
-    estimate = f"{_short(row.delta, places, True)} {ci}"
+    shown = effect(row, lambda x, signed: _short(x, places, signed))
+    estimate = f"{shown} {ci}"
     if row.verdict in (Verdict.BETTER, Verdict.WORSE):
         small = f", by less than the {margin} margin (negligible)" if row.negligible else ""
         return f"{v} is {row.verdict} ({estimate}){small}"
     if row.verdict is Verdict.EQUIVALENT:
         if not isnan(row.eq_low):  # the TOST interval it reads (older comparisons.csv: none)
             ci = f"[{_short(row.eq_low, places, True)}, {_short(row.eq_high, places, True)}]"
-            estimate = f"{_short(row.delta, places, True)} {ci}"
+            estimate = f"{shown} {ci}"
         return f"{v} is equivalent within {margin} ({estimate})"
     said = f"{v}: inconclusive — its interval {ci} spans both 0 and the {margin} margin"
     if "maximum" in row.note:  # a sequential comparison that used every seed it may have
@@ -175,9 +176,11 @@ def settings_text(settings: ReportSettings, tables: dict[str, list[ComparisonRow
     if settings.sequential is not None:
         lines.append(
             f"Seeds: sequential, {settings.sequential.describe()}. The primary verdicts come from the "
-            "look at which each comparison stopped, at the α that look may spend, so the error rates "
-            "hold across looks; p shows its raw p-value against that level. Secondary metrics use "
-            "every seed and are exploratory."
+            "look at which each comparison stopped, read at the nominal level of that look's "
+            "group-sequential boundary, so the error rates hold across looks; its table's column "
+            "p (vs look level) holds the raw p-value and that level, not an adjusted p. Its Δ is "
+            "the median-unbiased estimate after stopping, the naive mean beside it. Secondary "
+            "metrics use every seed and are exploratory."
         )
     lines.append(
         "Not in the tables (comparisons.csv only): the per-unit (user) Wilcoxon tests pooled over "

@@ -48,7 +48,8 @@ equivalence rates, the power and the decision interval's coverage that the repor
 
 Modules: :mod:`.settings` (what the report compares and how), :mod:`.intervals` (bootstrap CIs),
 :mod:`.corrections` (multiple comparisons), :mod:`.verdicts` (one comparison's verdict),
-:mod:`.sequential` (seeds added look by look), :mod:`.comparison` (each variant against the
+:mod:`.sequential` (seeds added look by look), :mod:`.boundaries` (their group-sequential
+boundaries), :mod:`.comparison` (each variant against the
 baseline), :mod:`.ranking` (Friedman, all pairs), :mod:`.calibration` (simulated error rates).
 """
 

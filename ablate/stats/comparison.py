@@ -42,6 +42,9 @@ class ComparisonRow:
     delta: float = NAN
     rel_change: float = NAN
     sd_diff: float = NAN
+    # a sequential primary metric: the median-unbiased Δ after stopping (``delta`` is the naive
+    # mean over the seeds of the deciding look, biased away from 0 by stopping early)
+    delta_adjusted: float = NAN
     # the verdict and the numbers it reads (stats.verdicts.Decision); None: not tested (``note``)
     verdict: Verdict | None = None
     significant: bool = False
@@ -235,11 +238,22 @@ def family_verdicts(
     if settings.sequential is not None and metric == settings.primary:
         design, margin_of = settings.sequential, settings.margin_for
         standing = decide_sequential(
-            x, base, candidates, design, settings.alpha, settings.correction, margin_of, higher
+            x,
+            base,
+            candidates,
+            design,
+            settings.alpha,
+            settings.correction,
+            margin_of,
+            higher,
+            settings.equivalence,
         )
         for v in candidates:
             s = standing.get(v)
-            out[v] = Standing(None if s is None else s.decision, "" if s is None else s.reason, True)
+            decision = None if s is None else s.decision
+            if decision is not None and s.closed:
+                decision = replace(decision, delta_adjusted=s.adjusted(design))
+            out[v] = Standing(decision, "" if s is None else s.reason, True)
         return {v: out[v] for v in variants}
     diffs, margins = {}, {}
     for v in candidates:
@@ -352,6 +366,7 @@ def _verdict_columns(standing: Standing, base_mean: float) -> dict:
         "negligible": d.negligible,
         "n_verdict": d.n,
         "delta": d.delta,  # in a sequential study: over the seeds of the deciding look
+        "delta_adjusted": d.delta_adjusted,
         "rel_change": rel,
         "level": d.level,
         "ci_low": d.ci_low,

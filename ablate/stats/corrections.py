@@ -15,6 +15,10 @@ import numpy as np
 from ..errors import AblateError
 from ..schema import Vocabulary
 
+# A level's share of α → the nominal level a test at one look may use (identity with fixed seeds;
+# a group-sequential look's boundary, :mod:`.boundaries`)
+Nominal = Callable[[np.ndarray], np.ndarray]
+
 
 def _holm(ps: np.ndarray) -> np.ndarray:
     """p̃_(i) = max_{j ≤ i} min(1, (m − j + 1) p_(j))"""
@@ -28,45 +32,60 @@ def _benjamini_hochberg(ps: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(np.minimum(1.0, m * ps / j)[::-1])[::-1]
 
 
-def _holm_levels(ps: np.ndarray, alpha: float) -> np.ndarray:
-    """Ascending p_(i) → α/(m−i+1) up to the first that fails its level; from there on, that level."""
+def _identity(a: np.ndarray) -> np.ndarray:
+    return a
+
+
+def _holm_levels(ps: np.ndarray, alpha: float, size: int, nominal: Nominal) -> np.ndarray:
+    """Ascending p_(i) → its share α/(size−i+1) up to the first that fails its nominal level;
+    from there on, that share."""
     m = len(ps)
-    levels = alpha / (m - np.arange(m))
-    failed = np.nonzero(ps > levels)[0]
+    shares = alpha / (size - np.arange(m))
+    failed = np.nonzero(ps > nominal(shares))[0]
     if len(failed):
-        levels[failed[0] :] = levels[failed[0]]
-    return levels
+        shares[failed[0] :] = shares[failed[0]]
+    return shares
 
 
-def _benjamini_hochberg_levels(ps: np.ndarray, alpha: float) -> np.ndarray:
-    """R rejections → every comparison at R·α/m (α/m when R = 0)."""
+def _benjamini_hochberg_levels(ps: np.ndarray, alpha: float, size: int, nominal: Nominal) -> np.ndarray:
+    """R rejections → every comparison at the share R·α/size (α/size when R = 0)."""
     m = len(ps)
-    passed = np.nonzero(ps <= alpha * np.arange(1, m + 1) / m)[0]
+    passed = np.nonzero(ps <= nominal(alpha * np.arange(1, m + 1) / size))[0]
     rejected = passed[-1] + 1 if len(passed) else 1
-    return np.full(m, alpha * rejected / m)
+    return np.full(m, alpha * rejected / size)
 
 
 @dataclass(frozen=True)
 class Correction:
     """``adjust``: ascending p-values → their adjusted values, same order; ``decision_levels``:
-    ascending p-values and α → the level at which each comparison's own test decides as the
-    corrected family does (:func:`ablate.stats.verdicts.decision_levels`); ``label``: its name
-    in the report's text."""
+    ascending p-values, α, the family's size and the nominal map → each comparison's share of α
+    at which its own test decides as the corrected family does
+    (:func:`ablate.stats.verdicts.decision_levels`); ``label``: its name in the report's text."""
 
     adjust: Callable[[np.ndarray], np.ndarray]
-    decision_levels: Callable[[np.ndarray, float], np.ndarray]
+    decision_levels: Callable[[np.ndarray, float, int, Nominal], np.ndarray]
     label: str
 
-    def levels(self, p: np.ndarray, alpha: float) -> np.ndarray:
-        """:attr:`decision_levels` for p-values in any order; NaN entries (not tested) get NaN."""
+    def shares(
+        self, p: np.ndarray, alpha: float, size: int | None = None, nominal: Nominal = _identity
+    ) -> np.ndarray:
+        """Each comparison's share of α, for p-values in any order (NaN entries, not tested: NaN).
+        ``size``: the family's size (default: the finite p-values; larger where members were
+        decided before, as at a sequential look); ``nominal``: a share → the level its p-value
+        is compared with (a sequential look's boundary; with fixed seeds, the share itself)."""
         out = np.full(len(p), np.nan)
         ok = np.isfinite(p)
         if ok.any():
             order = np.argsort(p[ok], kind="stable")
             back = np.empty(int(ok.sum()))
-            back[order] = self.decision_levels(p[ok][order], alpha)
+            family = int(ok.sum()) if size is None else max(size, int(ok.sum()))
+            back[order] = self.decision_levels(p[ok][order], alpha, family, nominal)
             out[ok] = back
         return out
+
+    def levels(self, p: np.ndarray, alpha: float) -> np.ndarray:
+        """The decision level of each comparison of a fixed-seed family: its share of α."""
+        return self.shares(p, alpha)
 
 
 CORRECTIONS: Vocabulary[Correction] = Vocabulary(

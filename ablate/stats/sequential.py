@@ -2,18 +2,22 @@
 
 A study file may say ``seeds: {initial: 3, max: 20, step: 2}``. Every variant and the baseline
 start with seeds 0 … initial−1; at each *look* (initial, initial+step, …, max seeds) the open
-comparisons are decided (:func:`ablate.stats.verdicts.decide_family`), and only the variants still
+comparisons are decided (:func:`ablate.stats.verdicts.decide`), and only the variants still
 inconclusive — and the baseline, while any is — get the next ``step`` seeds.
 
-Error rates: look k may spend ``α_k = f(t_k) − f(t_{k−1})`` of the study's α, with ``t_k`` the
-look's seeds over ``max`` and ``f`` an α-spending function (Lan & DeMets 1983: Pocock-type
-``α·ln(1 + (e−1)·t)`` by default, or O'Brien–Fleming-type ``2 − 2Φ(z_{1−α/2}/√t)``). Each look
-decides its open comparisons with the family correction at level ``α_k``, so by the union bound
-the chance of any false *better* / *worse* over all looks and comparisons is at most Σα_k = α,
-whatever the correlation between looks; the same holds for a false *equivalent* when the true
-difference is at or beyond the margin. The bound is conservative (repeated t-tests on nested
-samples are positively correlated); ``tests/test_sequential.py`` measures the rates by
-simulation.
+Error rates: a group-sequential design per comparison, planned to the maximum of ``max`` seeds.
+Its boundaries come from the joint distribution of the looks (:mod:`.boundaries`): Lan–DeMets
+α-spending, ``f(t)`` of the look's seeds over ``max`` (Pocock-type ``α·ln(1 + (e−1)·t)`` by
+default, or O'Brien–Fleming-type ``2 − 2Φ(z_{1−α/2}/√t)`` per side), and a look reads its paired
+t-test at the boundary's nominal level. Better / worse: two-sided boundaries at the comparison's
+share of α; equivalent: each of the two one-sided tests (TOST) against one-sided boundaries at its
+equivalence share, so a difference at the margin is called equivalent at some look with chance at
+most that share. Across the variants the shares come from the study's correction over the family
+(Holm: α/m, α/(m−1), … with the comparisons rejected at earlier looks leaving the family and
+passing on their share — Maurer & Bretz 2013's graphical Holm for group-sequential designs, which
+keeps the family-wise rate; Benjamini–Hochberg the same way, without that guarantee).
+Stopping for equivalence is non-binding (the efficacy boundaries ignore it), and serves as the
+futility rule. ``tests/test_sequential.py`` measures the rates by simulation.
 """
 
 from __future__ import annotations
@@ -83,19 +87,28 @@ class SequentialSeeds(Strict):
         """Every seed a variant may get, in the order they are added."""
         return list(range(self.max))
 
-    def levels(self, alpha: float) -> list[float]:
-        """α_k each look may spend (they sum to α)."""
+    def spent(self, alpha: float) -> list[float]:
+        """α each look may spend (they sum to α), two-sided: f(t, α/2) per side."""
         spend = SPENDING[self.spending]
-        spent = [float(spend(n / self.max, alpha)) for n in self.looks()]
+        spent = [2.0 * float(spend(n / self.max, alpha / 2.0)) for n in self.looks()]
         spent[-1] = alpha  # the last look spends what is left (f(1) = α up to rounding)
         return [b - a for a, b in zip([0.0, *spent[:-1]], spent, strict=True)]
+
+    def nominal(self, level: float, sides: int = 2) -> list[float]:
+        """Each look's nominal level of the design at overall ``level`` (two-sided, or one-sided
+        for each of the two one-sided equivalence tests): from its boundaries (:mod:`.boundaries`)."""
+        from .boundaries import nominal_levels
+
+        info = tuple(float(n) for n in self.looks())
+        return list(nominal_levels(info, self.spending, float(level), sides))
 
     def describe(self) -> str:
         """One line for ``validate``, ``status`` and the report."""
         looks = ", ".join(map(str, self.looks()))
         return (
             f"{self.initial} to {self.max} seeds per variant, {self.step} at a time where a comparison is "
-            f"still inconclusive (looks at {looks} seeds; {self.spending} alpha spending)"
+            f"still inconclusive (looks at {looks} seeds; group-sequential boundaries, {self.spending}-type "
+            "alpha spending)"
         )
 
 
@@ -108,6 +121,29 @@ class SequentialDecision:
     looks: int
     decision: Decision | None  # None: its look is not complete yet
     reason: str
+    share: float = math.nan  # its share of α at this look (the boundaries its t-test read)
+
+    def adjusted(self, design: SequentialSeeds) -> float:
+        """The median-unbiased Δ of a closed comparison: by the stage-wise ordering of the
+        two-sided boundaries at its share of α (:func:`.boundaries.median_unbiased`); NaN when
+        open or without spread. The look's t statistic enters as the z with the same p-value (the
+        boundaries are read through nominal levels), and Δ is scaled by the estimate's ratio to
+        that z's naive one, so a stop at the first look keeps its Δ. Computed on demand: the
+        simulations read verdicts only."""
+        from scipy import special
+
+        from .boundaries import median_unbiased, spending_bounds
+
+        d = self.decision
+        if d is None or not self.closed or not math.isfinite(self.share) or not d.ci_high > d.ci_low:
+            return math.nan
+        se = (d.ci_high - d.ci_low) / (2.0 * special.stdtrit(d.n - 1, 1.0 - d.level / 2.0))
+        z = float(special.ndtri(special.stdtr(d.n - 1, d.delta / se)))
+        info = tuple(float(n) for n in design.looks())
+        bounds = spending_bounds(info, design.spending, self.share, 2)
+        theta = median_unbiased(info, bounds, self.look - 1, z, 1.0)
+        naive = z / math.sqrt(info[self.look - 1])
+        return d.delta * theta / naive if abs(naive) > 1e-12 else theta * se * math.sqrt(d.n)
 
     @property
     def closed(self) -> bool:
@@ -127,15 +163,22 @@ def decide_sequential(
     correction: str,
     margin_of: Callable[[float], float],
     higher_is_better: bool = True,
+    equivalence: str = "family",
 ) -> dict[str, SequentialDecision]:
     """Each variant's standing after the looks whose seeds are all trained.
 
     ``per_seed`` is seed × variant of the primary metric (NaN or absent: not trained yet). A
     variant decided at an earlier look keeps that decision; one still open waits for the first look
-    whose seeds it (or the baseline) lacks. ``margin_of(baseline mean at the look)`` is the margin."""
-    from .verdicts import Verdict, decide_family
+    whose seeds it (or the baseline) lacks. ``margin_of(baseline mean at the look)`` is the margin.
+    At each look the open comparisons get their shares of α from the correction over the whole
+    family less the comparisons already rejected (better / worse; for the equivalence tests, those
+    already said inside the margin), and read their t-tests at the nominal levels of those shares'
+    boundaries (``SequentialDecision.share``, from which :meth:`SequentialDecision.adjusted` gives
+    the median-unbiased Δ)."""
+    from .corrections import CORRECTIONS
+    from .verdicts import Verdict, decide, equivalence_levels, family_pvalues
 
-    looks, levels = design.looks(), design.levels(alpha)
+    looks = design.looks()
     columns = [baseline, *(v for v in variants if v != baseline)]
     # seed × (baseline, variants) as one array: the looks below slice it (pandas lookups per look
     # and variant would dominate the calibration simulations' run time)
@@ -143,7 +186,9 @@ def decide_sequential(
     column = {name: j for j, name in enumerate(columns)}
     standing: dict[str, SequentialDecision] = {}
     open_ = [v for v in variants if v != baseline]
-    for k, (n, level) in enumerate(zip(looks, levels, strict=True), start=1):
+    family = len(open_)
+    differs, inside = 0, 0  # comparisons rejected so far: better / worse; said inside the margin
+    for k, n in enumerate(looks, start=1):
         trained = np.isfinite(table[:n]).all(axis=0)
         ready = [v for v in open_ if trained[column[v]] and trained[0]]
         for v in open_:
@@ -157,15 +202,29 @@ def decide_sequential(
         base = table[:n, 0]
         diffs = {v: table[:n, column[v]] - base for v in ready}
         margin = margin_of(float(np.mean(base)))
-        decided = decide_family(diffs, level, correction, dict.fromkeys(ready, margin), higher_is_better)
-        for v, decision in decided.items():
+        p, p_tost = family_pvalues(diffs, dict.fromkeys(ready, margin))
+
+        def two_sided(shares, k=k):
+            return np.array([design.nominal(a, 2)[k - 1] for a in np.atleast_1d(shares)])
+
+        def one_sided(shares, k=k):
+            return np.array([design.nominal(a, 1)[k - 1] for a in np.atleast_1d(shares)])
+
+        shares = CORRECTIONS[correction].shares(p, alpha, family - differs, two_sided)
+        eq_shares = equivalence_levels(p_tost, alpha, correction, equivalence, family - inside, one_sided)
+        for i, v in enumerate(ready):
+            level = float(two_sided(shares[i])[0]) if np.isfinite(shares[i]) else math.nan
+            eq_level = float(one_sided(eq_shares[i])[0]) if np.isfinite(eq_shares[i]) else math.nan
+            decision = decide(diffs[v], level, margin, higher_is_better, eq_level)
             if decision.verdict is not Verdict.INCONCLUSIVE:
                 reason = f"{decision.verdict} at {n} seeds (look {k} of {len(looks)})"
             elif k == len(looks):
                 reason = f"inconclusive at the maximum of {n} seeds"
             else:
                 reason = f"inconclusive at {n} seeds: {looks[k]} next"
-            standing[v] = SequentialDecision(n, k, len(looks), decision, reason)
+            standing[v] = SequentialDecision(n, k, len(looks), decision, reason, float(shares[i]))
+            differs += decision.verdict in (Verdict.BETTER, Verdict.WORSE)
+            inside += decision.verdict is Verdict.EQUIVALENT or decision.negligible
         open_ = [v for v in ready if not standing[v].closed]  # the waiting ones stay at this look
         if not open_ or k == len(looks):
             break
@@ -187,6 +246,7 @@ def sequential_standing(per_seed: pd.DataFrame, settings: ReportSettings) -> dic
         settings.correction,
         settings.margin_for,
         settings.higher(settings.primary),
+        settings.equivalence,
     )
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special
 
-from .corrections import CORRECTIONS, EQUIVALENCE
+from .corrections import CORRECTIONS, EQUIVALENCE, Nominal
 
 POWER = 0.8  # of the minimum detectable difference and of "seeds that would decide it"
 MIN_SEEDS_VERDICT = 3  # paired seeds a verdict needs (as the seed tests)
@@ -69,6 +69,9 @@ class Decision:
     eq_low: float = float("nan")
     eq_high: float = float("nan")
     p_equivalence: float = float("nan")
+    # a sequential stop: the median-unbiased Δ by stage-wise ordering (:mod:`.boundaries`); NaN
+    # with fixed seeds, where ``delta`` is unbiased
+    delta_adjusted: float = float("nan")
 
 
 def decision_levels(p: np.ndarray, alpha: float, correction: str) -> np.ndarray:
@@ -263,13 +266,38 @@ def decide_estimate(
     )
 
 
-def equivalence_levels(p_tost: np.ndarray, alpha: float, correction: str, equivalence: str) -> np.ndarray:
-    """Per comparison, its TOST level: the correction's decision levels over the family's TOST
-    p-values (``equivalence = 'family'``), or α for each (``'per-comparison'``). NaN p: NaN."""
+def equivalence_levels(
+    p_tost: np.ndarray,
+    alpha: float,
+    correction: str,
+    equivalence: str,
+    size: int | None = None,
+    nominal: Nominal | None = None,
+) -> np.ndarray:
+    """Per comparison, its share of α for the equivalence test: the correction's shares over the
+    family's TOST p-values (``equivalence = 'family'``), or α for each (``'per-comparison'``). NaN
+    p: NaN. ``size``, ``nominal``: as :meth:`.corrections.Correction.shares` (a sequential look)."""
     p_tost = np.asarray(p_tost, dtype=float)
     if EQUIVALENCE.check(equivalence) == "per-comparison":
         return np.where(np.isfinite(p_tost), alpha, np.nan)
-    return decision_levels(p_tost, alpha, correction)
+    return CORRECTIONS[correction].shares(p_tost, alpha, size, nominal or (lambda a: a))
+
+
+def family_pvalues(diffs: dict[str, np.ndarray], margins: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    """Per comparison (name → paired differences), its paired t-test's two-sided p and its TOST p
+    against its margin; NaN with fewer than 3 paired seeds (not tested, not in the family)."""
+    names = list(diffs)
+    p, p_tost = np.full(len(names), np.nan), np.full(len(names), np.nan)
+    for i, name in enumerate(names):
+        found = _estimate(diffs[name])
+        if found is not None:
+            delta, se, df = found
+            if se == 0.0:  # every seed moved by the same amount
+                p[i] = 1.0 if delta == 0.0 else 0.0
+            else:
+                p[i] = float(2.0 * special.stdtr(df, -abs(delta) / se))
+            p_tost[i] = tost_p(delta, se, df, margins[name])
+    return p, p_tost
 
 
 def decide_family(
@@ -285,16 +313,7 @@ def decide_family(
     p-values (:func:`equivalence_levels`). Comparisons with fewer than 3 paired seeds are not
     tested and do not count in the family."""
     names = list(diffs)
-    p, p_tost = np.full(len(names), np.nan), np.full(len(names), np.nan)
-    for i, name in enumerate(names):
-        found = _estimate(diffs[name])
-        if found is not None:
-            delta, se, df = found
-            if se == 0.0:  # every seed moved by the same amount
-                p[i] = 1.0 if delta == 0.0 else 0.0
-            else:
-                p[i] = float(2.0 * special.stdtr(df, -abs(delta) / se))
-            p_tost[i] = tost_p(delta, se, df, margins[name])
+    p, p_tost = family_pvalues(diffs, margins)
     levels = decision_levels(p, alpha, correction)
     eq_levels = equivalence_levels(p_tost, alpha, correction, equivalence)
     return {
