@@ -8,10 +8,17 @@ and report → command line.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .cache import cache_dir
+
+# torch's compiler caches (torch._dynamo, imported by torch itself on first use of some features,
+# makes its folder at import) go with ablate's own cache, not a torchinductor_<user> in the temp folder.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "torchinductor"))
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

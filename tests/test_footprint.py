@@ -36,3 +36,52 @@ def test_telemetry_is_off_and_caches_stay_in_ablates_folder(tmp_path):
 
 def test_telemetry_can_be_asked_for(tmp_path):
     assert _probe(tmp_path, MLFLOW_DISABLE_TELEMETRY="false")["telemetry_off"] is False
+
+
+SITE = """
+import socket
+
+def _refuse(*args, **kwargs):
+    with open({log!r}, "a") as log:
+        log.write(repr(args[:2]) + "\\n")
+    raise OSError("network disabled by the test")
+
+socket.getaddrinfo = _refuse
+socket.create_connection = _refuse
+_connect = socket.socket.connect
+
+def _connect_local_only(self, address):
+    if self.family in (socket.AF_INET, socket.AF_INET6):
+        _refuse(address)
+    return _connect(self, address)
+
+socket.socket.connect = _connect_local_only
+"""
+
+
+def test_a_run_writes_only_its_output_folder_and_the_cache_and_looks_nothing_up(write_study, tmp_path):
+    """A study run under a fresh HOME and TMPDIR, with every network call made to fail (and
+    logged): afterwards HOME holds only ablate's cache folder, the temp folder is empty, and no
+    network call was tried (issue 40, item 8)."""
+    home, temp, site, log = (tmp_path / name for name in ("home", "tmp", "site", "network.log"))
+    for folder in (home, temp, site):
+        folder.mkdir()
+    (site / "sitecustomize.py").write_text(SITE.format(log=str(log)))
+    study = write_study(
+        {"train": {"epochs": 1}, "report": {"calibration": 0}}, replace={"seeds": [0], "variants": {}}
+    )
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "TMPDIR": str(temp), "PYTHONPATH": str(site)}
+    done = subprocess.run(
+        [sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "runs" / "tiny" / "report" / "report.md").is_file()
+    assert [p.name for p in home.iterdir()] == [".cache"] and [
+        p.name for p in (home / ".cache").iterdir()
+    ] == ["ablate"]
+    assert not list(temp.iterdir())
+    assert not log.exists(), log.read_text()
