@@ -93,3 +93,14 @@ def test_a_donor_trained_on_other_data_is_not_copied(tmp_path, capsys):
     assert "trained on other data (aaaa, these are bbbb)" in capsys.readouterr().err
     assert donors.find(["f532881595a4821f"], 3, data_digest="aaaa") is not None
     assert donors.find(["f532881595a4821f"], 3) is not None  # synthetic data: no digest to compare
+
+
+def test_a_donor_of_another_model_size_is_trained_instead(tmp_path, capsys):
+    """The issue's case: a dim-32 trial renamed (name and record) to a dim-16 fingerprint. Its
+    parameter count is not this trial's model's: refused with one line, nothing written."""
+    record = _record(REAL)
+    assert record["final"]["params"] == 251956  # FuXi-α as fuxi_alpha_ml1m builds it
+    donor = FiledTrial(_write(tmp_path / REAL.name, record), record)
+    assert donor.copy_into(tracker=None, run_id="unused", parameters=8480) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "its model has 251,956 parameters, this trial's 8,480 (another model)" in err[0]

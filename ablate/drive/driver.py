@@ -23,6 +23,7 @@ from .. import stopping
 from ..errors import AblateError, StudyError
 from ..faults import fault_point
 from ..search import grid_order, search_budget, search_seed
+from ..sizes import trained_sizes
 from ..stats import ReportSettings
 from ..study import Study
 from ..track import DATA_ARTIFACTS, DATA_SUMMARY, STUDY_ARTIFACT, Tracker, provenance
@@ -356,7 +357,7 @@ class Driver:
         trial.set_user_attr("mlflow_run_id", run_id)
         wanted = fingerprints(cfg.study, job.variant)
         donor = self.donors.find(wanted, job.seed, self.data_digest) if self.donors else None
-        outcome = donor.copy_into(self.tracker, run_id) if donor else None
+        outcome = donor.copy_into(self.tracker, run_id, self._parameters(cfg, job.variant)) if donor else None
         reused = outcome is not None
         if reused:
             trial.set_user_attr("reused_from", donor.source)
@@ -379,6 +380,10 @@ class Driver:
         else:
             self.summary.finished += 1
             self.reporter.finished(job.variant, job.seed, outcome)
+
+    def _parameters(self, cfg: Config, variant: str) -> int:
+        """The parameter count of the model a trial of ``variant`` trains (built on the meta device)."""
+        return trained_sizes(cfg.study, self.data.get())[variant].parameters
 
     def _primary(self, result: TrialResult) -> float:
         return result.summary[f"valid.{self.study.metrics[0]}"]

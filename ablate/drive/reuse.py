@@ -66,13 +66,18 @@ class Donor(ABC):
     def data_digest(self) -> str | None:
         """The digest of the data it was trained on; None where it was not recorded."""
 
-    def copy_into(self, tracker: Tracker, run_id: str) -> TrialResult | None:
+    def copy_into(self, tracker: Tracker, run_id: str, parameters: int | None = None) -> TrialResult | None:
         """Log the donor's per-epoch curves and carried tags into ``run_id``; return its result (its
         step-0 metrics, per-unit frame and costs) for the caller to finish the run with. A donor
-        that cannot be read whole is skipped with a warning (None: train the trial), before
-        anything is written."""
+        that cannot be read whole, or whose model has another parameter count than this trial's
+        (``parameters``: another model under this fingerprint's name), is skipped with a warning
+        (None: train the trial), before anything is written."""
         try:
             result, tags = self.read()
+            if parameters is not None and result.params and result.params != parameters:
+                raise ValueError(
+                    f"its model has {result.params:,} parameters, this trial's {parameters:,} (another model)"
+                )
         except Exception as exc:  # noqa: BLE001 - an unreadable donor costs a training, never the study
             warn(f"not reused ({self.source}): {first_line(exc)}; training it instead")
             return None
