@@ -1,4 +1,4 @@
-"""The ``ablate`` command line: run, validate, report, status, components.
+"""The ``ablate`` command line: run, validate, plan, report, status, components.
 
 Exit statuses, as the README's table has them: 0 done; 1 trials failed, nothing finished to
 report, or a worker crashed; 2 bad input (study file, data file, argument, a store or folder that
@@ -20,9 +20,10 @@ from rich.table import Table
 
 import ablate
 
-from . import registry, stopping
+from . import stopping
 from .console import duration, err, out, progress_bars, say_error
 from .errors import AblateError, first_line
+from .planning import EffectOpt, PilotOpt, SdOpt, SimulationsOpt, show_plan
 
 app = typer.Typer(
     add_completion=False,
@@ -49,7 +50,6 @@ ReportsOpt = Annotated[
     Path | None,
     typer.Option(help="Write the report to DIR/<study>/.", metavar="DIR", show_default="<output>/report"),
 ]
-
 
 StorageOpt = Annotated[
     str | None,
@@ -276,6 +276,19 @@ def _warn_duplicates(study) -> None:
 
 
 @app.command()
+def plan(
+    study_file: StudyArg,
+    overrides: OverridesArg = None,
+    effect: EffectOpt = None,
+    sd: SdOpt = None,
+    pilot: PilotOpt = None,
+    simulations: SimulationsOpt = 400,
+) -> None:
+    """Before the run: the seeds and trials its design needs for 80% power, and for 'equivalent' at Δ = 0."""
+    show_plan(study_file, overrides or [], effect, sd, pilot, simulations)
+
+
+@app.command()
 def report(
     study_file: Annotated[
         Path | None, typer.Argument(help="Study file (or give --experiment).", show_default=False)
@@ -382,22 +395,9 @@ def status(
 def components(slot: Annotated[str | None, typer.Argument(help="Only this slot.")] = None) -> None:
     """List every registered kind per slot with its options: type, allowed values, default and
     a one-line description."""
-    from .listing import describe_options
+    from .listing import show_components
 
-    for s in [slot] if slot else list(registry.SLOTS):
-        table = Table(title=f"{s} kinds", title_justify="left")
-        for column in ("kind", "option", "type", "allowed", "default", "description"):
-            table.add_column(column)
-        for kind in registry.kinds(s):
-            rows = describe_options(registry.get(s, kind).Options)
-            cells = [[r.name, r.type, r.allowed, r.default, r.description] for r in rows] or [["—"] * 5]
-            # The kind, and under it (on the next option's row) the distribution that provides it.
-            named = [kind, f"[dim]{escape(registry.provider(s, kind))}[/dim]"]
-            if len(cells) == 1:
-                named = ["\n".join(named)]
-            for i, row in enumerate(cells):
-                table.add_row(named[i] if i < 2 else "", *map(escape, row), end_section=i == len(cells) - 1)
-        out.print(table)
+    show_components(slot)
 
 
 # Typer ≥ 0.2x vendors click under a private module; its exception classes are reached through

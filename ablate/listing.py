@@ -1,6 +1,7 @@
-"""``ablate components``: each kind's options with their type, allowed values, default and a
-one-line description — the field's ``description=``, else the comment that documents the field
-in the kind's source (on its line, or the lines just above it), else "—"."""
+"""``ablate components``: every registered kind per slot, a table a slot; each kind's options with
+their type, allowed values, default and a one-line description — the field's ``description=``,
+else the comment that documents the field in the kind's source (on its line, or the lines just
+above it), else "—"."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ import tokenize
 import types
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 
 import annotated_types
 from pydantic import AfterValidator, BaseModel
 
 from .schema import Vocabulary
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.table import Table
 
 NONE = "—"
 # Numeric bounds as pydantic keeps them (``Field(gt=0)`` → ``Gt(0)``), in the order they read.
@@ -31,6 +35,36 @@ class OptionRow:
     allowed: str
     default: str
     description: str
+
+
+def show_components(slot: str | None) -> None:
+    """Print each slot's kinds (``slot``: that one only) with their options, one table a slot."""
+    from . import registry
+    from .console import out
+
+    for s in [slot] if slot else list(registry.SLOTS):
+        out.print(_slot_table(s))
+
+
+def _slot_table(slot: str) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from . import registry
+
+    table = Table(title=f"{slot} kinds", title_justify="left")
+    for column in ("kind", "option", "type", "allowed", "default", "description"):
+        table.add_column(column)
+    for kind in registry.kinds(slot):
+        rows = describe_options(registry.get(slot, kind).Options)
+        cells = [[r.name, r.type, r.allowed, r.default, r.description] for r in rows] or [["—"] * 5]
+        # The kind, and under it (on the next option's row) the distribution that provides it.
+        named = [kind, f"[dim]{escape(registry.provider(slot, kind))}[/dim]"]
+        if len(cells) == 1:
+            named = ["\n".join(named)]
+        for i, row in enumerate(cells):
+            table.add_row(named[i] if i < 2 else "", *map(escape, row), end_section=i == len(cells) - 1)
+    return table
 
 
 def describe_options(options_cls: type[BaseModel]) -> list[OptionRow]:

@@ -24,7 +24,7 @@ LAYERS = [
     {"track"},
     {"drive"},
     {"results", "report"},
-    {"console", "progress", "running", "gpus", "listing", "cli", "__init__"},
+    {"console", "progress", "running", "gpus", "listing", "planning", "cli", "__init__"},
 ]
 LAYER_OF = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
 # What plugins may import from the core: the interface a kind or a task is written against.

@@ -90,7 +90,7 @@ def decision_levels(p: np.ndarray, alpha: float, correction: str) -> np.ndarray:
 _t_quantile = special.stdtrit  # (df, p)
 
 
-def _power_difference(n: int, delta: float, sd: float, level: float) -> float:
+def difference_power(n: int, delta: float, sd: float, level: float) -> float:
     """P(the two-sided paired t-test at ``level`` rejects) when the true difference is ``delta``:
     noncentral t with n − 1 degrees of freedom and noncentrality Δ √n / sd. (statsmodels'
     ``TTestPower`` returns NaN here for 3 seeds at α/3 with d ≈ 5, and solves to a wrong d.)"""
@@ -107,9 +107,9 @@ def _detectable_effect(n: int, level: float, power: float) -> float:
     """Δ / sd(d) at which the paired t-test has ``power`` (cached: the report's calibration asks for
     the same few (seeds, level) pairs thousands of times)."""
     high = 1.0
-    while _power_difference(n, high, 1.0, level) < power:  # power rises with Δ / sd
+    while difference_power(n, high, 1.0, level) < power:  # power rises with Δ / sd
         high *= 2.0
-    short = lambda e: _power_difference(n, e, 1.0, level) - power  # noqa: E731
+    short = lambda e: difference_power(n, e, 1.0, level) - power  # noqa: E731
     return float(optimize.brentq(short, 0.0, high, xtol=1e-10))
 
 
