@@ -119,10 +119,9 @@ def test_false_equivalence_at_the_margin_through_compare():
 
 @pytest.fixture
 def quick_verdicts(monkeypatch):
-    """Simulations that read verdicts only: the minimum detectable difference and the seeds that
-    would decide (descriptive numbers no verdict depends on) are skipped."""
+    """Simulations that read verdicts only: the minimum detectable difference (a descriptive number
+    no verdict depends on) is skipped."""
     monkeypatch.setattr(verdicts, "minimum_detectable", lambda *args, **kwargs: math.nan)
-    monkeypatch.setattr(verdicts, "seeds_to_decide", lambda *args, **kwargs: None)
 
 
 def _families(effects, equivalence, families=1500, seeds=7, margin=1.0, seed=0):

@@ -29,6 +29,8 @@ from ablate.report.document import Strong
 from ablate.report.figures import cost_time
 from ablate.report.methods import DEFAULT_COST_NOTE
 from ablate.stats import ReportSettings, compare, comparisons
+from ablate.stats.power import seeds_for_difference
+from ablate.stats.verdicts import difference_power
 
 # every report of ``study`` draws these (the critical-difference diagram only when its seeds
 # support one: see test_ranking)
@@ -192,7 +194,8 @@ def test_calibration_section_states_families_and_the_verdicts_rates(report4):
 
 def test_verdicts_in_words(tmp_path):
     """The opening lines and the table speak in verdicts: better, equivalent within the margin,
-    inconclusive with the seeds that would decide it, a duplicate flagged and left out."""
+    inconclusive with the seeds a new study would need for the margin (prospective, from the observed
+    sd, as `ablate plan` gives them), a duplicate flagged and left out."""
     rng = np.random.default_rng(4)
     effects = {"base": (0.0, 0.0), "post-norm": (0.05, 0.002), "two-heads": (0.0, 0.0005)}
     effects |= {"gelu-mlp": (0.004, 0.012), "copy": (0.0, 0.0)}
@@ -214,12 +217,18 @@ def test_verdicts_in_words(tmp_path):
     assert f"practical margin {margin} (2% of base's mean)" in head
     assert "- post-norm is better (+0.049" in head
     assert f"- two-heads is equivalent within {margin} (" in head
-    needed = int(cmp.loc["gelu-mlp", "seeds_to_decide"])
+    needed = int(cmp.loc["gelu-mlp", "seeds_for_margin"])
+    # the fixed-seed t-test at α/m (3 tested comparisons) with power 80 % at Δ = margin, sd as observed
+    gelu = cmp.loc["gelu-mlp"]
+    assert needed == seeds_for_difference(gelu["margin"], gelu["sd_diff"], 0.05 / 3) > 5
+    assert difference_power(needed - 1, gelu["margin"], gelu["sd_diff"], 0.05 / 3) < 0.8
+    assert cmp["seeds_for_margin"].notna().sum() == 1  # only the inconclusive comparison has one
     low, high = (f"{cmp.loc['gelu-mlp', c]:+.4f}".replace("-", "−") for c in ("ci_low", "ci_high"))
     assert (
         f"- gelu-mlp: inconclusive — its interval [{low}, {high}] spans both 0 and the {margin} margin; "
-        f"≈ {needed} seeds would likely decide it." in head
+        f"≈ {needed} seeds for 80% power at Δ = {margin} (sd as observed)." in head
     )
+    assert "would likely decide" not in md
     duplicate = "- copy is configured exactly like base: it trains the same models; its comparison is not"
     assert f"{duplicate} tested." in head
     # the decided comparisons come first
@@ -244,7 +253,8 @@ def test_verdicts_in_words(tmp_path):
     # the table: the decision interval, its confidence, the MDD, the verdict
     table = md[md.index("## Primary metric") :]
     assert "| conf. |" in table and "| MDD |" in table and "p units" not in table and "P(>base)" not in table
-    assert f"inconclusive (≈ {needed} seeds)" in table and "| not tested |" in table
+    gelu_row = table[table.index("| gelu-mlp |") :].split("\n")[0]
+    assert "| inconclusive |" in gelu_row and "| not tested |" in table
     mdd = cmp.loc["gelu-mlp", "mdd"]
     assert f"{mdd:.4f} ({mdd / cmp.loc['base', 'mean']:.0%})" in table  # ≥ 10 %: whole percent
     # the results table: each verdict's mark, the best mean in bold, no mark without a verdict

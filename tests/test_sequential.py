@@ -28,10 +28,9 @@ NAMES = ["base", "v0", "v1", "v2"]
 
 @pytest.fixture
 def quick_verdicts(monkeypatch):
-    """The simulations read verdicts only: the minimum detectable difference and the seeds that would
-    decide (descriptive numbers no verdict depends on, milliseconds each) are skipped."""
+    """The simulations read verdicts only: the minimum detectable difference (a descriptive number no
+    verdict depends on, milliseconds each) is skipped."""
     monkeypatch.setattr(verdicts, "minimum_detectable", lambda *args, **kwargs: math.nan)
-    monkeypatch.setattr(verdicts, "seeds_to_decide", lambda *args, **kwargs: None)
 
 
 def _simulate(studies, effects, margin, design=DESIGN, seed=0):

@@ -113,14 +113,11 @@ def mark(row, higher: bool) -> str:
 
 
 def verdict(row, higher: bool) -> str:
-    """The verdict cell: 'better ▲', 'equivalent', 'inconclusive (≈ 9 seeds)', 'n/a (2 seeds)'."""
+    """The verdict cell: 'better ▲', 'equivalent', 'inconclusive', 'n/a (2 seeds)'."""
     if not row.verdict:
         return too_few_seeds(row.n_paired) if row.n_paired < MIN_SEEDS_TEST else "not tested"
     if row.significant:
         return f"{row.verdict} {mark(row, higher)}" + (" (negligible)" if row.negligible else "")
-    if row.verdict is Verdict.INCONCLUSIVE:
-        needed = row.seeds_to_decide
-        return "inconclusive" if isnan(needed) else f"inconclusive (≈ {int(needed)} seeds)"
     return str(row.verdict)
 
 

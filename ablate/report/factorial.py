@@ -27,8 +27,6 @@ def _verdict(c: Contrast, higher: bool) -> str:
     if d.verdict in ("better", "worse"):
         arrow = "▲" if (d.delta > 0) == higher else "▼"
         return f"{d.verdict} {arrow}" + (" (negligible)" if d.negligible else "")
-    if d.verdict == "inconclusive" and d.seeds_to_decide is not None:
-        return f"inconclusive (≈ {d.seeds_to_decide} seeds)"
     return str(d.verdict)
 
 
@@ -39,10 +37,7 @@ def _clause(c: Contrast) -> str:
     if d.verdict == "equivalent":
         return f"{c.level} is equivalent to {c.reference} within ±{number(d.margin)} ({_interval(c)})"
     if d.verdict == "inconclusive":
-        needed = "" if d.seeds_to_decide is None else f"; ≈ {d.seeds_to_decide} seeds would likely decide it"
-        return (
-            f"{c.level} vs {c.reference} is inconclusive ({_interval(c)}, margin ±{number(d.margin)}){needed}"
-        )
+        return f"{c.level} vs {c.reference} is inconclusive ({_interval(c)}, margin ±{number(d.margin)})"
     return said + (f", by less than the ±{number(d.margin)} margin" if d.negligible else "")
 
 

@@ -69,9 +69,9 @@ def verdict_sentence(row: ComparisonRow, settings: ReportSettings) -> str:
     said = f"{v}: inconclusive — its interval {ci} spans both 0 and the {margin} margin"
     if "maximum" in row.note:  # a sequential comparison that used every seed it may have
         said += f"; it stopped at the maximum of {row.n_verdict} seeds"
-    if isnan(row.seeds_to_decide):
-        return said + "; no practical number of seeds would decide it (its Δ sits at the margin)"
-    return said + f"; ≈ {int(row.seeds_to_decide)} seeds would likely decide it"
+    if isnan(row.seeds_for_margin):
+        return said
+    return said + f"; ≈ {int(row.seeds_for_margin)} seeds for 80% power at Δ = {margin} (sd as observed)"
 
 
 def verdict_sentences(cmp: list[ComparisonRow], settings: ReportSettings) -> list[str]:
@@ -170,8 +170,10 @@ def settings_text(settings: ReportSettings, tables: dict[str, list[ComparisonRow
         "MDD: the minimum detectable difference, in the metric's units (and as a share of the "
         "baseline's mean): the |Δ| the comparison's t-test detects with 80% power at its seeds and "
         "level, given the observed spread of the paired differences; a true difference below it is "
-        "likely missed. An inconclusive comparison says how many seeds would likely (80%) decide it "
-        "if its observed Δ and spread were the truth.",
+        "likely missed. An inconclusive comparison says how many seeds per variant a new fixed-seed "
+        "study would need for 80% power at Δ = ± the margin, with the spread of the paired differences "
+        "observed here (the t-test at α/m, as `ablate plan` computes it): a plan for a new study, "
+        "not a number of seeds to add to this one and read again, which would raise its error rate.",
     ]
     if settings.sequential is not None:
         lines.append(

@@ -16,6 +16,7 @@ from scipy import stats
 from ..errors import AblateError
 from .corrections import adjust_pvalues
 from .intervals import bootstrap_ci
+from .power import seeds_for_difference
 from .sequential import decide_sequential
 from .verdicts import MIN_SEEDS_VERDICT, Decision, Verdict, decide_family
 
@@ -61,7 +62,10 @@ class ComparisonRow:
     eq_high: float = NAN
     p_equivalence: float = NAN
     mdd: float = NAN
-    seeds_to_decide: int | None = None
+    # inconclusive: the seeds per variant a fixed-seed study needs for 80 % power at Δ = ±margin,
+    # the paired t-test at α/m, with this comparison's sd(d) (``ablate plan --sd``'s figure): a plan
+    # for a new study, not the seeds to add to this one (None: no spread, or beyond 10,000)
+    seeds_for_margin: int | None = None
     p_seeds: float = NAN
     p_seeds_adj: float = NAN
     exploratory: bool = False
@@ -303,7 +307,7 @@ def comparisons(
             row.update(_against_base(x, per_unit, settings, v, higher))
             row.update(_verdict_columns(standings[v], row.pop("base_mean")))
         rows.append(ComparisonRow(**row))
-    base, rest = rows[0], rows[1:]
+    base, rest = rows[0], _with_seeds_for_margin(rows[1:], settings.alpha)
     # the families: the comparisons with a fixed-n verdict; the unit tests of the same variants
     tested = [r.verdict is not None and not standings[r.variant].sequential for r in rest]
     seeds_p = [r.p_seeds if t else np.nan for r, t in zip(rest, tested, strict=True)]
@@ -316,6 +320,18 @@ def comparisons(
     return [base, *adjusted]
 
 
+def _with_seeds_for_margin(rows: list[ComparisonRow], alpha: float) -> list[ComparisonRow]:
+    """Each inconclusive row with its :attr:`ComparisonRow.seeds_for_margin`, m the family's
+    tested comparisons."""
+    family = sum(r.verdict is not None for r in rows)
+    return [
+        replace(r, seeds_for_margin=seeds_for_difference(r.margin, r.sd_diff, alpha / family))
+        if r.verdict is Verdict.INCONCLUSIVE
+        else r
+        for r in rows
+    ]
+
+
 def comparison_frame(rows: list[ComparisonRow]) -> pd.DataFrame:
     """The rows as comparisons.csv holds them: :data:`COLUMNS`, the verdict as its word ('' when
     not tested)."""
@@ -323,7 +339,7 @@ def comparison_frame(rows: list[ComparisonRow]) -> pd.DataFrame:
     out = pd.DataFrame(records, columns=COLUMNS)
     for c in ("n_seeds", "n_paired", "n_units"):
         out[c] = out[c].astype(int)
-    for c in ("n_verdict", "seeds_to_decide"):
+    for c in ("n_verdict", "seeds_for_margin"):
         out[c] = out[c].astype("Int64")
     for c in ("significant", "negligible", "exploratory"):
         out[c] = out[c].astype(bool)
@@ -335,7 +351,7 @@ def comparison_rows(frame: pd.DataFrame) -> list[ComparisonRow]:
     rows = []
     # comparisons.csv of an older version lacks the later columns: NaN (not computed)
     for record in frame.reindex(columns=COLUMNS).to_dict("records"):
-        for c in ("n_verdict", "seeds_to_decide"):
+        for c in ("n_verdict", "seeds_for_margin"):
             record[c] = None if pd.isna(record[c]) else int(record[c])
         record["verdict"] = (
             Verdict(record["verdict"]) if isinstance(record["verdict"], str) and record["verdict"] else None
@@ -377,7 +393,6 @@ def _verdict_columns(standing: Standing, base_mean: float) -> dict:
         "eq_high": d.eq_high,
         "p_equivalence": d.p_equivalence,
         "mdd": d.mdd,
-        "seeds_to_decide": d.seeds_to_decide,
         "p_seeds": d.p,
         "note": standing.note,
     }
