@@ -1,4 +1,4 @@
-"""The ``ablate`` command line: run, validate, plan, report, status, components.
+"""The ``ablate`` command line: run, validate, plan, report, compare, status, components.
 
 Exit statuses, as the README's table has them: 0 done; 1 trials failed, nothing finished to
 report, or a worker crashed; 2 bad input (study file, data file, argument, a store or folder that
@@ -21,8 +21,22 @@ from rich.table import Table
 import ablate
 
 from . import stopping
+from .compare import (
+    BaselineOpt,
+    DirectionOpt,
+    ExperimentOpt,
+    GroupByOpt,
+    MarginOpt,
+    MetricOpt,
+    OutOpt,
+    SeedKeyOpt,
+    SourceArg,
+    UnpairedOpt,
+    compare_command,
+)
 from .console import duration, err, out, progress_bars, say_error
 from .errors import AblateError, first_line
+from .options import OutputOpt, OverridesArg, ReportsOpt, ReuseOpt, StorageOpt, StudyArg, TrackingOpt
 from .planning import EffectOpt, PilotOpt, SdOpt, SimulationsOpt, show_plan
 
 app = typer.Typer(
@@ -31,53 +45,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Comparative ablation studies of transformer-style sequence models.",
 )
-StudyArg = Annotated[Path, typer.Argument(help="Study file (YAML or TOML).", show_default=False)]
-OverridesArg = Annotated[
-    list[str] | None,
-    typer.Argument(
-        help="key=value overrides of the study file: dotted keys, YAML values "
-        "(train.lr=1e-3 model.attention.heads=2 seeds=[0,1,2,3]).",
-        show_default=False,
-    ),
-]
-OutputOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--output", "-o", help="Folder for the Optuna and MLflow stores.", show_default="runs/<study>"
-    ),
-]
-ReportsOpt = Annotated[
-    Path | None,
-    typer.Option(help="Write the report to DIR/<study>/.", metavar="DIR", show_default="<output>/report"),
-]
-
-StorageOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--storage",
-        help="Optuna storage URL shared by workers, e.g. postgresql://user:pw@host/db.",
-        show_default="runs/<study>/optuna.journal",
-    ),
-]
-ReuseOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--reuse",
-        metavar="DIR",
-        help="Copy finished trials with the same fingerprint and seed from another study's output "
-        "folder, a tracking URI or a folder of trial files (report --trials) instead of training them; "
-        "repeatable.",
-        show_default=False,
-    ),
-]
-TrackingOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--tracking-uri",
-        help="MLflow tracking URI, e.g. http://host:5000.",
-        show_default="sqlite runs/<study>/mlflow.db",
-    ),
-]
 
 
 def _show_version(value: bool) -> None:
@@ -336,6 +303,25 @@ def report(
         err.print(f"trials: {len(written)} file(s) in {trials}{held}", markup=False, highlight=False)
     paths, _ = write_study_report(uri, experiment, out_dir, study)
     out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def compare(
+    source: SourceArg,
+    metric: MetricOpt,
+    baseline: BaselineOpt,
+    out_dir: OutOpt,
+    experiment: ExperimentOpt = None,
+    group_by: GroupByOpt = None,
+    seed_key: SeedKeyOpt = "seed",
+    higher_is_better: DirectionOpt = None,
+    margin: MarginOpt = None,
+    unpaired: UnpairedOpt = False,
+) -> None:
+    """Verdicts for runs already made (an MLflow experiment, a CSV of runs, result files): runs
+    grouped by their parameters less the seed, each group against the baseline, the same report."""
+    arguments = (source, metric, baseline, out_dir, experiment, group_by, seed_key, higher_is_better)
+    compare_command(*arguments, margin, unpaired)
 
 
 @app.command()

@@ -23,8 +23,19 @@ LAYERS = [
     {"build", "match", "memory", "train", "parts", "folders", "preflight"},
     {"track"},
     {"drive"},
-    {"results", "report"},
-    {"console", "progress", "running", "gpus", "listing", "planning", "cli", "__init__"},
+    {"results", "report", "foreign"},
+    {
+        "console",
+        "progress",
+        "running",
+        "gpus",
+        "listing",
+        "planning",
+        "compare",
+        "options",
+        "cli",
+        "__init__",
+    },
 ]
 LAYER_OF = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
 # What plugins may import from the core: the interface a kind or a task is written against.

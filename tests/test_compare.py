@@ -1,0 +1,204 @@
+"""``ablate compare``: runs ablate did not make (an MLflow experiment made here with plain ``mlflow``
+calls, a CSV of runs) get the verdicts ablate computes on the same numbers; runs not paired by
+seed are compared unpaired (Welch) and the report says so; bad input is one line and status 2."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as scipy_stats
+
+from ablate import stats
+
+# acc per seed 0..3: lr=0.01 clearly better, lr=0.05 within noise of the baseline lr=0.1.
+ACC = {
+    "0.1": [0.800, 0.806, 0.811, 0.803],
+    "0.01": [0.830, 0.834, 0.842, 0.831],
+    "0.05": [0.801, 0.804, 0.813, 0.805],
+}
+COMPARED = ["variant", "n_paired", "verdict", "delta", "ci_low", "ci_high", "mdd", "p_seeds_adj", "note"]
+
+
+def _expected() -> pd.DataFrame:
+    """ablate's own comparison of the same numbers, from a frame built by hand."""
+    results = pd.DataFrame(
+        [
+            {"variant": f"lr={lr}", "seed": seed, "test.acc": value}
+            for lr, values in ACC.items()
+            for seed, value in enumerate(values)
+        ]
+    )
+    settings = stats.ReportSettings(
+        study="expected",
+        baseline="lr=0.1",
+        primary="acc",
+        metrics=["acc"],
+        higher_is_better={"acc": True},
+        variants=[f"lr={lr}" for lr in ACC],
+    )
+    return stats.compare(results, None, settings, "acc")
+
+
+def _same_rows(report_dir, expected: pd.DataFrame) -> None:
+    got = pd.read_csv(report_dir / "comparisons.csv", keep_default_na=False, na_values=[""])
+    got = got.set_index("variant").loc[expected["variant"]].reset_index()
+    for c in COMPARED:
+        if expected[c].dtype.kind == "f":
+            np.testing.assert_allclose(got[c].astype(float), expected[c].astype(float), rtol=1e-9, err_msg=c)
+        else:
+            assert (
+                got[c].astype(object).fillna("").astype(str).tolist()
+                == expected[c].astype(object).fillna("").astype(str).tolist()
+            ), c
+
+
+def _csv(tmp_path, seeds_of=lambda lr, seed: seed):
+    rows = [
+        {
+            "Name": f"run-{lr}-{seed}",
+            "lr": float(lr),
+            "seed": seeds_of(lr, seed),
+            "acc": value,
+            "Runtime": 7 + i,
+        }
+        for i, (lr, values) in enumerate(ACC.items())
+        for seed, value in enumerate(values)
+    ]
+    path = tmp_path / "runs.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_an_mlflow_experiment_made_without_ablate_gets_ablates_verdicts(tmp_path, cli):
+    """Runs logged with plain MlflowClient calls (params lr and seed, metric acc); a run still
+    going and a parent run without a seed are not trials. ~4 s, most of it MLflow making its store."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("sweep")
+    client.set_terminated(client.create_run(experiment).info.run_id)  # a sweep's parent: no params
+    for lr, values in ACC.items():
+        for seed, value in enumerate(values):
+            run = client.create_run(experiment).info.run_id
+            client.log_param(run, "lr", lr)
+            client.log_param(run, "seed", seed)
+            client.log_param(run, "epochs", 10)
+            client.log_metric(run, "acc", value)
+            client.set_terminated(run)
+    client.log_param(client.create_run(experiment).info.run_id, "lr", "0.1")  # still running
+
+    code, out, err = cli(
+        "compare",
+        uri,
+        "--experiment",
+        "sweep",
+        "-m",
+        "acc",
+        "--baseline",
+        "lr=0.1",
+        "--out",
+        tmp_path / "report",
+    )
+    assert code == 0, err
+    assert "grouped by lr: 3 groups, paired by seed" in err
+    assert "run(s) without a numeric seed left out" in err
+    assert "report: " in out
+    _same_rows(tmp_path / "report", _expected())
+
+
+def test_a_csv_of_runs_gets_ablates_verdicts(tmp_path, cli):
+    """A W&B-style export: Name and Runtime differ in every run, so they are not parameters."""
+    code, out, err = cli(
+        "compare", _csv(tmp_path), "-m", "acc", "--baseline", "lr=0.1", "--out", tmp_path / "r"
+    )
+    assert code == 0, err
+    assert "grouped by lr: 3 groups, paired by seed; baseline lr=0.1" in err
+    expected = _expected()
+    _same_rows(tmp_path / "r", expected)
+    assert set(expected["verdict"].fillna("")) >= {"better"}  # the numbers decide something
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert "lr=0.01" in html and "better" in html
+
+
+def test_runs_not_paired_by_seed_are_compared_unpaired_and_the_report_says_so(tmp_path, cli):
+    """lr=0.01's seeds are 10..13: no seed pairs with the baseline's, so every variant is compared by
+    Welch's t-test; one variant of two then is judged at α (Holm's first step is α/2)."""
+    path = _csv(tmp_path, seeds_of=lambda lr, seed: seed + 10 if lr == "0.01" else seed)
+    code, _, err = cli("compare", path, "-m", "acc", "--baseline", "lr=0.1", "--out", tmp_path / "r")
+    assert code == 0, err
+    assert "unpaired (lr=0.01 shares 0 of its 4 seeds with the baseline)" in err
+    rows = pd.read_csv(tmp_path / "r" / "comparisons.csv").set_index("variant")
+    assert (rows.loc[["lr=0.01", "lr=0.05"], "n_paired"] == 0).all()
+    assert rows.loc["lr=0.01", "note"].startswith("unpaired: Welch's t-test, 4 and 4 seeds")
+    welch = scipy_stats.ttest_ind(ACC["0.01"], ACC["0.1"], equal_var=False)
+    row = rows.loc["lr=0.01"]
+    assert row["p_seeds"] == pytest.approx(welch.pvalue, rel=1e-9)
+    assert row["verdict"] == "better"
+    assert row["delta"] == pytest.approx(np.mean(ACC["0.01"]) - np.mean(ACC["0.1"]))
+    # Holm over two p's: the smaller one is decided at α / 2, so its interval is the 97.5 % Welch interval
+    assert row["level"] == pytest.approx(0.025)
+    interval = welch.confidence_interval(0.975)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((interval.low, interval.high), rel=1e-9)
+    assert "runs not paired by seed" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_duplicated_and_missing_seeds_are_one_line_each(tmp_path, cli):
+    runs = pd.read_csv(_csv(tmp_path))
+    runs = pd.concat([runs, runs[(runs.lr == 0.05) & (runs.seed == 1)]])  # lr=0.05 seed 1 twice
+    runs = runs[~((runs.lr == 0.01) & (runs.seed == 3))]  # lr=0.01 lacks seed 3
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    code, _, err = cli(
+        "compare", tmp_path / "runs.csv", "-m", "acc", "--baseline", "lr=0.1", "--out", tmp_path / "r"
+    )
+    assert code == 0, err
+    assert "warning: lr=0.05: 2 runs with seed 1; their mean is that seed's value" in err
+    assert (
+        "warning: lr=0.01: no run with seed(s) 3 that the baseline has; compared on the 3 seeds both have"
+        in err
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["missing.csv", "-m", "acc"], "missing.csv: no such file or folder"),
+        (["runs.csv", "-m", "loss"], "--metric loss: no such column; columns: Name, lr, seed, acc, Runtime"),
+        (["runs.csv", "-m", "acc", "--seed-key", "rep"], "--seed-key rep: no such column"),
+        (["runs.csv", "-m", "acc", "--baseline", "lr=3"], "--baseline lr=3: no group is called or selected"),
+        (["runs.csv", "-m", "acc", "--group-by", "seed"], "--group-by seed: that is the seed column"),
+        (["runs.csv", "-m", "score"], "--metric score: no such column"),
+        (["sqlite:///nowhere.db", "-m", "acc"], "--experiment names the experiment"),
+        (["sqlite:///nowhere.db", "--experiment", "x", "-m", "acc"], "no tracking store at nowhere.db"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(tmp_path, cli, monkeypatch, args, line):
+    monkeypatch.chdir(tmp_path)
+    _csv(tmp_path)
+    base = [] if "--baseline" in args else ["--baseline", "lr=0.1"]
+    code, out, err = cli("compare", *args, *base, "--out", tmp_path / "r")
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and line in lines[0], err
+    assert not (tmp_path / "r").exists()
+
+
+def test_one_group_only_is_refused(tmp_path, cli):
+    runs = pd.read_csv(_csv(tmp_path))
+    runs[runs.lr == 0.1].to_csv(tmp_path / "one.csv", index=False)
+    code, _, err = cli(
+        "compare", tmp_path / "one.csv", "-m", "acc", "--baseline", "lr=0.1", "--out", tmp_path / "r"
+    )
+    assert code == 2
+    assert err.startswith("error: every run has the same parameters, so there is one group")
+
+
+def test_an_unknown_metric_direction_asks_for_it(tmp_path, cli):
+    runs = pd.read_csv(_csv(tmp_path)).rename(columns={"acc": "score"})
+    runs.to_csv(tmp_path / "s.csv", index=False)
+    code, _, err = cli(
+        "compare", tmp_path / "s.csv", "-m", "score", "--baseline", "lr=0.1", "--out", tmp_path / "r"
+    )
+    assert code == 2
+    assert "give --higher-is-better or --lower-is-better" in err
