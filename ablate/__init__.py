@@ -14,7 +14,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cache import cache_dir
+from ablate_studies import stop_if_clashing
+
+# Before anything else of ours: with the unrelated PyPI `ablate` in this environment, one line
+# naming both (exit status 2), not an ImportError from a package half made of the other's files.
+stop_if_clashing()
+
+from .cache import cache_dir  # noqa: E402
 
 # torch's compiler caches (torch._dynamo, imported by torch itself on first use of some features,
 # makes its folder at import) go with ablate's own cache, not a torchinductor_<user> in the temp folder.

@@ -19,6 +19,13 @@ data, verdicts, convergence, costs, calibration, software and configuration), :m
 
 from __future__ import annotations
 
+from ablate_studies import stop_if_clashing
+
+# The unrelated PyPI `ablate`'s __init__, once it has replaced ours, imports this package as its
+# own `report` module: the one line about the clash (ablate_studies) before any import below fails.
+stop_if_clashing()
+# ruff: noqa: E402 (the imports below follow that check on purpose)
+
 from .cells import NA
 from .convergence import NotConverged, not_converged
 from .document import CSS, HTML, MARKDOWN, Element, Strong
