@@ -145,3 +145,15 @@ def test_plan_given_the_noise_and_a_sequential_design(cli, write_study):
 def test_plan_errors_are_one_line(cli, write_study, args, said):
     code, out, err = cli("plan", write_study(), *args)
     assert code == 2 and said in err and len(err.strip().splitlines()) == 1
+
+
+def test_power_at_a_sequential_first_looks_tiny_level():
+    """An O'Brien–Fleming-type first look at 3 seeds reads its t-test at a nominal level of 1e-15
+    (t critical value 3e7), where scipy's noncentral t gives NaN: the power is still a number."""
+    from ablate.stats.verdicts import difference_power, minimum_detectable
+
+    design = SequentialSeeds(initial=3, max=31, step=2, spending="obrien_fleming")
+    level = design.nominal(0.05 / 3, 2)[0]
+    assert level < 1e-12
+    assert difference_power(3, 1e9, 1.0, level) == 1.0 and difference_power(3, 1.0, 1.0, level) < 1e-6
+    assert math.isfinite(minimum_detectable(3, 1.0, level))

@@ -97,8 +97,10 @@ def difference_power(n: int, delta: float, sd: float, level: float) -> float:
     crit = _t_quantile(n - 1, 1.0 - level / 2.0)
     nc = abs(delta) / sd * math.sqrt(n)
     with np.errstate(all="ignore"):
-        # the far tail is negligible where the noncentral t's cdf gives up (NaN)
-        upper = 1.0 - special.nctdtr(n - 1, nc, crit)
+        # the far tail is negligible where the noncentral t's cdf gives up (NaN); so is the near
+        # one, far from the centre: a sequential first look's level of 1e-15 puts crit at 3e7
+        below = special.nctdtr(n - 1, nc, crit)
+        upper = 1.0 - (np.nan_to_num(below, nan=0.0 if nc > crit else 1.0))
         return float(upper + np.nan_to_num(special.nctdtr(n - 1, nc, -crit)))
 
 
