@@ -202,3 +202,47 @@ def test_an_unknown_metric_direction_asks_for_it(tmp_path, cli):
     )
     assert code == 2
     assert "give --higher-is-better or --lower-is-better" in err
+
+
+def test_the_readmes_command_works_as_written(tmp_path, cli, monkeypatch):
+    """README's "Runs you already have" command, from the clone's root; only --out moves to tmp."""
+    import shlex
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    section = (repo / "README.md").read_text().split("## Runs you already have", 1)[1]
+    command = shlex.split(section.split("```bash\n", 1)[1].split("\n```", 1)[0])
+    assert command[:2] == [".venv/bin/ablate", "compare"]
+    args = command[1:]
+    args[args.index("--out") + 1] = str(tmp_path / "report")
+    monkeypatch.chdir(repo)
+    code, out, err = cli(*args)
+    assert code == 0, err
+    assert "grouped by lr, dropout: 4 groups, paired by seed; baseline lr=0.001,dropout=0.1" in err
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "## Which factors matter" in report and "- lr matters" in report
+    rows = pd.read_csv(tmp_path / "report" / "comparisons.csv")
+    assert set(rows["metric"]) == {"accuracy", "val_loss"}
+    assert (
+        rows.set_index(["metric", "variant"]).loc[("accuracy", "lr=0.003,dropout=0.1"), "verdict"] == "better"
+    )
+
+
+def test_a_folder_of_result_files_gets_ablates_verdicts(tmp_path, cli):
+    """One JSON or YAML mapping per run; the metric nested under `metrics` is found by its last part."""
+    import json
+
+    import yaml
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    for lr, values in ACC.items():
+        for seed, value in enumerate(values):
+            record = {"lr": float(lr), "seed": seed, "metrics": {"acc": value}}
+            if seed % 2:
+                (folder / f"{lr}-{seed}.yaml").write_text(yaml.safe_dump(record))
+            else:
+                (folder / f"{lr}-{seed}.json").write_text(json.dumps(record))
+    code, _, err = cli("compare", folder, "-m", "acc", "--baseline", "lr=0.1", "--out", tmp_path / "r")
+    assert code == 0, err
+    _same_rows(tmp_path / "r", _expected())
