@@ -263,9 +263,10 @@ def test_verdicts_in_words(tmp_path):
         for line in md[md.index("\n| variant |") : md.index("## Primary metric")].splitlines()
         if line.startswith("| ")
     }
-    assert overview["post-norm"].count("**") == 4 and overview["post-norm"].count(" ▲**") == 2
+    assert overview["post-norm"].count("**") == 4 and overview["post-norm"].count(" ▲**") == 1
+    assert overview["post-norm"].count(" △**") == 1  # hr@10, exploratory: an open triangle
     assert " =" in overview["two-heads"] and " ? |" in overview["gelu-mlp"]
-    assert not re.search("[▲▼=?] \\|", overview["copy"]) and not re.search("[▲▼=?] \\|", overview["base"])
+    assert not re.search("[▲▼△▽=?] \\|", overview["copy"]) and not re.search("[▲▼△▽=?] \\|", overview["base"])
     # a secondary metric is exploratory, corrected within its own family
     assert "## Secondary metric (exploratory): hr@10" in md
     assert "corrected over its own family of 3 tested comparisons, not across the 2 metrics" in md
@@ -512,10 +513,14 @@ def test_first_screen_is_the_results_and_methods_come_after(report4):
     assert lines[4].startswith("- swiglu-ffn is better") and lines[5].startswith("- softmax-attn is worse")
     assert lines[7] == "| variant | differs | seeds | ndcg@10 (primary) | hr@10 |"
     assert lines[9].startswith("| base | — | 4 | 0.") and "▲" not in lines[9] and "**" not in lines[9]
-    assert lines[10].startswith("| softmax-attn | attention | 4 | 0.") and lines[10].count(" ▼ |") == 2
-    assert lines[11].startswith("| swiglu-ffn | ffn | 4 | **0.") and lines[11].endswith(" ▲** |")
+    # the secondary metric's verdicts are exploratory: open triangles
+    assert lines[10].startswith("| softmax-attn | attention | 4 | 0.") and lines[10].count(" ▼ |") == 1
+    assert lines[10].endswith(" ▽ |")
+    assert lines[11].startswith("| swiglu-ffn | ffn | 4 | **0.") and lines[11].endswith(" △** |")
+    assert lines[11].count(" ▲** |") == 1
     assert lines[13].startswith("*Test metrics, mean ± sd over seeds. Marks against base")
     assert "▲ better, ▼ worse, = equivalent within the margin, ? inconclusive" in lines[13]
+    assert "are exploratory, each corrected over its own family, and marked △ better, ▽ worse" in lines[13]
     order = [
         md.index(h)
         for h in (

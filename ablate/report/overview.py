@@ -13,6 +13,9 @@ from .tables import booktabs_table, tex_escape
 
 # A verdict's mark in the overview; a comparison without a verdict (too few seeds, a duplicate) has none.
 VERDICT_MARKS = {Verdict.BETTER: "▲", Verdict.WORSE: "▼", Verdict.EQUIVALENT: "=", Verdict.INCONCLUSIVE: "?"}
+# A secondary metric's verdicts are exploratory (its own family, not corrected across the metrics):
+# open triangles, so that they do not read as findings beside the primary metric's.
+EXPLORATORY_MARKS = VERDICT_MARKS | {Verdict.BETTER: "△", Verdict.WORSE: "▽"}
 
 
 def _best(cmp: list[ComparisonRow], higher: bool) -> str | None:
@@ -38,7 +41,8 @@ def overview_rows(
         cells = [row.variant, row.differs, str(row.n_seeds)]
         for m in tables:
             r = by_variant[m][row.variant]
-            mark = "" if row.variant == settings.baseline else VERDICT_MARKS.get(r.verdict, "")
+            marks = VERDICT_MARKS if m == settings.primary else EXPLORATORY_MARKS
+            mark = "" if row.variant == settings.baseline else marks.get(r.verdict, "")
             shown = mean_sd(r) + (f" {mark}" if mark else "")
             is_best = best[m] is not None and r.n_seeds > 0 and number(r.mean) == best[m]
             cells.append(Strong(shown) if is_best else shown)
@@ -60,7 +64,7 @@ def overview_legend(tables: dict[str, list[ComparisonRow]], settings: ReportSett
     secondary = [m for m in tables if m != settings.primary]
     exploratory = (
         f"; the secondary metrics ({', '.join(secondary)}) are exploratory, each corrected over its "
-        "own family"
+        "own family, and marked △ better, ▽ worse"
         if secondary
         else ""
     )

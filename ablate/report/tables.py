@@ -90,6 +90,8 @@ TEX_GLYPHS = {
     "Δ": r"$\Delta$",
     "▲": r"$\uparrow$",
     "▼": r"$\downarrow$",
+    "△": r"$\bigtriangleup$",
+    "▽": r"$\bigtriangledown$",
     "≥": r"$\geq$",
     "≤": r"$\leq$",
     "α": r"$\alpha$",
