@@ -19,6 +19,7 @@ from .console import err, out, progress_bars
 from .drive import Donors, Stores, prepare, progress, run_study
 from .drive.recovery import check_stores
 from .errors import AblateError, RunFailed
+from .faults import fault_point
 from .folders import folder_problem, study_key_error
 from .progress import BarReporter, StoreWatch
 from .results import Results, load_results
@@ -208,6 +209,7 @@ def write_study_report(
     from .stats import compare
     from .stats.resample import resampled_for_report
 
+    fault_point("report")  # test hook
     loaded = load_results(tracking_uri, experiment)
     if loaded.results.empty:  # a study that ran but finished nothing: a failed run, not bad input
         failed = 0 if loaded.failures is None else len(loaded.failures)

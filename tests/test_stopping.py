@@ -16,6 +16,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
 from ablate import stopping
+from ablate.faults import REACHED_ENV
 
 
 def _deliver(sig: signal.Signals) -> None:
@@ -118,15 +119,22 @@ def test_sigterm_while_the_report_is_written_stops_it(cli, write_study, tmp_path
     monkeypatch.chdir(tmp_path)
     study = write_study({"train": {"epochs": 1}, "report": {"calibration": 0}}, replace={"seeds": [0]})
     assert cli("run", study, "--quiet")[0] == 0
+    reached = tmp_path / "reached"
+    reached.mkdir()
     run = subprocess.Popen(
         [sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet", "report.calibration=100000"],
         cwd=tmp_path,
+        env={**os.environ, REACHED_ENV: str(reached)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        time.sleep(6)  # past start-up and the stores: the calibration is simulating by now
+        # Waits for the report to begin, not a fixed time: start-up under load took over 6 s.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (reached / "report").exists() and run.poll() is None:
+            time.sleep(0.2)
+        time.sleep(1.0)  # the calibration is simulating by now
         assert run.poll() is None, run.communicate()
         stopped = time.monotonic()
         run.send_signal(signal.SIGTERM)
