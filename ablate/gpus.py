@@ -142,6 +142,8 @@ def plan_gpus(study: Study, gpus: str | None, per_gpu: int | None, workers: int)
         return GpuPlan(devices, workers)  # the workers asked for, dealt in turn
     if per_gpu is not None:
         return GpuPlan(devices, len(devices) * per_gpu)
+    if study.task.runs_trials:  # its own model: nothing of ablate's to probe, one trial per GPU
+        return GpuPlan(devices, len(devices))
     footprint = probe(study, devices[0])
     per_gpu = min(footprint.fitting(), cpu_cap(len(devices)), trials_cap(study, len(devices)))
     return GpuPlan(devices, len(devices) * per_gpu, footprint)

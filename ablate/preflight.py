@@ -29,6 +29,8 @@ def preflight(study: Study, data: Any) -> dict[str, Size]:
     """Each variant's size; raises :class:`~ablate.errors.StudyError` naming the variant's key
     when one is too large, refuses its shapes or fails its first forward pass."""
     check_device(study)
+    if study.task.runs_trials:  # its own model: none of ablate's to size or step
+        return {name: Size(0, 0) for name in study.variants}
     problem = study.task.loss_problem(study.loss, data)
     if problem is not None:
         where, _ = study.locate(BASE)

@@ -69,9 +69,13 @@ class ModelSpec(Strict):
     # Weights of the blocks' linear layers: each kind's own initialisation (``default``: PyTorch's
     # for nn.Linear) or Xavier-normal for all of them (SASRec's released code).
     init: INITIALISERS.field = "default"
+    # Free-form settings handed to a task that trains its own model (``Task.run_trial``, e.g. the
+    # ``function`` task): variants patch them as they patch the rest of ``model:``.
+    config: dict[str, Any] = {}
 
     # Options added after stores existed, left out of fingerprints at their defaults (as TrainSpec's).
-    LATER_OPTIONS: ClassVar[tuple[str, ...]] = ("final_norm",)
+    LATER_OPTIONS: ClassVar[tuple[str, ...]] = ("final_norm", "config")
+    ADDED_LATER: ClassVar[dict[str, Any]] = {"config": {}}
 
     def later_options_at_default(self) -> set[str]:
         """The :attr:`LATER_OPTIONS` a fingerprint may leave out."""

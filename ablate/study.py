@@ -26,7 +26,7 @@ from .spec import BASE, ComponentSpec, ModelSpec, StudySpec, TrainSpec
 from .stats import ReportSettings
 from .studyfile import Bare, Locator, lookup, read_study, validate_options
 from .tasks import Task
-from .variants import expand, patched
+from .variants import config_differences, expand, patched
 
 
 def placement_problem(placement: str, attention: type, connection: type) -> str | None:
@@ -90,6 +90,7 @@ class Variant:
     def differs_from(self, other: Variant) -> str:
         mine, theirs = self.components(), other.components()
         diffs = [f"{k}: {mine[k]}" for k in mine if mine[k] != theirs[k]]
+        diffs += config_differences(self.spec.config, other.spec.config)
         return "; ".join(diffs) if diffs else "—"
 
 
@@ -253,6 +254,9 @@ def load_study(path: str | Path, check_files: bool = True, overrides: Iterable[s
             raise where.error(("task", key), f"moved to {now}: {MOVED_KEYS_WHY}")
     task_options = validate_options(where, ("task",), task_cls, raw_task)
     task: Task = task_cls(task_options, path.parent.resolve())
+    problem = task.options_problem()
+    if problem is not None:
+        raise where.error(("task", *problem[0]), problem[1])
 
     try:
         loss = task_cls.LossOptions.model_validate(spec.train.loss)
@@ -324,6 +328,9 @@ PLACEMENT_SLOTS = frozenset({"norm", "attention", "connection"})
 
 def _resolve_variant(where: Locator, name: str, raw_model: dict, key: tuple, task: Task) -> Variant:
     spec = _model_spec(where, raw_model, key)
+    if spec.config and not task.runs_trials:
+        why = "model.config is read by a task that trains its own model (e.g. task kind 'function')"
+        raise where.error(key + ("config",), f"the {task.kind_name()} task trains ablate's model: {why}")
     parts = _resolve_slots(where, spec, key, task, COMPONENT_SLOTS)
     _check_placement(where, spec, key, parts["attention"], parts["connection"])
     return Variant(name=name, spec=spec, **parts)

@@ -145,6 +145,43 @@ def data_file_problem(path: Path) -> str | None:
     return f"not a regular file or folder (a pipe, socket or device): {path}"
 
 
+class TrialReporter:
+    """What a task that trains its own model (:meth:`Task.run_trial`) hands its training code:
+    where the trial stands and how it tells ablate so. The driver supplies the implementation
+    (:mod:`ablate.drive.execution`).
+
+    ``seed``: the trial's seed (the global RNGs are seeded with it already). ``device``: where
+    ``train.device`` says to train (``"cpu"``, ``"cuda"``; a ``--gpus`` worker sees its GPU as
+    ``cuda``). ``checkpoint_path``: a file path of this trial's own (its folder exists), for tools
+    that write their own checkpoints; it belongs to this configuration and seed, survives an
+    interrupted run and is removed once the trial ends."""
+
+    seed: int
+    device: str
+    checkpoint_path: Path
+
+    def report(self, epoch: int, metrics: dict[str, float]) -> None:
+        """One epoch's metrics (``{"valid.acc": 0.9, "train.loss": 0.3}``), logged as the trial's
+        curves; the primary validation metric (``valid.<primary>``) feeds a search's pruner."""
+        raise NotImplementedError
+
+    def should_prune(self) -> bool:
+        """Whether a search's pruner has stopped this trial: return (what is returned then is not
+        used; the trial is recorded as pruned)."""
+        raise NotImplementedError
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        """Keep ``state`` (tensors and plain values: a model's and an optimiser's ``state_dict``,
+        the epoch) so that a run stopped mid-trial resumes from it; the curves reported so far are
+        kept with it."""
+        raise NotImplementedError
+
+    def resume_state(self) -> dict[str, Any] | None:
+        """The last :meth:`save_state` of this configuration and seed (its curves logged again),
+        or None: train from the start."""
+        raise NotImplementedError
+
+
 class Task:
     """Base class for tasks. Subclasses set ``Options`` and ``LossOptions`` and implement
     the methods below. ``options`` is a validated ``Options`` instance; ``base_dir`` is the
@@ -175,6 +212,30 @@ class Task:
     def kind_name(cls) -> str:
         """The entry-point name the registry found this task under."""
         return getattr(cls, "_kind", cls.__name__)
+
+    # -- a task that trains its own model ----------------------------------------------
+    @property
+    def runs_trials(self) -> bool:
+        """Whether this task overrides :meth:`run_trial`: it trains its own model, and ablate's
+        backbone, batches, loss and evaluation are not used."""
+        return type(self).run_trial is not Task.run_trial
+
+    def run_trial(self, config: dict[str, Any], seed: int, reporter: TrialReporter) -> dict[str, float]:
+        """Train and evaluate one (variant, seed) with the variant's free-form ``model.config``;
+        returns its final metrics, ``valid.<metric>`` and ``test.<metric>`` for every metric the
+        study names. Overridden only by a task that trains its own model (:attr:`runs_trials`)."""
+        raise NotImplementedError
+
+    def options_problem(self) -> tuple[tuple[str | int, ...], str] | None:
+        """What makes these options unusable before any data is read (e.g. a callable that does
+        not import), as (its key under ``task``, the message); None when nothing does."""
+        return None
+
+    def code_digest(self) -> str | None:
+        """The code the trials run beyond ablate's own, by content (e.g. a training script's
+        source): part of every trial's fingerprint, so changed code trains again rather than
+        reusing trials of the old. None (the default): none."""
+        return None
 
     # -- validation (cheap, no data loading) ------------------------------------------
     def features(self) -> frozenset[str]:

@@ -27,6 +27,25 @@ def patched(base: dict, patch: dict) -> dict:
     return out
 
 
+def flattened(config: dict, prefix: str = "") -> dict[str, object]:
+    """A nested mapping's leaves by dotted key (``{"optim": {"lr": 0.1}}`` → ``{"optim.lr": 0.1}``)."""
+    leaves: dict[str, object] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            leaves.update(flattened(value, f"{prefix}{key}."))
+        else:
+            leaves[f"{prefix}{key}"] = value
+    return leaves
+
+
+def config_differences(mine: dict, theirs: dict) -> list[str]:
+    """``config.<key>: <value>`` for each leaf of ``model.config`` where ``mine`` differs from
+    ``theirs`` (``unset`` for a leaf only ``theirs`` has): the report's 'differs' column."""
+    a, b = flattened(mine), flattened(theirs)
+    keys = dict.fromkeys([*a, *b])
+    return [f"config.{k}: {a.get(k, 'unset')}" for k in keys if (k in a, a.get(k)) != (k in b, b.get(k))]
+
+
 def expand(where: Locator, spec: StudySpec) -> dict[str, tuple[dict, Locator]]:
     """Named variants, then the factorial grid (``{"attention.heads": [1, 2], ...}``): each
     variant's patch and where its problems are reported (a grid point's at its grid axis)."""

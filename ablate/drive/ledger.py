@@ -110,7 +110,8 @@ def trained_with(study: Study, variant: str) -> dict[str, Any]:
     """The settings a trial of ``variant`` trains with: every component's kind, version and
     options with their defaults filled in, the model's settings, the training settings (its
     loss resolved by the task; not the device or the evaluation batch size), the task's kind,
-    version and options, and the metrics."""
+    version and options, the metrics, and the task's own code (:meth:`~ablate.tasks.Task.code_digest`)
+    where it has some."""
     resolved = study.variants[variant]
     model = _settings(resolved.spec, exclude=COMPONENT_SLOTS)
     model["placement"] = resolved.spec.norm.placement  # a block option held in the norm's mapping
@@ -118,12 +119,14 @@ def trained_with(study: Study, variant: str) -> dict[str, Any]:
         model[slot] = [_kind(part.cls, part.options) for part in resolved.parts(slot)]
     train = _settings(study.spec.train, exclude=UNTRAINED)
     train["loss"] = _settings(study.loss)
-    return {
+    content = {
         "model": model,
         "train": train,
         "task": _kind(type(study.task), study.task.options),
         "metrics": study.metrics,
     }
+    code = study.task.code_digest()  # e.g. a training script's source: changed, it trains again
+    return content if code is None else {**content, "code": code}
 
 
 def _kind(cls: type[Component] | type[Task], options: BaseModel) -> dict[str, Any]:
