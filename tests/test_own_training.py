@@ -48,6 +48,13 @@ def test_a_plain_pytorch_loop_runs_through_the_driver(tmp_path, cli):
     assert_verdict_rows(comparisons, "wider")
 
 
+def test_the_readmes_own_model_command_names_the_example_as_run_above():
+    """README's 'Your own model' command is the one the test above runs (there at a tiny size)."""
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    section = readme.split("## Your own model", 1)[1].split("\n## ", 1)[0]
+    assert ".venv/bin/ablate run examples/torch_loop/study.yaml\n" in section
+
+
 SCRIPT = """
 def train(config, seed, reporter):
     reporter.report(1, {"valid.acc": 0.5 + seed / 100})
