@@ -1,18 +1,21 @@
 """The researcher's own training function as a task (task kind ``function``, issue 39): the
-examples in examples/ run through the driver at a tiny size, a callable that does not import is
-one line at validation, a function that raises fails its trial alone, and a changed script is a
-new fingerprint."""
+examples in examples/ (a plain loop, a Lightning module, a Hugging Face ``Trainer``) run through
+the driver at a tiny size, a callable that does not import is one line at validation, a function
+that raises fails its trial alone, and a changed script is a new fingerprint."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from ablate.drive.ledger import fingerprint
 from ablate.study import load_study
+from ablate.tasks import TrialReporter
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 VERDICTS = {"better", "worse", "equivalent", "inconclusive"}
@@ -48,11 +51,83 @@ def test_a_plain_pytorch_loop_runs_through_the_driver(tmp_path, cli):
     assert_verdict_rows(comparisons, "wider")
 
 
-def test_the_readmes_own_model_command_names_the_example_as_run_above():
-    """README's 'Your own model' command is the one the test above runs (there at a tiny size)."""
+def run_example_writing_nowhere_else(cli, tmp_path: Path, monkeypatch, folder: str, *overrides: str):
+    """:func:`run_example` from an empty working directory, which stays empty, as does the example's
+    folder apart from Python's bytecode: a framework's own files (``lightning_logs/``, a
+    ``Trainer``'s ``output_dir``) go to the trial's checkpoint path, removed once the trial ends."""
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    comparisons = run_example(cli, tmp_path, folder, *overrides)
+    assert list(workdir.iterdir()) == []
+    example_files = {path.name for path in (tmp_path / folder).iterdir()} - {"__pycache__"}
+    assert example_files == {"study.yaml", "train.py"}
+    assert list((tmp_path / "out").rglob("*.own")) == []  # the trials' own folders, removed
+    return comparisons
+
+
+class SilentReporter(TrialReporter):
+    """A reporter for calling an example's ``train`` outside the driver."""
+
+    def __init__(self, seed: int, checkpoint_path: Path):
+        self.seed, self.device, self.checkpoint_path = seed, "cpu", checkpoint_path
+
+    def report(self, epoch: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def should_prune(self) -> bool:
+        return False
+
+    def save_state(self, state: dict) -> None:
+        pass
+
+    def resume_state(self) -> None:
+        return None
+
+
+def assert_seed_0_trains_again_to_the_same_numbers(tmp_path: Path, folder: str, **config) -> None:
+    """The example's ``train`` called afresh with base's configuration and seed 0 gives the numbers
+    the driver recorded for that trial (other trials ran in between, other RNG states)."""
+    spec = importlib.util.spec_from_file_location(f"example_{folder}", tmp_path / folder / "train.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    study = yaml.safe_load((tmp_path / folder / "study.yaml").read_text())
+    metrics = example.train({**study["model"]["config"], **config}, 0, SilentReporter(0, tmp_path / "again"))
+    results = pd.read_csv(tmp_path / "out" / "report" / "results.csv")
+    recorded = results[(results["variant"] == "base") & (results["seed"] == 0)].iloc[0]
+    assert metrics["valid.acc"] == pytest.approx(recorded["valid.acc"], abs=1e-6)
+    assert metrics["test.acc"] == pytest.approx(recorded["test.acc"], abs=1e-6)
+
+
+def test_a_lightning_module_runs_through_the_driver(tmp_path, cli, monkeypatch):
+    pytest.importorskip("lightning", reason="no 'lightning' extra (pip install -e '.[lightning]')")
+    comparisons = run_example_writing_nowhere_else(
+        cli, tmp_path, monkeypatch, "lightning_module", "model.config.rows=100", "model.config.epochs=2"
+    )
+    assert_verdict_rows(comparisons, "dropout")
+    assert_seed_0_trains_again_to_the_same_numbers(tmp_path, "lightning_module", rows=100, epochs=2)
+
+
+def test_a_hugging_face_trainer_runs_through_the_driver(tmp_path, cli, monkeypatch):
+    pytest.importorskip("transformers", reason="no 'hf' extra (pip install -e '.[hf]')")
+    pytest.importorskip("accelerate", reason="no 'hf' extra (pip install -e '.[hf]'): the Trainer needs it")
+    comparisons = run_example_writing_nowhere_else(
+        cli, tmp_path, monkeypatch, "hf_trainer", "model.config.rows=100", "model.config.epochs=2"
+    )
+    assert_verdict_rows(comparisons, "deeper")
+    assert_seed_0_trains_again_to_the_same_numbers(tmp_path, "hf_trainer", rows=100, epochs=2)
+
+
+def test_the_readmes_own_model_commands_name_the_examples_as_run_above():
+    """README's 'Your own model' commands are the ones the tests above run (there at a tiny size),
+    each framework's with the extra pyproject.toml declares."""
     readme = (EXAMPLES.parent / "README.md").read_text()
     section = readme.split("## Your own model", 1)[1].split("\n## ", 1)[0]
     assert ".venv/bin/ablate run examples/torch_loop/study.yaml\n" in section
+    for extra, folder in [("lightning", "lightning_module"), ("hf", "hf_trainer")]:
+        command = f"-e '.[{extra}]' && .venv/bin/ablate run examples/{folder}/study.yaml\n"
+        assert command in section
+        assert f'{extra} = ["' in (EXAMPLES.parent / "pyproject.toml").read_text()
 
 
 SCRIPT = """
