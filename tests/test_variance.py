@@ -66,7 +66,7 @@ def test_explicit_default_trains_the_same_under_the_old_fingerprint(write_study)
         exclude={"device", "eval_batch_size", "vary", *implicit.spec.train.LATER_OPTIONS}
     )
     content = {
-        "model": implicit.variants["base"].spec.model_dump(exclude={"final_norm", "config"}),  # both added since
+        "model": implicit.variants["base"].spec.model_dump(exclude={"final_norm", "config"}),  # added since
         "train": train,
         "task": implicit.spec.task.model_dump(),
         "metrics": implicit.metrics,
