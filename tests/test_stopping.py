@@ -117,7 +117,9 @@ def test_sigterm_while_the_report_is_written_stops_it(cli, write_study, tmp_path
     `kill` while a finished study's report is written ends it within seconds with status 130,
     where it used to be ignored until the report was done."""
     monkeypatch.chdir(tmp_path)
-    study = write_study({"train": {"epochs": 1}, "report": {"calibration": 0}}, replace={"seeds": [0]})
+    # Three seeds: the report's calibration simulates studies of this shape (none with one seed).
+    trained = {"train": {"epochs": 1}, "report": {"calibration": 0}}
+    study = write_study(trained, replace={"seeds": [0, 1, 2], "variants": {"mlp": {"ffn": {"kind": "mlp"}}}})
     assert cli("run", study, "--quiet")[0] == 0
     reached = tmp_path / "reached"
     reached.mkdir()
