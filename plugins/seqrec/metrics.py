@@ -17,7 +17,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-PROTOCOLS = ("full", "sampled")
 ACCEPTED = "hr@K, ndcg@K (K a positive integer) or mrr, optionally prefixed 'full.' or 'sampled.'"
 _PATTERN = re.compile(r"(?:(full|sampled)\.)?(?:(hr|ndcg)@([1-9][0-9]*)|mrr)")
 
