@@ -16,7 +16,6 @@ from tiny_study import TINY_STUDY, deep_update, tiny_spec  # noqa: F401 - re-exp
 # (measured ~3x faster for the component tests). Subprocess tests run with the defaults.
 torch.set_num_threads(1)
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True, scope="session")
