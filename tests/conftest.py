@@ -17,7 +17,6 @@ from tiny_study import TINY_STUDY, deep_update, tiny_spec  # noqa: F401 - re-exp
 torch.set_num_threads(1)
 
 
-
 @pytest.fixture(autouse=True, scope="session")
 def _dataset_cache(tmp_path_factory):
     """Parsed data sets go to a per-session folder, not the user's cache."""
