@@ -169,7 +169,7 @@ class FiledTrial(Donor):
 
     @property
     def source(self) -> str:
-        return f"{self.record['study']} in {self.path.parent}{RUN_SEPARATOR}{self.record['run_id']}"
+        return f"{self.record['study']} in {_shown(self.path.parent)}{RUN_SEPARATOR}{self.record['run_id']}"
 
     @property
     def data_digest(self) -> str | None:
@@ -287,6 +287,15 @@ def write_trials(tracking_uri: str, experiment: str, folder: Path) -> tuple[list
         for run in tracker.trial_runs(status="FINISHED")
     ]
     return [p for p in paths if p is not None], paths.count(None)
+
+
+def _shown(folder: Path) -> Path:
+    """``folder`` as a report names it: relative to the working folder where it lies below it
+    (``reports/hstu_fuxi_ml1m/trials``), so a committed report reads the same on another machine."""
+    try:
+        return folder.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:  # elsewhere: the whole path is the only name it has
+        return folder
 
 
 def _file_tail(seed: int, fingerprint: str) -> str:
