@@ -18,8 +18,9 @@ import optuna
 from mlflow import MlflowClient
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
+from sigterm import sigterm_at  # tests/sigterm.py, on sys.path
 
-from ablate.faults import KILL_ENV, REACHED_ENV
+from ablate.faults import KILL_ENV
 
 PLANNED = sorted((v, s) for v in ("base", "mlp") for s in (0, 1))
 COMPLETE = optuna.trial.TrialState.COMPLETE
@@ -178,29 +179,8 @@ def test_sigterm_while_a_large_data_set_is_generated_stops_within_seconds(write_
     its data before it creates its stores, so none is left behind."""
     study = write_study({"task": {"data": {"users": 400_000}}, "seeds": [0]}, replace={"variants": {}})
     output = tmp_path / "runs" / "tiny"
-    reached = tmp_path / "reached"
-    reached.mkdir()
-    run = subprocess.Popen(
-        [sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet"],
-        cwd=tmp_path,
-        env={**os.environ, REACHED_ENV: str(reached)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (reached / "load").exists() and run.poll() is None:
-            time.sleep(0.2)  # the data is read next
-        time.sleep(1.0)
-        assert run.poll() is None, run.communicate()
-        stopped = time.monotonic()
-        run.send_signal(signal.SIGTERM)
-        _, err = run.communicate(timeout=60)
-        took = time.monotonic() - stopped
-    finally:
-        run.kill()
-    assert run.returncode == 130 and took < 10, (run.returncode, took, err[-2000:])
+    code, took, err = sigterm_at("load", ["run", str(study), "--quiet"], tmp_path)
+    assert code == 130 and took < 10, (code, took, err[-2000:])
     assert f"interrupted: trials in flight are re-queued; `ablate run {study}` resumes" in err
     assert "Traceback" not in err
     assert not (output / "optuna.journal").exists() and not (output / "mlflow.db").exists()  # never started

@@ -14,9 +14,9 @@ import optuna
 import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
+from sigterm import sigterm_at  # tests/sigterm.py, on sys.path
 
 from ablate import stopping
-from ablate.faults import REACHED_ENV
 
 
 def _deliver(sig: signal.Signals) -> None:
@@ -121,28 +121,8 @@ def test_sigterm_while_the_report_is_written_stops_it(cli, write_study, tmp_path
     trained = {"train": {"epochs": 1}, "report": {"calibration": 0}}
     study = write_study(trained, replace={"seeds": [0, 1, 2], "variants": {"mlp": {"ffn": {"kind": "mlp"}}}})
     assert cli("run", study, "--quiet")[0] == 0
-    reached = tmp_path / "reached"
-    reached.mkdir()
-    run = subprocess.Popen(
-        [sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet", "report.calibration=100000"],
-        cwd=tmp_path,
-        env={**os.environ, REACHED_ENV: str(reached)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    code, took, err = sigterm_at(
+        "report", ["run", str(study), "--quiet", "report.calibration=100000"], tmp_path
     )
-    try:
-        # Waits for the report to begin, not a fixed time: start-up under load took over 6 s.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (reached / "report").exists() and run.poll() is None:
-            time.sleep(0.2)
-        time.sleep(1.0)  # the calibration is simulating by now
-        assert run.poll() is None, run.communicate()
-        stopped = time.monotonic()
-        run.send_signal(signal.SIGTERM)
-        _, err = run.communicate(timeout=60)
-        took = time.monotonic() - stopped
-    finally:
-        run.kill()
-    assert run.returncode == 130 and took < 10, (run.returncode, took, err[-2000:])
+    assert code == 130 and took < 10, (code, took, err[-2000:])
     assert "interrupted:" in err and "Traceback" not in err
