@@ -15,7 +15,7 @@ import stat
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -180,6 +180,23 @@ class TrialReporter:
         """The last :meth:`save_state` of this configuration and seed (its curves logged again),
         or None: train from the start."""
         raise NotImplementedError
+
+
+# The study run's artifact holding the task's trivial baselines and its evaluation protocol
+# (:meth:`Task.reference`), so that a report rebuilt from the tracking store shows them.
+BASELINES_ARTIFACT = "baselines.json"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A trivial predictor a task's reports show beside the variants: its ``name``
+    (``"popularity"``), how it predicts (``about``, one clause) and its test metrics
+    (``values``: metric → the split's value), evaluated on the same test units under the same
+    protocol as the variants; deterministic, with no seed."""
+
+    name: str
+    about: str
+    values: dict[str, float]
 
 
 class Task:
@@ -357,6 +374,30 @@ class Task:
 
     def metric_higher_is_better(self, name: str) -> bool:
         return True
+
+    def default_margin(self, name: str) -> float | str | None:
+        """The practical margin of metric ``name`` when the study file sets none, in the form
+        ``report.margin`` takes (``0.002``; ``"2%"`` of the baseline's mean; ``"2% of error"``,
+        of its distance to a perfect score); None: the report's default (2% of the mean)."""
+        return None
+
+    # -- what the report places the variants against ------------------------------------
+    def baselines(self, data: Any, metrics: list[str]) -> list[Baseline]:
+        """The task's standard trivial baselines (popularity, repeat-last, majority class, a
+        linear model, as fits) on the test split: each metric of ``metrics`` computed on the
+        same test units under the same protocol as :meth:`evaluate`; default: none."""
+        return []
+
+    def protocol(self, metrics: list[str]) -> str:
+        """One or two sentences for the report's Methods: how the data are split, what a test
+        unit is, how each metric is computed (candidates, ties, scale); default: none."""
+        return ""
+
+    def reference(self, data: Any, metrics: list[str]) -> dict[str, Any]:
+        """What :data:`BASELINES_ARTIFACT` holds: ``{"protocol": text, "baselines": [{"name",
+        "about", "values"}, ...]}`` (:meth:`protocol`, :meth:`baselines`)."""
+        found = self.baselines(data, metrics)
+        return {"protocol": self.protocol(metrics), "baselines": [asdict(b) for b in found]}
 
     # -- training schedule -----------------------------------------------------------
     def on_epoch_end(self, model: nn.Module, epoch: int) -> None:

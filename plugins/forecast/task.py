@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ablate.components import BuildContext
-from ablate.tasks import Evaluation, Task
+from ablate.tasks import Baseline, Evaluation, Task
 
-from . import evaluation
+from . import baselines, evaluation
 from .batches import Batch, train_batches
 from .data import Series, prepare, read_csv, scheme_for, split_borders, synthetic
 from .model import ForecastModel
@@ -60,6 +60,20 @@ class ForecastTask(Task):
         series = prepare(raw, channels, borders, source, opts.lookback, opts.horizon)
         log.info("%s", series.describe())
         return series
+
+    def _split(self) -> str:
+        data = self.options.data
+        return scheme_for(self.data_path(), data.split) if isinstance(data, CsvData) else "ratio"
+
+    def baselines(self, data: Series, metrics: list[str]) -> list[Baseline]:
+        """repeat-last, window-mean, and seasonal-naive at the synthetic data's period or an ETT
+        split's day."""
+        period = getattr(self.options.data, "period", None) or baselines.DAY_ROWS.get(self._split())
+        return baselines.trivial(data, metrics, period)
+
+    def protocol(self, metrics: list[str]) -> str:
+        opts = self.options
+        return baselines.protocol_text(self._split(), opts.data.ratios, opts.lookback, opts.horizon)
 
     def values_width(self) -> int:
         return self.options.lookback

@@ -12,9 +12,9 @@ from torch import Tensor, nn
 from ablate.components import BuildContext
 from ablate.errors import DataError
 from ablate.jagged import Jagged
-from ablate.tasks import Evaluation, Task
+from ablate.tasks import Baseline, Evaluation, Task
 
-from . import losses, metrics
+from . import baselines, losses, metrics
 from . import metrics as M
 from .batches import Batch, length_groups, train_batches, train_part
 from .cache import cached
@@ -112,6 +112,14 @@ class SeqRecTask(Task):
             )
             self._negatives[split] = (data, drawn)
         return drawn
+
+    def baselines(self, data: Interactions, metrics: list[str]) -> list[Baseline]:
+        sampled = any(M.protocol(name, self.options.protocol) == "sampled" for name in metrics)
+        negatives = self.negatives(data, "test") if sampled else None
+        return [baselines.popularity(data, metrics, self.options.protocol, negatives)]
+
+    def protocol(self, metrics: list[str]) -> str:
+        return baselines.protocol_text(self.options.protocol, self.options.sampled_negatives, metrics)
 
     def max_len(self, data: Interactions) -> int:
         return self.options.max_len
