@@ -1,0 +1,209 @@
+"""Documents of text: read from files, the interpreter's standard library or generated, and split
+into training and held-out text.
+
+A document is one text file, one JSON line or one parquet row. The held-out splits are the tail
+of the text by bytes (validation, then test, the document order kept), or files of their own; a
+document the cut falls inside is cut in two, so a single long file splits too.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ablate import stopping
+from ablate.errors import DataError
+from ablate_plugins.text_files import read_bytes, read_text
+
+from .options import FileData, StdlibData, SyntheticData
+
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass
+class Corpus:
+    """Each split's documents, and where they came from (for the data summary)."""
+
+    splits: dict[str, list[str]]
+    source: str
+    facts: dict[str, str] = field(default_factory=dict)  # e.g. the Python version of stdlib text
+
+    def bytes(self, split: str) -> int:
+        return sum(len(doc.encode()) for doc in self.splits[split])
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+def files_of(path: Path, pattern: str) -> list[Path]:
+    """``path`` itself, or a folder's files matching ``pattern`` in name order (none: one line)."""
+    if not path.is_dir():
+        return [path]
+    found = sorted(p for p in path.glob(pattern) if p.is_file())
+    if not found:
+        raise DataError(f"{path}: no files match {pattern!r} in this folder; set data.pattern")
+    return found
+
+
+def read_jsonl(path: Path, key: str, encoding: str | None) -> list[str]:
+    docs = []
+    for line_no, line in enumerate(read_text(path, encoding).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{line_no}: not a JSON object ({exc.msg})") from None
+        text = record.get(key) if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            what = "has no" if not isinstance(record, dict) or key not in record else "has a non-text"
+            raise DataError(f"{path}:{line_no}: the record {what} {key!r} field; set data.text_field")
+        docs.append(text)
+    return docs
+
+
+def read_parquet(path: Path, column: str) -> list[str]:
+    import pyarrow.parquet as pq  # pandas' parquet engine; imported when a parquet file is read
+
+    read_bytes(path)  # missing / empty / a folder: the shared one-line messages
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow's errors for a file that is not parquet vary by version
+        raise DataError(f"{path}: not a readable parquet file ({str(exc).splitlines()[0]})") from None
+    if column not in table.column_names:
+        names = ", ".join(table.column_names[:8])
+        raise DataError(f"{path}: no column {column!r} (columns: {names}); set data.text_field")
+    values = table.column(column).to_pylist()
+    for row, text in enumerate(values):
+        if not isinstance(text, str):
+            raise DataError(f"{path}: row {row} of column {column!r} is not text ({type(text).__name__})")
+    return values
+
+
+def read_documents(path: Path, pattern: str, key: str, encoding: str | None) -> list[str]:
+    """Every document of a file or folder: ``.jsonl`` lines, ``.parquet`` rows, other files whole."""
+    docs: list[str] = []
+    for file in files_of(path, pattern):
+        stopping.check()
+        if file.suffix == ".jsonl":
+            docs += read_jsonl(file, key, encoding)
+        elif file.suffix == ".parquet":
+            docs += read_parquet(file, key)
+        else:
+            docs.append(read_text(file, encoding))
+    docs = [d for d in docs if d]
+    if not docs:
+        raise DataError(f"{path}: holds no text (every document is empty)")
+    return docs
+
+
+def stdlib_files(data: StdlibData) -> list[Path]:
+    """The standard-library files ``data`` reads: ``pattern`` in name order, up to ``max_bytes``."""
+    folder = Path(sysconfig.get_paths()["stdlib"])
+    chosen, total = [], 0
+    for file in files_of(folder, data.pattern):
+        if data.max_bytes is not None and total >= data.max_bytes:
+            break
+        chosen.append(file)
+        total += file.stat().st_size
+    return chosen
+
+
+def stdlib_version() -> str:
+    return f"Python {sys.version.split()[0]} ({sys.implementation.name})"
+
+
+WORDS = "zero one two three four five six seven eight nine".split()
+PHRASES = ["the cat sat on the mat", "a stitch in time saves nine", "to be or not to be"]
+
+
+def synthetic_documents(data: SyntheticData) -> list[str]:
+    """Documents of counting runs (``three four five …``) and repeated phrases: the next word is
+    mostly determined by the last, so a model that learns the runs beats a unigram model."""
+    rng = np.random.default_rng(data.seed)
+    docs = []
+    for _ in range(data.documents):
+        words: list[str] = []
+        while len(words) < data.words:
+            if rng.random() < 0.3:
+                words += PHRASES[rng.integers(len(PHRASES))].split()
+            else:
+                start, run = int(rng.integers(10)), int(rng.integers(3, 8))
+                words += [WORDS[(start + i) % 10] for i in range(run)]
+            words[-1] += "." if rng.random() < 0.5 else ","
+        docs.append(" ".join(words[: data.words]) + "\n")
+    return docs
+
+
+# -- splitting --------------------------------------------------------------------------------
+
+
+def cut_tail(docs: list[str], fraction: float) -> tuple[list[str], list[str]]:
+    """``docs`` split by bytes into the head and its last ``fraction`` (at least one character),
+    a document straddling the cut cut in two at a character boundary."""
+    sizes = np.array([len(d.encode()) for d in docs], dtype=np.int64)
+    keep = int(sizes.sum()) - max(1, round(fraction * int(sizes.sum())))  # head bytes
+    ends = np.cumsum(sizes)
+    i = int(np.searchsorted(ends, keep, side="right"))  # the document the cut falls in
+    if i >= len(docs):
+        return docs, []
+    before = keep - (int(ends[i - 1]) if i else 0)  # bytes of document i that stay in the head
+    raw = docs[i].encode()
+    head_part = raw[:before].decode(errors="ignore")  # a cut inside a character moves before it
+    tail_part = docs[i][len(head_part) :]
+    head = docs[:i] + ([head_part] if head_part else [])
+    tail = ([tail_part] if tail_part else []) + docs[i + 1 :]
+    return head, tail
+
+
+def split(docs: list[str], valid: float | list[str], test: float | list[str]) -> dict[str, list[str]]:
+    """Training, validation and test documents: a fraction is cut from the tail (test last), a
+    list of documents is that split's own text."""
+    rest = docs
+    if isinstance(test, float):
+        rest, test = cut_tail(rest, test)
+    if isinstance(valid, float):
+        total = sum(len(d.encode()) for d in rest)
+        rest, valid = cut_tail(rest, valid * sum(len(d.encode()) for d in docs) / max(total, 1))
+    return {"train": rest, "valid": valid, "test": test}
+
+
+def synthetic_corpus(data: SyntheticData, base: Path, valid: float, test: float) -> Corpus:
+    return Corpus(split(synthetic_documents(data), valid, test), f"synthetic(seed={data.seed})")
+
+
+def stdlib_corpus(data: StdlibData, base: Path, valid: float, test: float) -> Corpus:
+    files = stdlib_files(data)
+    docs = [d for d in (read_text(f) for f in files) if d]
+    total = sum(len(d.encode()) for d in docs)
+    if data.max_bytes is not None and total > data.max_bytes:
+        docs = cut_tail(docs, 1.0 - data.max_bytes / total)[0]
+    facts = {"python": stdlib_version(), "stdlib files": str(len(files))}
+    return Corpus(split(docs, valid, test), f"stdlib {data.pattern} ({stdlib_version()})", facts)
+
+
+def file_corpus(data: FileData, base: Path, valid: float, test: float) -> Corpus:
+    path = base / Path(data.path).expanduser()
+    docs = read_documents(path, data.pattern, data.text_field, data.encoding)
+    own = {}
+    for name in ("valid", "test"):
+        given = getattr(data, f"{name}_path")
+        if given is not None:
+            own[name] = read_documents(
+                base / Path(given).expanduser(), data.pattern, data.text_field, data.encoding
+            )
+    return Corpus(split(docs, own.get("valid", valid), own.get("test", test)), str(path))
+
+
+# ``data.format`` → how its documents are read.
+CORPORA = {"files": file_corpus, "stdlib": stdlib_corpus, "synthetic": synthetic_corpus}
+
+
+def load_corpus(data: FileData | StdlibData | SyntheticData, base: Path, valid: float, test: float) -> Corpus:
+    """Read the documents ``data`` names and split them (see :func:`split`)."""
+    return CORPORA[data.format](data, base, valid, test)

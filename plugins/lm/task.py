@@ -1,0 +1,148 @@
+"""The ``lm`` task: causal language modelling on text (next-token cross-entropy)."""
+
+from __future__ import annotations
+
+import logging
+import sysconfig
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ablate.components import BuildContext
+from ablate.errors import DataError
+from ablate.jagged import Jagged
+from ablate.tasks import Evaluation, Task, data_file_problem
+
+from . import evaluation
+from .batches import Batch, Tokens, train_batches, windows_of
+from .corpus import SPLITS, cut_tail, load_corpus, stdlib_files
+from .model import LMModel, padded_layout
+from .options import LMOptions, LossOptions
+from .vocab import make_tokenizer
+
+log = logging.getLogger(__name__)
+
+SPLIT_NAMES = {"train": "training", "valid": "validation", "test": "test"}
+
+
+@dataclass
+class LMData:
+    splits: dict[str, Tokens]
+    vocab_size: int
+    tokenizer: str
+    source: str
+    bytes: dict[str, int]  # text bytes per split (held-out: the evaluation budget)
+    facts: dict[str, str] = field(default_factory=dict)
+
+
+class LMTask(Task):
+    """Predict each next token of documents cut into windows (see :mod:`.batches`); validation
+    and test score a fixed budget of held-out text (loss, perplexity, bits per byte)."""
+
+    Options = LMOptions
+    LossOptions = LossOptions
+
+    options: LMOptions
+
+    def check_metric(self, name: str) -> str | None:
+        return evaluation.check(name)
+
+    def metric_higher_is_better(self, name: str) -> bool:
+        return False
+
+    # -- files ---------------------------------------------------------------------------
+    def data_files(self) -> dict[str, Path]:
+        data, files = self.options.data, {}
+        if data.format == "stdlib":
+            root = Path(sysconfig.get_paths()["stdlib"])
+            files = {f"stdlib/{p.relative_to(root).as_posix()}": p for p in stdlib_files(data)}
+        for key in ("path", "valid_path", "test_path"):
+            given = getattr(data, key, None)
+            if given is not None:
+                files[key] = self.base_dir / Path(given).expanduser()
+        if self.options.tokenizer.kind == "file":
+            files["tokenizer"] = self.base_dir / Path(self.options.tokenizer.path).expanduser()
+        return files
+
+    def check_files(self) -> str | None:
+        for path in self.data_files().values():
+            problem = data_file_problem(path)
+            if problem:
+                return problem
+        return None
+
+    # -- data ----------------------------------------------------------------------------
+    def load(self) -> LMData:
+        opts = self.options
+        corpus = load_corpus(opts.data, self.base_dir, opts.valid_fraction, opts.test_fraction)
+        tokenizer = make_tokenizer(opts.tokenizer, corpus.splits["train"], self.base_dir)
+        splits, sizes = {}, {}
+        for name in SPLITS:
+            docs = corpus.splits[name]
+            total = sum(len(d.encode()) for d in docs)
+            if name != "train" and total > opts.eval_bytes:
+                docs = cut_tail(docs, 1.0 - opts.eval_bytes / total)[0]
+                total = sum(len(d.encode()) for d in docs)
+            splits[name], sizes[name] = windows_of(tokenizer.encode(docs), opts.window), total
+        train = splits["train"]
+        if train.predictions < opts.window:
+            raise DataError(
+                f"{corpus.source}: the training text is {train.predictions + train.documents} tokens, "
+                f"shorter than one window (task.window = {opts.window} predictions); lower task.window "
+                f"or give more text"
+            )
+        for name in ("valid", "test"):
+            if splits[name].predictions == 0:
+                raise DataError(
+                    f"{corpus.source}: the {SPLIT_NAMES[name]} split holds no text to score; raise "
+                    f"task.{name}_fraction or give data.{name}_path"
+                )
+        data = LMData(splits, tokenizer.vocab_size, tokenizer.kind, corpus.source, sizes, corpus.facts)
+        log.info("lm data: %s", self.data_summary(data))
+        return data
+
+    def data_summary(self, data: LMData) -> dict[str, int | float | str]:
+        summary: dict[str, int | float | str] = {"source": data.source, **data.facts}
+        summary.update({"tokenizer": data.tokenizer, "vocabulary": data.vocab_size})
+        for name, tokens in data.splits.items():
+            summary[f"{name} documents"] = tokens.documents
+            summary[f"{name} bytes"] = data.bytes[name]
+            summary[f"{name} tokens"] = tokens.predictions
+            summary[f"{name} windows"] = tokens.windows
+        per_token = data.bytes["train"] / max(data.splits["train"].predictions, 1)
+        summary["bytes per token (train)"] = round(per_token, 3)
+        return summary
+
+    def max_len(self, data: LMData) -> int:
+        return self.options.window
+
+    def train_batches(self, data: LMData, batch_size: int, generator: torch.Generator) -> Iterable[Batch]:
+        return train_batches(data.splits["train"], batch_size, generator, self.options.windows_per_epoch)
+
+    def batch_tokens(self, batch: Batch) -> int:
+        return int(batch.valid.sum())
+
+    # -- model ---------------------------------------------------------------------------
+    def build_model(self, backbone: nn.Module, ctx: BuildContext, data: LMData) -> LMModel:
+        layout = Jagged.from_valid if self.options.jagged else padded_layout
+        return LMModel(backbone, data.vocab_size, ctx.dim, layout, self.options.tie_embeddings)
+
+    def loss(self, model: LMModel, batch: Batch, loss: LossOptions, generator: torch.Generator) -> Tensor:
+        hidden = model(batch)[batch.valid]
+        return F.cross_entropy(evaluation.at_least_fp32(model.logits(hidden)), batch.targets[batch.valid])
+
+    @torch.no_grad()
+    def evaluate(
+        self,
+        model: LMModel,
+        data: LMData,
+        split: str,
+        metrics: list[str],
+        device: torch.device,
+        batch_size: int,
+    ) -> Evaluation:
+        return evaluation.evaluate(model, data.splits[split], metrics, device, batch_size)

@@ -1,0 +1,197 @@
+"""The ``lm`` task: reading text, held-out tails, windows that never span documents, tokenizers'
+byte counts, the metrics against an independent computation, and bad text refused in one line."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ablate import registry
+from ablate.cache import cache_dir
+from ablate.components import BuildContext
+from ablate.errors import DataError
+from ablate_plugins.attention import SoftmaxAttention, SoftmaxOptions
+from ablate_plugins.lm import (
+    LMModel,
+    LMOptions,
+    LMTask,
+    char_byte_ends,
+    collate,
+    cut_tail,
+    load_corpus,
+    make_tokenizer,
+    windows_of,
+)
+from ablate_plugins.lm.options import BPETokenizer, BytesTokenizer, FileData, FileTokenizer
+
+TEXT = "Héllo wörld, the cat sat on the mat. 日本語のテキスト.\n" * 6
+
+
+def task(tmp_path, **options) -> LMTask:
+    return LMTask(LMOptions.model_validate(options), tmp_path)
+
+
+def test_two_line_task_section_reads_a_folder_of_txt_files(tmp_path):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"{i}.txt").write_text(TEXT * (i + 1))
+    (folder / "skip.md").write_text("not read")
+    options = LMOptions.model_validate({"data": {"path": "texts/"}})
+    assert isinstance(options.data, FileData) and options.tokenizer.kind == "bytes"
+    data = LMTask(options, tmp_path).load()
+    total = sum(len((TEXT * (i + 1)).encode()) for i in range(3))
+    assert sum(data.bytes.values()) == total  # nothing lost or read twice at the cuts (budget not hit)
+    assert data.vocab_size == 257 and registry.get("task", "lm") is LMTask
+
+
+def test_tail_fractions_cut_by_bytes_and_keep_characters_whole():
+    docs = ["aé" * 50, "日本" * 30, "z" * 100]
+    head, tail = cut_tail(docs, 0.3)
+    total = sum(len(d.encode()) for d in docs)
+    assert "".join(head) + "".join(tail) == "".join(docs)
+    assert abs(sum(len(t.encode()) for t in tail) - 0.3 * total) <= 3  # within one character
+    head, tail = cut_tail(["日本語"], 0.5)  # one document, cut inside a 3-byte character
+    assert (head, tail) == (["日"], ["本語"])
+
+
+def test_jsonl_and_parquet_documents_and_separate_held_out_files(tmp_path):
+    rows = [{"text": f"document {i} " * 20, "id": i} for i in range(6)]
+    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    pq.write_table(pa.table({"body": [r["text"] for r in rows]}), tmp_path / "b.parquet")
+    (tmp_path / "v.txt").write_text("held out validation text\n" * 4)
+    (tmp_path / "t.txt").write_text("held out test text\n" * 4)
+    jsonl = load_corpus(FileData(path="a.jsonl"), tmp_path, 0.1, 0.1)
+    assert len(jsonl.splits["train"]) + len(jsonl.splits["valid"]) + len(jsonl.splits["test"]) >= 6
+    own = FileData(path="b.parquet", text_field="body", valid_path="v.txt", test_path="t.txt")
+    corpus = load_corpus(own, tmp_path, 0.1, 0.1)
+    assert corpus.splits["train"] == [r["text"] for r in rows]  # nothing cut off: the held-out text is given
+    assert corpus.splits["test"] == ["held out test text\n" * 4]
+
+
+@pytest.mark.parametrize(
+    "name, content, words",
+    [
+        ("bin.txt", b"abc\x00\x01\x02", "a binary file, not text (a NUL byte at byte 3)"),
+        ("empty.txt", b"  \n", "the file is empty"),
+        ("latin.txt", "caf\xe9 au lait\n".encode("latin-1"), ":1: byte 0xe9 at column 4 is not UTF-8"),
+        ("bad.jsonl", b'{"text": "ok"}\n{"txt": "no"}\n', ":2: the record has no 'text' field"),
+        ("broken.jsonl", b'{"text": "ok"}\n{"text": \n', ":2: not a JSON object"),
+        ("short.txt", b"tiny text\n", "shorter than one window (task.window = 64 predictions)"),
+    ],
+)
+def test_bad_text_is_one_line_and_exit_status_2(tmp_path, write_study, cli, name, content, words):
+    (tmp_path / name).write_bytes(content)
+    study = write_study(
+        replace={
+            "task": {"kind": "lm", "data": {"path": name}, "window": 64},
+            "model.bias": [{"kind": "rope"}],
+            "metrics": {"primary": "loss", "also": ["bpb"]},
+            "train.loss": {},
+        }
+    )
+    code, _, err = cli("validate", study)
+    errors = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(errors) == 1, err
+    assert name in errors[0] and words in errors[0], errors[0]
+
+
+def test_windows_never_span_documents_and_predict_every_token_once():
+    docs = ["abcdefghij", "xy", "", "0123456789abcdef"]
+    tokens = windows_of(make_tokenizer(BytesTokenizer(), [], None).encode(docs), window=4)
+    assert tokens.documents == 3  # the empty document predicts nothing
+    # Document starts (id 256) open rows only: a row's inputs after position 0 never hold one.
+    batch = collate(tokens, np.arange(tokens.windows))
+    assert not (batch.inputs[:, 1:] == 256).any() and not (batch.targets == 256).any()
+    assert batch.valid.sum().item() == sum(len(d.encode()) for d in docs)  # each byte a target once
+    targets = [bytes(batch.targets[r, batch.valid[r]].tolist()) for r in range(tokens.windows)]
+    assert b"".join(targets) == "".join(docs).encode()
+    assert tokens.lengths.tolist() == [4, 4, 2, 2, 4, 4, 4, 4]
+    assert tokens.window_bytes().tolist() == tokens.lengths.tolist()
+
+
+def test_bpe_byte_counts_sum_to_the_text_and_the_trained_tokenizer_is_cached(tmp_path):
+    docs = [TEXT, "def f(x):\n    return x  # ünïcödé\n" * 20]
+    options = BPETokenizer(kind="bpe", vocab_size=300, min_frequency=2)
+    bpe = make_tokenizer(options, docs, tmp_path)
+    assert list(cache_dir().glob("lm/bpe-*.json")), "the trained BPE is kept in the cache"
+    for doc, enc in zip(docs, bpe.encode(docs), strict=True):
+        assert enc.ids[0] == bpe.bos and enc.nbytes[0] == 0
+        assert int(enc.nbytes.sum()) == len(doc.encode()) and (enc.nbytes >= 0).all()
+        assert bpe.tokenizer.decode(enc.ids[1:].tolist()) == doc
+        assert len(enc.ids) < len(doc.encode())  # merges learned
+    again = make_tokenizer(options, docs, tmp_path)
+    assert again.tokenizer.to_str() == bpe.tokenizer.to_str()
+    # a user's tokenizer.json, with its document start named
+    path = tmp_path / "tokenizer.json"
+    bpe.tokenizer.save(str(path))
+    mine = make_tokenizer(FileTokenizer(kind="file", path="tokenizer.json"), [], tmp_path)
+    assert mine.bos == bpe.bos and mine.encode(docs)[1].ids.tolist() == bpe.encode(docs)[1].ids.tolist()
+    with pytest.raises(DataError, match="no document-start token"):
+        make_tokenizer(FileTokenizer(kind="file", path="tokenizer.json", bos="<nope>"), [], tmp_path)
+
+
+def test_char_byte_ends():
+    assert char_byte_ends("aé日😀").tolist() == [0, 1, 3, 6, 10]
+
+
+def tiny_model(vocab: int, dim: int = 16) -> LMModel:
+    """A one-attention 'backbone' stand-in: embedding → causal softmax attention → logits."""
+
+    class Backbone(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = SoftmaxAttention(SoftmaxOptions(heads=2), BuildContext(dim=dim))
+
+        def forward(self, x, tokens):
+            return self.attention(x, tokens)
+
+    return LMModel(Backbone(), vocab, dim).double().eval()
+
+
+def test_metrics_match_each_window_scored_alone(tmp_path):
+    lm = task(tmp_path, data={"format": "synthetic", "documents": 12, "words": 30}, window=24, eval_bytes=400)
+    data = lm.load()
+    model = tiny_model(data.vocab_size)
+    split = data.splits["valid"]
+    result = lm.evaluate(model, data, "valid", ["loss", "perplexity", "bpb"], torch.device("cpu"), 5)
+    nll, count, nbytes = [], [], []
+    for w in range(split.windows):  # independently: each window alone, no padding, no batch
+        s, n = int(split.starts[w]), int(split.lengths[w])
+        ids = torch.from_numpy(split.ids[s : s + n + 1])
+        x = model.embed(ids[None, :-1])
+        tokens = collate(split, np.array([w])).token_context()
+        logits = model.logits(model.backbone(x, tokens))[0]
+        nll.append(F.cross_entropy(logits, ids[1:], reduction="sum").item())
+        count.append(n)
+        nbytes.append(int(split.nbytes[s + 1 : s + n + 1].sum()))
+    assert sum(nbytes) == data.bytes["valid"] <= 400
+    loss = sum(nll) / sum(count)
+    assert result.summary["loss"] == pytest.approx(loss, rel=1e-9)
+    assert result.summary["perplexity"] == pytest.approx(math.exp(loss), rel=1e-9)
+    assert result.summary["bpb"] == pytest.approx(sum(nll) / math.log(2) / sum(nbytes), rel=1e-9)
+    per_unit = result.per_unit
+    assert per_unit["unit"].tolist() == list(range(split.windows))
+    np.testing.assert_allclose(per_unit["loss"], np.array(nll) / np.array(count), rtol=1e-9)
+    np.testing.assert_allclose(per_unit["bpb"], np.array(nll) / math.log(2) / np.array(nbytes), rtol=1e-9)
+
+
+def test_training_loss_is_the_mean_over_real_targets_and_ignores_padding(tmp_path):
+    lm = task(tmp_path, data={"format": "synthetic", "documents": 6, "words": 20}, window=16, jagged=False)
+    data = lm.load()
+    model = tiny_model(data.vocab_size)
+    train = data.splits["train"]
+    rows = np.arange(train.windows)
+    short = rows[train.lengths < 16][:2]
+    batch = collate(train, np.concatenate([rows[:3], short]))
+    loss = lm.loss(model, batch, None, torch.Generator())
+    per_row = [lm.loss(model, collate(train, np.array([r])), None, torch.Generator()) for r in batch.windows]
+    lengths = torch.tensor(train.lengths[batch.windows.numpy()], dtype=torch.float64)
+    assert loss.item() == pytest.approx((torch.stack(per_row) * lengths).sum().item() / lengths.sum().item())
