@@ -2,7 +2,8 @@
 
 Dimensions: ``b`` batch, ``n`` tokens, ``d`` model width, ``h`` heads, ``e`` head width,
 ``L`` max_len (positions table size). Logit biases are ``[b|1, h|1, n, n]`` (query ``i``,
-key ``j``); timestamps are seconds, only their differences ``t_i − t_j`` are used.
+key ``j``); timestamps are seconds (float64 from the seqrec task, so whole seconds stay exact),
+only their differences ``t_i − t_j`` are used.
 
 * on the embeddings: ``abs_pos`` (learned), ``sinusoidal`` (fixed);
 * on queries / keys: ``rope``;
@@ -194,8 +195,10 @@ class LogTimeGap(BiasChannel):
 
     def logits(self, tokens: TokenContext) -> Tensor:
         gap = time_differences(tokens, "log_time_gap").abs().clamp(max=self.options.max_gap)
-        gap = gap.to(torch.promote_types(gap.dtype, self.alpha.dtype))  # float64 modules stay float64
-        t = torch.log1p(gap) / math.log1p(self.options.max_gap)
+        # In the times' precision (float64 from the task), then in the module's: a float32 module's
+        # logits stay float32, a float64 one's float64.
+        gap = gap.to(torch.promote_types(gap.dtype, self.alpha.dtype))
+        t = (torch.log1p(gap) / math.log1p(self.options.max_gap)).to(self.alpha.dtype)
         return (self.alpha * t).unsqueeze(1)
 
 

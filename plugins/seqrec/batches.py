@@ -48,12 +48,15 @@ class Batch:
     targets: Tensor  # [b, n] long, the item to predict at each position, 0 = none
     valid: Tensor  # [b, n] bool, True at real items
     positions: Tensor  # [b, n] long, 0..len-1 within the window
-    timestamps: Tensor | None  # [b, n] float32 seconds since the window's first item
+    # [b, n] float64 seconds since the window's first item: exact for whole seconds (up to 2⁵³), so
+    # the time buckets and intervals see the gaps the data holds; float32 would round a gap of
+    # three years to 8 s and move buckets near their edges.
+    timestamps: Tensor | None
     users: Tensor  # [b] long, user ids in the source
     # Sorted ``row · (num_items + 1) + item`` over each row's training items (training batches
     # only; see :func:`seen_keys`), for negatives drawn among unseen items.
     seen: Tensor | None = None
-    # [b, n] float32 seconds, same origin as ``timestamps``: the time of the item each position
+    # [b, n] float64 seconds, same origin as ``timestamps``: the time of the item each position
     # predicts (the next one's; the target's at the last), HSTU's request time.
     request_times: Tensor | None = None
 
@@ -108,9 +111,9 @@ def collate(
         targets=torch.from_numpy(target_pad),
         valid=valid,
         positions=torch.arange(n).expand(b, n).clone(),
-        timestamps=torch.from_numpy(time_pad).float() if timed else None,
+        timestamps=torch.from_numpy(time_pad) if timed else None,
         users=torch.from_numpy(np.asarray(users, dtype=np.int64)),
-        request_times=torch.from_numpy(request_pad).float() if timed and next_times is not None else None,
+        request_times=torch.from_numpy(request_pad) if timed and next_times is not None else None,
     )
 
 
