@@ -63,7 +63,7 @@ def test_seeds_for_equivalence_are_the_fewest_with_80_percent():
 
 
 def test_sequential_simulation_through_its_own_decisions():
-    design = SequentialSeeds(initial=3, max=9, step=2)
+    design = SequentialSeeds(initial=3, max=9, step=2, spending="pocock")  # stops early on clear effects
     s = ReportSettings(
         primary="x", metrics=["x"], variants=["base", "v0", "v1"], sequential=design, margin=1.0
     )
