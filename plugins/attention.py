@@ -37,6 +37,9 @@ from ablate_plugins.attention_parts import (
 
 class SoftmaxOptions(Options):
     heads: int = Field(1, gt=0)
+    # Grouped-query attention (MiniMind's num_key_value_heads): g key / value heads, each shared by
+    # heads / g query heads; None: one per query head (multi-head attention).
+    kv_heads: int | None = Field(None, gt=0)
     # Dropout on the attention probabilities; None uses the model's dropout.
     dropout: float | None = Field(None, ge=0.0, lt=1.0)
     bias: bool = True  # biases in the QKV and output projections
@@ -44,6 +47,15 @@ class SoftmaxOptions(Options):
     # weights, zero biases) or "xavier" (query/key weights, and value weights with > 1 head,
     # Xavier-uniform with gain 1/√2; zero biases).
     init: Literal[tuple(PROJECTION_INITIALISATIONS)] = "torch"
+
+    @model_validator(mode="after")
+    def _groups(self) -> SoftmaxOptions:
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(
+                f"kv_heads={self.kv_heads} must divide heads={self.heads} (each key / value head "
+                f"serves heads / kv_heads query heads)"
+            )
+        return self
 
 
 # Query chunks of causal attention on the CPU dropout path (benchmarks/RESULTS.md, session 11).
@@ -92,10 +104,14 @@ def scaled_dot_product_attention(
 class SoftmaxAttention(Attention):
     """Multi-head scaled dot-product attention (Vaswani et al. 2017; SASRec)::
 
-    q, k, v = x W_qkv                                   [b, n, d] each, split into h heads
+    q, k, v = x W_qkv                                   q [b, n, d] in h heads, k, v [b, n, g·e] in g
     q, k    = rotate(q, k)                              rotary bias channels, if any
+    k, v    = repeat(k), repeat(v)                      head i reads key / value head ⌊i·g / h⌋
     A       = softmax(q kᵀ / √e + mask + logit_bias)    [b, h, n, n]
     out     = merge_heads(A v) W_o                      [b, n, d]
+
+    ``g = kv_heads`` (default ``h``): grouped-query attention (Ainslie et al. 2023; MiniMind's
+    ``repeat_kv``), the key and value projections ``d → g·e``.
     """
 
     Options = SoftmaxOptions
@@ -104,13 +120,14 @@ class SoftmaxAttention(Attention):
         super().__init__(options, ctx)
         d, h = ctx.dim, options.heads
         check_heads("softmax", d, h)
-        self.heads = h
+        self.heads, self.kv_heads = h, default(options.kv_heads, h)
+        kv = self.kv_heads * (d // h)  # g·e, the key and value width
         self.dropout_p = ctx.dropout if options.dropout is None else options.dropout
-        self.qkv = nn.Linear(d, 3 * d, bias=options.bias)
+        self.qkv = nn.Linear(d, d + 2 * kv, bias=options.bias)
         self.out = nn.Linear(d, d, bias=options.bias)
         w = self.qkv.weight.data
         PROJECTION_INITIALISATIONS[options.init](
-            [w[:d], w[d : 2 * d]], w[2 * d :], [self.qkv.bias, self.out.bias], h
+            [w[:d], w[d : d + kv]], w[d + kv :], [self.qkv.bias, self.out.bias], h
         )
 
     takes_source = True
@@ -123,14 +140,21 @@ class SoftmaxAttention(Attention):
         d, b = source.shape[-1], self.qkv.bias
         return F.linear(source, self.qkv.weight[d:], None if b is None else b[d:]).chunk(2, dim=-1)
 
+    def repeat(self, t: Tensor) -> Tensor:
+        """``[b, g, n, e] → [b, h, n, e]``: each key / value head repeated for its h / g query heads."""
+        return t if self.kv_heads == self.heads else t.repeat_interleave(self.heads // self.kv_heads, dim=1)
+
     def forward(self, x: Tensor, tokens: TokenContext, source: Tensor | None = None) -> Tensor:
         """Queries, keys and values from ``x``; with ``source``, keys and values from it."""
         if source is None:  # one fused projection
-            q, k, v = self.qkv(x).chunk(3, dim=-1)
+            d = x.shape[-1]
+            q, kv = self.qkv(x).split([d, self.qkv.out_features - d], dim=-1)
+            k, v = kv.chunk(2, dim=-1)
         else:
             q, (k, v) = self.project_query(x), self.project_key_value(source)
-        q, k, v = (split_heads(t, self.heads) for t in (q, k, v))
+        q, k, v = split_heads(q, self.heads), split_heads(k, self.kv_heads), split_heads(v, self.kv_heads)
         q, k = tokens.rotate(q, k)
+        k, v = self.repeat(k), self.repeat(v)
         attn_mask, is_causal = tokens.attention_mask(q.dtype)
         p = self.dropout_p if self.training else 0.0
         return self.out(merge_heads(scaled_dot_product_attention(q, k, v, attn_mask, is_causal, p)))
@@ -147,7 +171,7 @@ class SoftmaxAttention(Attention):
         ``b_v,h`` is scaled by ``Σ_j p̃_j``, as in ``Σ_j p̃_j (W_v,h s_j + b_v,h)`` unfolded.
         ``s`` is the key / value source (``x`` unless given). Per row that is ``2·n·h·d`` work
         on all tokens instead of the ``n·2d·d`` of projecting every key and value."""
-        if tokens.rotations:  # rotary channels rotate keys by position: keep the general path
+        if tokens.rotations or self.kv_heads != self.heads:  # rotated or shared keys: the general path
             return last_of_rows(self.forward(x, tokens, source=source), tokens.lengths)
         source = x if source is None else source
         lengths = tokens.lengths

@@ -27,6 +27,7 @@ class PointwiseOptions(Options):
 class MLPOptions(Options):
     mult: float = Field(4.0, gt=0.0)  # hidden width k = round(mult · d)
     activation: Literal["relu", "gelu"] = "gelu"
+    bias: bool = True  # biases in W₁ and W₂ (the seed's and MiniMind's ReLU FFN: none)
     dropout: float | None = Field(None, ge=0.0, lt=1.0)  # None uses the model's dropout
 
 
@@ -37,12 +38,14 @@ def dropout_rate(options: Options, ctx: BuildContext) -> float:
 class TwoLayer(FeedForward):
     """``y = W₂ · dropout(σ(W₁ x + b₁)) + b₂`` with ``W₁: d → k``, ``W₂: k → d``."""
 
-    def __init__(self, options: Options, ctx: BuildContext, hidden: int, activation: nn.Module):
+    def __init__(
+        self, options: Options, ctx: BuildContext, hidden: int, activation: nn.Module, bias: bool = True
+    ):
         super().__init__(options, ctx)
-        self.w1 = nn.Linear(ctx.dim, hidden)
+        self.w1 = nn.Linear(ctx.dim, hidden, bias=bias)
         self.activation = activation
         self.dropout = Dropout(dropout_rate(options, ctx))
-        self.w2 = nn.Linear(hidden, ctx.dim)
+        self.w2 = nn.Linear(hidden, ctx.dim, bias=bias)
 
     def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
         return self.w2(self.dropout(self.activation(self.w1(x))))
@@ -70,7 +73,8 @@ class MLPFFN(TwoLayer):
 
     def __init__(self, options: MLPOptions, ctx: BuildContext):
         hidden = max(1, round(options.mult * ctx.dim))
-        super().__init__(options, ctx, hidden=hidden, activation=ACTIVATIONS[options.activation]())
+        activation = ACTIVATIONS[options.activation]()
+        super().__init__(options, ctx, hidden=hidden, activation=activation, bias=options.bias)
 
 
 # -- gated linear units (Shazeer 2020) -----------------------------------------------------
@@ -232,6 +236,9 @@ class MoEOptions(Options):
     shared_experts: int = Field(0, ge=0)  # experts applied to every token
     normalize_topk: bool = True  # rescale the k chosen router probabilities to sum to 1 (k > 1)
     alpha: float = Field(0.01, ge=0.0)  # weight of the load-balancing loss
+    # Over which tokens the balance is measured: the batch's together, or each sequence's own,
+    # averaged over sequences (MiniMind's seq_aux; needs the task's tokens in rows, not jagged).
+    balance: Literal["batch", "sequence"] = "batch"
     hidden: int | None = Field(None, gt=0)  # each expert's hidden width; None: glu_hidden(d, multiple_of)
     multiple_of: int = Field(64, gt=0)
     bias: bool = False
@@ -262,6 +269,9 @@ class MoEFFN(FeedForward):
         f_e    = #{(t, j): i_tj = e} / (t · k)        share of the t·k routing slots that went to e (no grad)
         P_e    = mean_t p_te                          mean router probability of e
 
+    With ``balance: sequence`` (MiniMind's ``seq_aux``) ``f`` and ``P`` are each row's own, over
+    its real tokens, and ``aux = alpha · mean_b E · Σ_e f_be · P_be``.
+
     ``f`` and ``P`` each sum to 1, so ``aux = alpha`` under perfect balance; the gradient
     reaches the router through ``P``. As in MiniMind, with ``k = 1`` the chosen probability is
     kept unnormalised so the router still learns from the task loss. The loss is recomputed by
@@ -280,6 +290,7 @@ class MoEFFN(FeedForward):
             hidden=options.hidden, multiple_of=options.multiple_of, bias=options.bias, dropout=options.dropout
         )
         self.top_k, self.alpha = options.top_k, options.alpha
+        self.per_sequence = options.balance == "sequence"
         self.normalize = options.normalize_topk and options.top_k > 1
         self.router = nn.Linear(ctx.dim, options.experts, bias=False)
         self.experts = nn.ModuleList(SwiGLU(expert, ctx) for _ in range(options.experts))
@@ -303,8 +314,28 @@ class MoEFFN(FeedForward):
         P = p.sum(0) / max(p.shape[0], 1)
         return self.alpha * E * (f * P).sum()
 
+    def sequence_balance_loss(self, p: Tensor, i: Tensor, valid: Tensor) -> Tensor:
+        """``alpha · mean_b E · Σ_e f_be P_be`` over each row's real tokens (``p [b, n, E]``,
+        ``i [b, n, k]``, ``valid [b, n]``); rows without a real token are left out."""
+        b, _, E = p.shape
+        w = valid.to(p.dtype)
+        tokens = w.sum(1)  # [b]
+        slots = w[..., None].expand(i.shape).reshape(b, -1)
+        f = (
+            p.new_zeros(b, E).scatter_add_(1, i.reshape(b, -1), slots)
+            / (tokens * self.top_k).clamp(min=1)[:, None]
+        )
+        P = (p * w[..., None]).sum(1) / tokens.clamp(min=1)[:, None]
+        per_row = E * (f * P).sum(1)
+        return self.alpha * per_row[tokens > 0].mean() if bool((tokens > 0).any()) else p.new_zeros(())
+
     def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
         shape = x.shape
+        if self.per_sequence and self.training and (x.dim() != 3 or (valid is not None and valid.dim() != 2)):
+            raise ValueError(
+                "moe: balance 'sequence' measures each sequence's balance, but this FFN receives the "
+                "tokens without their rows (a jagged layout); set the task's jagged: false, or balance: batch"
+            )
         x = x.reshape(-1, shape[-1])  # [t, d]
         p, w, i = self.route(x)
         y = torch.zeros_like(x)
@@ -314,7 +345,13 @@ class MoEFFN(FeedForward):
         for shared in self.shared:
             y = y + shared(x)
         valid = x.new_ones(x.shape[0], dtype=torch.bool) if valid is None else valid.reshape(-1)
-        self._aux = self.balance_loss(p, i, valid) if self.training else x.new_zeros(())
+        if not self.training:
+            self._aux = x.new_zeros(())
+        elif self.per_sequence:
+            rows = shape[:-1]
+            self._aux = self.sequence_balance_loss(p.view(*rows, -1), i.view(*rows, -1), valid.view(rows))
+        else:
+            self._aux = self.balance_loss(p, i, valid)
         return y.reshape(shape)
 
     def auxiliary_loss(self) -> Tensor | None:
