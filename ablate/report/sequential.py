@@ -33,12 +33,14 @@ def _interval(s: SequentialDecision, design: SequentialSeeds) -> str:
     if d is None:
         return "—"
     adjusted = s.adjusted(design)
-    effect = (
-        number(d.delta, True)
-        if math.isnan(adjusted)
-        else f"{number(adjusted, True)} (naive {number(d.delta, True)})"
+    read = f"[{number(d.ci_low, True)}, {number(d.ci_high, True)}] at {1 - d.level:.2%}"
+    if math.isnan(adjusted):
+        return f"{number(d.delta, True)} {read}"
+    low, high = s.adjusted_interval(design)
+    return (
+        f"{number(adjusted, True)} [{number(low, True)}, {number(high, True)}] at {1 - s.share:.0%}; "
+        f"naive {number(d.delta, True)} {read}"
     )
-    return f"{effect} [{number(d.ci_low, True)}, {number(d.ci_high, True)}] at {1 - d.level:.2%}"
 
 
 def sequential_elements(results: pd.DataFrame, settings: ReportSettings) -> list[Element]:
@@ -66,7 +68,9 @@ def sequential_elements(results: pd.DataFrame, settings: ReportSettings) -> list
         f"α = {settings.alpha:g}, and of calling a difference as large as the margin equivalent at most "
         f"α (tests/test_sequential.py measures both by simulation). Stopping for equivalence is "
         f"non-binding. Δ is the median-unbiased estimate by stage-wise ordering (stopping early on a "
-        f"large difference inflates the plain mean, shown as naive), and the level column is the "
+        f"large difference inflates the plain mean, shown as naive), with its confidence interval by "
+        f"the same ordering at 1 − the comparison's share of α (the interval of the effect; the "
+        f"look's t interval beside it is the one the verdict read), and the level column is the "
         f"nominal level of each look's boundary at the full α (a family's later Holm steps use "
         f"their own share)."
     )
@@ -116,7 +120,7 @@ def sequential_elements(results: pd.DataFrame, settings: ReportSettings) -> list
                 "why it stopped",
                 "seeds trained",
                 "seeds used",
-                "Δ median-unbiased [interval]",
+                "Δ median-unbiased [its interval]; naive Δ [the look's t interval]",
             ],
             items=variant_rows,
             left=3,

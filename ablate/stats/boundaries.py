@@ -131,13 +131,20 @@ def nominal_levels(info: tuple[float, ...], spending: str, level: float, sides: 
     return tuple(float(sides * special.ndtr(-c)) for c in bounds)
 
 
-def median_unbiased(
-    info: tuple[float, ...], bounds: tuple[float, ...], look: int, z: float, seeds_scale: float
+def stagewise_estimate(
+    info: tuple[float, ...],
+    bounds: tuple[float, ...],
+    look: int,
+    z: float,
+    seeds_scale: float,
+    quantile: float = 0.5,
 ) -> float:
-    """The median-unbiased estimate of θ after stopping at ``look`` (0-based) with statistic ``z``
-    under the two-sided boundaries ``bounds``, by the stage-wise ordering (Jennison & Turnbull
-    § 8.4): the θ at which P_θ(crossing the upper boundary before ``look``, or reaching it with
-    Z ≥ z) = 1/2. ``seeds_scale`` turns θ (the drift per √information) into the metric's units
+    """The θ at which P_θ(crossing the upper boundary before ``look`` (0-based), or reaching it
+    with Z ≥ z) = ``quantile``, under the two-sided boundaries ``bounds``: the stage-wise ordering
+    of Jennison & Turnbull § 8.4. ``quantile`` 1/2 gives the median-unbiased estimate after
+    stopping at ``look`` with statistic ``z``; γ/2 and 1 − γ/2 the ends of its 1 − γ confidence
+    interval (exact under the ordering, where the naive t interval of a look that stopped early
+    covers less). ``seeds_scale`` turns θ (the drift per √information) into the metric's units
     (sd(d) for information in seeds). Stopping for equivalence is not in the ordering (it is
     non-binding: the boundaries ignore it)."""
     info = info[: look + 1]
@@ -146,7 +153,7 @@ def median_unbiased(
         low = [-c for c in bounds[:look]] + [-math.inf]
         high = [*bounds[:look], z]
         up, _ = crossings(list(info), low, high, theta, _ESTIMATE_GRID)
-        return float(up.sum()) - 0.5
+        return float(up.sum()) - quantile
 
     root = math.sqrt(info[-1])
     guess = z / root
@@ -154,3 +161,11 @@ def median_unbiased(
     if not above(lo) < 0 < above(hi):
         return guess * seeds_scale
     return float(optimize.brentq(above, lo, hi, xtol=1e-6)) * seeds_scale
+
+
+def median_unbiased(
+    info: tuple[float, ...], bounds: tuple[float, ...], look: int, z: float, seeds_scale: float
+) -> float:
+    """The median-unbiased estimate of θ after stopping at ``look`` with statistic ``z``
+    (:func:`stagewise_estimate` at 1/2)."""
+    return stagewise_estimate(info, bounds, look, z, seeds_scale, 0.5)

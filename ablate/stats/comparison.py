@@ -46,6 +46,10 @@ class ComparisonRow:
     # a sequential primary metric: the median-unbiased Δ after stopping (``delta`` is the naive
     # mean over the seeds of the deciding look, biased away from 0 by stopping early)
     delta_adjusted: float = NAN
+    # its interval by the stage-wise ordering, at 1 − the comparison's share of α (the t interval
+    # ci_low, ci_high is the one the look's verdict read, at its nominal level)
+    adjusted_low: float = NAN
+    adjusted_high: float = NAN
     # the verdict and the numbers it reads (stats.verdicts.Decision); None: not tested (``note``)
     verdict: Verdict | None = None
     significant: bool = False
@@ -256,7 +260,10 @@ def family_verdicts(
             s = standing.get(v)
             decision = None if s is None else s.decision
             if decision is not None and s.closed:
-                decision = replace(decision, delta_adjusted=s.adjusted(design))
+                low, high = s.adjusted_interval(design)
+                decision = replace(
+                    decision, delta_adjusted=s.adjusted(design), adjusted_low=low, adjusted_high=high
+                )
             out[v] = Standing(decision, "" if s is None else s.reason, True)
         return {v: out[v] for v in variants}
     diffs, margins = {}, {}
@@ -383,6 +390,8 @@ def _verdict_columns(standing: Standing, base_mean: float) -> dict:
         "n_verdict": d.n,
         "delta": d.delta,  # in a sequential study: over the seeds of the deciding look
         "delta_adjusted": d.delta_adjusted,
+        "adjusted_low": d.adjusted_low,
+        "adjusted_high": d.adjusted_high,
         "rel_change": rel,
         "level": d.level,
         "ci_low": d.ci_low,

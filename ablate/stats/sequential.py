@@ -8,16 +8,16 @@ inconclusive — and the baseline, while any is — get the next ``step`` seeds.
 Error rates: a group-sequential design per comparison, planned to the maximum of ``max`` seeds.
 Its boundaries come from the joint distribution of the looks (:mod:`.boundaries`): Lan–DeMets
 α-spending, ``f(t)`` of the look's seeds over ``max`` (O'Brien–Fleming-type
-``2 − 2Φ(z_{1−α/2}/√t)`` per side by default, or Pocock-type ``α·ln(1 + (e−1)·t)``), and a look reads its paired
-t-test at the boundary's nominal level. Better / worse: two-sided boundaries at the comparison's
-share of α; equivalent: each of the two one-sided tests (TOST) against one-sided boundaries at its
-equivalence share, so a difference at the margin is called equivalent at some look with chance at
-most that share. Across the variants the shares come from the study's correction over the family
-(Holm: α/m, α/(m−1), … with the comparisons rejected at earlier looks leaving the family and
-passing on their share — Maurer & Bretz 2013's graphical Holm for group-sequential designs, which
-keeps the family-wise rate; Benjamini–Hochberg the same way, without that guarantee).
-Stopping for equivalence is non-binding (the efficacy boundaries ignore it), and serves as the
-futility rule. ``tests/test_sequential.py`` measures the rates by simulation.
+``2 − 2Φ(z_{1−α/2}/√t)`` per side by default, or Pocock-type ``α·ln(1 + (e−1)·t)``), and a
+look reads its paired t-test at the boundary's nominal level. Better / worse: two-sided
+boundaries at the comparison's share of α; equivalent: each of the two one-sided tests (TOST)
+against one-sided boundaries at its equivalence share, so a difference at the margin is called
+equivalent at some look with chance at most that share. Across the variants the shares come
+from the study's correction over the family (Holm: α/m, α/(m−1), … with the comparisons rejected
+at earlier looks leaving the family and passing on their share — Maurer & Bretz 2013's graphical
+Holm for group-sequential designs, which keeps the family-wise rate; Benjamini–Hochberg the same
+way, without that guarantee). Stopping for equivalence is non-binding (the efficacy boundaries
+ignore it), and serves as the futility rule. ``tests/test_sequential.py`` measures the rates by simulation.
 """
 
 from __future__ import annotations
@@ -129,25 +129,36 @@ class SequentialDecision:
 
     def adjusted(self, design: SequentialSeeds) -> float:
         """The median-unbiased Δ of a closed comparison: by the stage-wise ordering of the
-        two-sided boundaries at its share of α (:func:`.boundaries.median_unbiased`); NaN when
+        two-sided boundaries at its share of α (:func:`.boundaries.stagewise_estimate`); NaN when
         open or without spread. The look's t statistic enters as the z with the same p-value (the
         boundaries are read through nominal levels), and Δ is scaled by the estimate's ratio to
         that z's naive one, so a stop at the first look keeps its Δ. Computed on demand: the
         simulations read verdicts only."""
+        return self._stagewise(design, (0.5,))[0]
+
+    def adjusted_interval(self, design: SequentialSeeds) -> tuple[float, float]:
+        """The 1 − share confidence interval of Δ after stopping, by the same stage-wise ordering
+        (its ends are the θ at which the observed stop is at the ordering's share/2 and 1 − share/2
+        quantiles): the interval for the effect, where the look's t interval is the one the verdict
+        read at its nominal level. NaN, NaN when open or without spread."""
+        low, high = self._stagewise(design, (self.share / 2.0, 1.0 - self.share / 2.0))
+        return low, high
+
+    def _stagewise(self, design: SequentialSeeds, quantiles: tuple[float, ...]) -> list[float]:
         from scipy import special
 
-        from .boundaries import median_unbiased, spending_bounds
+        from .boundaries import spending_bounds, stagewise_estimate
 
         d = self.decision
         if d is None or not self.closed or not math.isfinite(self.share) or not d.ci_high > d.ci_low:
-            return math.nan
+            return [math.nan] * len(quantiles)
         se = (d.ci_high - d.ci_low) / (2.0 * special.stdtrit(d.n - 1, 1.0 - d.level / 2.0))
         z = float(special.ndtri(special.stdtr(d.n - 1, d.delta / se)))
         info = tuple(float(n) for n in design.looks())
         bounds = spending_bounds(info, design.spending, self.share, 2)
-        theta = median_unbiased(info, bounds, self.look - 1, z, 1.0)
         naive = z / math.sqrt(info[self.look - 1])
-        return d.delta * theta / naive if abs(naive) > 1e-12 else theta * se * math.sqrt(d.n)
+        scale = d.delta / naive if abs(naive) > 1e-12 else se * math.sqrt(d.n)
+        return [stagewise_estimate(info, bounds, self.look - 1, z, 1.0, q) * scale for q in quantiles]
 
     @property
     def closed(self) -> bool:

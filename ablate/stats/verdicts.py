@@ -72,6 +72,9 @@ class Decision:
     # a sequential stop: the median-unbiased Δ by stage-wise ordering (:mod:`.boundaries`); NaN
     # with fixed seeds, where ``delta`` is unbiased
     delta_adjusted: float = float("nan")
+    # its 1 − share interval by the same ordering: the effect's interval after stopping
+    adjusted_low: float = float("nan")
+    adjusted_high: float = float("nan")
 
 
 def decision_levels(p: np.ndarray, alpha: float, correction: str) -> np.ndarray:
