@@ -35,6 +35,7 @@ from .compare import (
     compare_command,
 )
 from .console import duration, err, out, progress_bars, say_error
+from .data import app as data_app
 from .errors import AblateError, first_line
 from .options import OutputOpt, OverridesArg, ReportsOpt, ReuseOpt, StorageOpt, StudyArg, TrackingOpt
 from .planning import EffectOpt, PilotOpt, SdOpt, SimulationsOpt, show_plan
@@ -45,6 +46,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Comparative ablation studies of transformer-style sequence models.",
 )
+app.add_typer(data_app, name="data")  # ablate data list | fetch | path
 
 
 def _show_version(value: bool) -> None:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from . import sizes
 from .blocks import PLACEMENTS
 from .components import BuildContext, Component
+from .datasets import NamedData, named_data
 from .errors import DataError, StudyError
 from .overrides import OverriddenLocator, apply_overrides, parse_overrides
 from .registry import COMPONENT_SLOTS
@@ -105,6 +106,7 @@ class Study:
     overrides: tuple[str, ...] = ()  # the `key=value` overrides applied to the file, as given
     # Variant → where its problems are reported: the locator and its key (``("variants", name)``).
     located: dict[str, tuple[Locator, tuple]] = field(default_factory=dict)
+    dataset: NamedData | None = None  # task.data by name (several listed: `labels`, ablate.across)
 
     @property
     def name(self) -> str:
@@ -252,6 +254,7 @@ def load_study(path: str | Path, check_files: bool = True, overrides: Iterable[s
     for key, now in MOVED_KEYS.items():
         if key in raw_task:
             raise where.error(("task", key), f"moved to {now}: {MOVED_KEYS_WHY}")
+    named, raw_task = named_data(where, raw_task, check_files)
     task_options = validate_options(where, ("task",), task_cls, raw_task)
     task: Task = task_cls(task_options, path.parent.resolve())
     problem = task.options_problem()
@@ -311,12 +314,11 @@ def load_study(path: str | Path, check_files: bool = True, overrides: Iterable[s
         metrics=metrics,
         overrides=tuple(o.text for o in given),
         located=located,
+        dataset=named,
     )
     check_search(where, study)
-    if check_files:
-        problem = task.check_files()
-        if problem:
-            raise DataError(f"{path}: task.data: {problem}")
+    if check_files and (problem := task.check_files()):
+        raise DataError(f"{path}: task.data: {problem}")
     return study
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import sys
@@ -15,6 +16,8 @@ from tiny_study import TINY_STUDY, deep_update, tiny_spec  # noqa: F401 - re-exp
 # Tests use tiny tensors: one intra-op thread avoids OpenMP spin contention on 2-core machines
 # (measured ~3x faster for the component tests). Subprocess tests run with the defaults.
 torch.set_num_threads(1)
+# The data mirror (ablate/datasets.py): the shared data folder beside the clone.
+MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -22,6 +25,8 @@ def _dataset_cache(tmp_path_factory):
     """Parsed data sets go to a per-session folder, not the user's cache."""
     mp = pytest.MonkeyPatch()
     mp.setenv("ABLATE_CACHE_DIR", str(tmp_path_factory.mktemp("dataset-cache")))
+    # Named data sets come from the shared data folder beside the clone: no test touches the network.
+    mp.setenv("ABLATE_DATA_MIRROR", os.environ.get("ABLATE_DATA_MIRROR") or str(MIRROR))
     yield
     mp.undo()
 

@@ -16,7 +16,7 @@ CORE = REPO / "ablate"
 LAYERS = [
     {"errors", "faults", "stopping", "schema", "fastpaths", "jagged", "cache", "kernels"},
     {"components", "tasks", "registry"},
-    {"studyfile", "overrides", "blocks", "optimizers", "schedules"},
+    {"studyfile", "overrides", "blocks", "optimizers", "schedules", "datasets"},
     {"stats"},
     {"search", "spec", "variants"},
     {"study", "sizes"},
@@ -32,6 +32,7 @@ LAYERS = [
         "listing",
         "planning",
         "compare",
+        "data",
         "options",
         "cli",
         "__init__",

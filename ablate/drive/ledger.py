@@ -119,10 +119,13 @@ def trained_with(study: Study, variant: str) -> dict[str, Any]:
         model[slot] = [_kind(part.cls, part.options) for part in resolved.parts(slot)]
     train = _settings(study.spec.train, exclude=UNTRAINED)
     train["loss"] = _settings(study.loss)
+    task = _kind(type(study.task), study.task.options)
+    if study.dataset is not None:  # data by name: the name, not where its files sit on this machine
+        task["options"] = study.dataset.spelt_by_name(task["options"])
     content = {
         "model": model,
         "train": train,
-        "task": _kind(type(study.task), study.task.options),
+        "task": task,
         "metrics": study.metrics,
     }
     code = study.task.code_digest()  # e.g. a training script's source: changed, it trains again
@@ -151,6 +154,8 @@ def legacy_fingerprint(study: Study, variant: str) -> str:
     skip = set(UNTRAINED) | ({"vary"} if train_spec.vary.everything else set())
     skip |= train_spec.later_options_at_default() | {"micro_batches"}
     task = study.spec.task.model_dump()
+    if study.dataset is not None:  # data by name: as the study files spelt it before names
+        task = study.dataset.spelt_as_before(task)
     micro_batches = getattr(train_spec, "micro_batches", 1)
     if micro_batches != 1:
         task["micro_batches"] = micro_batches
