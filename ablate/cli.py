@@ -20,7 +20,7 @@ from rich.table import Table
 
 import ablate
 
-from . import stopping
+from . import slurm, stopping
 from .compare import (
     BaselineOpt,
     DirectionOpt,
@@ -99,6 +99,14 @@ def run(
     ] = None,
     reuse: ReuseOpt = None,
     rebuild_queue: Annotated[bool, typer.Option("--rebuild-queue", help=REBUILD_HELP)] = False,
+    launcher: slurm.LauncherOpt = slurm.Launcher.local,
+    partition: slurm.PartitionOpt = None,
+    time: slurm.TimeOpt = None,
+    mem: slurm.MemOpt = None,
+    cpus: slurm.CpusOpt = None,
+    gpus_per_task: slurm.GpusOpt = None,
+    account: slurm.AccountOpt = None,
+    sbatch: slurm.SbatchOpt = None,
 ) -> None:
     """Train every (variant, seed) of a study (searching first if it has a search: section),
     resuming where it stopped, then write the report."""
@@ -118,7 +126,8 @@ def run(
             err.print(placement.describe(), markup=False, highlight=False, soft_wrap=True)
     with stopping.stop_signals(), _resumable(study_file, False, overrides):  # `kill` or Ctrl-C: a clean stop
         arguments = (output, reports, quiet, retry_failed, workers, storage, tracking_uri, placement, reuse)
-        ran = run_and_report(study, *arguments, rebuild_queue=rebuild_queue)
+        jobs = slurm.settings(launcher, study, partition, time, mem, cpus, gpus_per_task, account, sbatch)
+        ran = run_and_report(study, *arguments, rebuild_queue=rebuild_queue, slurm=jobs)
     if ran.failed:
         raise typer.Exit(1)
 
@@ -377,6 +386,10 @@ def status(
             markup=False,
             highlight=False,
         )
+    slurm.show_jobs(stores.output_dir)  # `ablate run --launcher slurm`'s jobs: state and log
+
+
+app.command("cancel")(slurm.cancel_command)
 
 
 @app.command()

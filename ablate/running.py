@@ -29,6 +29,7 @@ from .track import attach_report
 if TYPE_CHECKING:
     from .gpus import GpuPlan
 
+    from .spec import SlurmSpec
 # Set by `ablate run --workers N` for its workers: the pid they stop with.
 PARENT_ENV = "ABLATE_WORKER_OF"
 POLL_S = 2.0  # how often the parent of N workers reads the store for its progress
@@ -55,23 +56,31 @@ def run_and_report(
     reuse: Sequence[str | Path] | None = None,
     rebuild_queue: bool = False,
 ) -> Ran:
+    slurm: SlurmSpec | None = None,
     """Train every (variant, seed) of a study not yet complete, then write the report (to
     ``<reports>/<study>/`` when ``reports`` is given, else to ``report/`` in the study's output
     folder). A stop request (SIGTERM, Ctrl-C) ends it with ``KeyboardInterrupt`` once trials in
     flight are recorded. ``reuse``: other studies' output folders, tracking URIs or folders of trial
     files whose finished trials with the same fingerprint and seed are copied, not trained.
     ``rebuild_queue``: a lost journal is rebuilt from the tracking records first
-    (:func:`~ablate.drive.recovery.check_stores`)."""
+    (:func:`~ablate.drive.recovery.check_stores`). ``slurm``: the workers are SLURM jobs with
+    these settings (:mod:`ablate.slurm`)."""
     if workers < 1:
         raise AblateError(f"workers must be at least 1 (got {workers})")
     stores = Stores.for_study(study, output, tracking_uri, storage)
+    if slurm is not None and gpus is not None:
+        raise AblateError("--gpus places workers on this machine; SLURM jobs ask with --gpus-per-task")
     out_dir = reports / study.name if reports else stores.output_dir / "report"
     check_folders(study, stores, output, reports, out_dir)  # before any training
     rebuilt = check_stores(study, stores, rebuild_queue)  # a store lost beside the other: one line
     if rebuilt:
         err.print(f"rebuilt: {rebuilt} finished trial(s) of the queue from the tracking records")
     donors = Donors(reuse or ())  # a --reuse folder without a store is refused before any training
-    if workers == 1 and gpus is None:
+    if slurm is not None:
+        from .slurm import run_jobs
+
+        skipped, failed = run_jobs(study, stores, workers, quiet, slurm, retry_failed, donors)
+    elif workers == 1 and gpus is None:
         with progress_bars(quiet) as bars:
             reporter = BarReporter(study, bars, quiet)
             summary = run_study(study, stores, reporter, retry_failed=retry_failed, donors=donors)
@@ -108,13 +117,7 @@ def _run_workers(
     """N ``ablate worker`` processes on this machine, sharing the study's stores (with ``gpus``:
     each sees the GPU the plan deals it)."""
     prepare(study, stores)  # create the stores and queues once: schema creation must not race
-    cmd = [sys.executable, "-m", "ablate.cli", "worker", str(study.path), *study.overrides]
-    cmd += ["--output", str(stores.output_dir), "--storage", stores.optuna_url]
-    cmd += ["--tracking-uri", stores.tracking_uri, "--quiet"]
-    if retry_failed:
-        cmd.append("--retry-failed")
-    for source in donors.sources if donors else ():
-        cmd += ["--reuse", source]
+    cmd = worker_command(study, stores, retry_failed, donors)
     with progress_bars(quiet) as bars:
         watch = StoreWatch(study, stores, bars, quiet, workers)  # before any worker takes a trial
         env = {**os.environ, PARENT_ENV: str(os.getpid())}
@@ -145,6 +148,19 @@ def _run_workers(
 
 
 def list_failures(failed: list[tuple[str, int, str]]) -> None:
+def worker_command(study: Study, stores: Stores, retry_failed: bool, donors: Donors | None) -> list[str]:
+    """The ``ablate worker`` command line of one of a study's workers (run in this folder: a
+    SLURM job starts in the folder it was submitted from)."""
+    cmd = [sys.executable, "-m", "ablate.cli", "worker", str(study.path), *study.overrides]
+    cmd += ["--output", str(stores.output_dir), "--storage", stores.optuna_url]
+    cmd += ["--tracking-uri", stores.tracking_uri, "--quiet"]
+    if retry_failed:
+        cmd.append("--retry-failed")
+    for source in donors.sources if donors else ():
+        cmd += ["--reuse", source]
+    return cmd
+
+
     for variant, seed, reason in failed:
         err.print(f"[red]failed[/red] {variant}{f' seed {seed}' if seed >= 0 else ''}: {escape(reason)}")
 

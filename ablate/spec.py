@@ -13,6 +13,7 @@ import torch
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
@@ -262,6 +263,43 @@ def _variant_names(variants: dict[str, Any]) -> dict[str, Any]:
 class StudySpec(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=MAX_NAME)
     description: str = ""
+# SLURM's --time forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+_SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+
+
+def slurm_minutes(value: Any) -> Any:
+    """A job's time limit as whole minutes (rounded up), from minutes or SLURM's ``[D-]HH:MM:SS``."""
+    if not isinstance(value, str) or value.strip().isdigit():
+        return value
+    found = _SLURM_TIME.fullmatch(value.strip())
+    if not found:
+        raise ValueError("expected minutes or SLURM's [D-]HH:MM[:SS] (e.g. 4:00:00, 1-12:00)")
+    days, first, second, third = (int(g) if g else 0 for g in found.groups())
+    if found.group(1):  # D-HH[:MM[:SS]]
+        seconds = ((days * 24 + first) * 60 + second) * 60 + third
+    elif found.group(4):  # HH:MM:SS
+        seconds = (first * 60 + second) * 60 + third
+    else:  # MM:SS (SLURM's reading of two numbers without a day)
+        seconds = first * 60 + second
+    return max(1, -(-seconds // 60))
+
+
+class SlurmSpec(Strict):
+    """``slurm:``: the jobs ``ablate run --launcher slurm`` submits, one ``ablate worker`` each
+    (a user's ``~/.config/ablate/slurm.yaml`` holds the same keys; the command line wins). Not
+    part of any trial's fingerprint: where a trial ran does not change its numbers."""
+
+    partition: str | None = None
+    time: Annotated[int, BeforeValidator(slurm_minutes), Field(gt=0)] = 60  # minutes per job
+    mem: str | None = Field(None, pattern=r"^\d+[KMGTkmgt]?$")  # per job, as sbatch --mem (16G)
+    cpus_per_task: int | None = Field(None, gt=0)
+    gpus_per_task: int | None = Field(None, gt=0)
+    account: str | None = None
+    # More sbatch options, long form: ["--qos=high", "--constraint=a100", "--exclusive"].
+    sbatch: list[Annotated[str, Field(pattern=r"^(#SBATCH\s+)?--[A-Za-z][\w-]*(=.+)?$")]] = []
+    setup: list[str] = []  # shell lines run before the worker starts (module load …, source …/activate)
+
+
     task: TaskSpec
     model: ModelSpec = ModelSpec()
     variants: Annotated[dict[str, dict[str, Any]], AfterValidator(_variant_names)] = {}
@@ -281,6 +319,8 @@ class StudySpec(Strict):
 
     @property
     def seed_list(self) -> list[int]:
+    # The SLURM jobs of `ablate run --launcher slurm` (no trial's fingerprint includes them).
+    slurm: SlurmSpec = SlurmSpec()
         """Every seed a variant may get: the list given, or a sequential design's 0 … max−1."""
         return self.seeds.seeds() if isinstance(self.seeds, SequentialSeeds) else list(self.seeds)
 

@@ -34,6 +34,7 @@ LAYERS = [
         "compare",
         "data",
         "options",
+        "slurm",
         "cli",
         "__init__",
     },
