@@ -28,8 +28,8 @@ from .track import attach_report
 
 if TYPE_CHECKING:
     from .gpus import GpuPlan
-
     from .spec import SlurmSpec
+
 # Set by `ablate run --workers N` for its workers: the pid they stop with.
 PARENT_ENV = "ABLATE_WORKER_OF"
 POLL_S = 2.0  # how often the parent of N workers reads the store for its progress
@@ -55,8 +55,8 @@ def run_and_report(
     gpus: GpuPlan | None = None,
     reuse: Sequence[str | Path] | None = None,
     rebuild_queue: bool = False,
-) -> Ran:
     slurm: SlurmSpec | None = None,
+) -> Ran:
     """Train every (variant, seed) of a study not yet complete, then write the report (to
     ``<reports>/<study>/`` when ``reports`` is given, else to ``report/`` in the study's output
     folder). A stop request (SIGTERM, Ctrl-C) ends it with ``KeyboardInterrupt`` once trials in
@@ -67,9 +67,9 @@ def run_and_report(
     these settings (:mod:`ablate.slurm`)."""
     if workers < 1:
         raise AblateError(f"workers must be at least 1 (got {workers})")
-    stores = Stores.for_study(study, output, tracking_uri, storage)
     if slurm is not None and gpus is not None:
         raise AblateError("--gpus places workers on this machine; SLURM jobs ask with --gpus-per-task")
+    stores = Stores.for_study(study, output, tracking_uri, storage)
     out_dir = reports / study.name if reports else stores.output_dir / "report"
     check_folders(study, stores, output, reports, out_dir)  # before any training
     rebuilt = check_stores(study, stores, rebuild_queue)  # a store lost beside the other: one line
@@ -147,7 +147,6 @@ def _run_workers(
     return watch.before, standing_failures(study, stores)
 
 
-def list_failures(failed: list[tuple[str, int, str]]) -> None:
 def worker_command(study: Study, stores: Stores, retry_failed: bool, donors: Donors | None) -> list[str]:
     """The ``ablate worker`` command line of one of a study's workers (run in this folder: a
     SLURM job starts in the folder it was submitted from)."""
@@ -161,6 +160,7 @@ def worker_command(study: Study, stores: Stores, retry_failed: bool, donors: Don
     return cmd
 
 
+def list_failures(failed: list[tuple[str, int, str]]) -> None:
     for variant, seed, reason in failed:
         err.print(f"[red]failed[/red] {variant}{f' seed {seed}' if seed >= 0 else ''}: {escape(reason)}")
 

@@ -260,9 +260,6 @@ def _variant_names(variants: dict[str, Any]) -> dict[str, Any]:
     return variants
 
 
-class StudySpec(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=MAX_NAME)
-    description: str = ""
 # SLURM's --time forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
 _SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 
@@ -300,6 +297,9 @@ class SlurmSpec(Strict):
     setup: list[str] = []  # shell lines run before the worker starts (module load …, source …/activate)
 
 
+class StudySpec(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=MAX_NAME)
+    description: str = ""
     task: TaskSpec
     model: ModelSpec = ModelSpec()
     variants: Annotated[dict[str, dict[str, Any]], AfterValidator(_variant_names)] = {}
@@ -316,11 +316,11 @@ class SlurmSpec(Strict):
     report: ReportSection = ReportSettings()
     # Where the Optuna and MLflow stores live; default runs/<name> under the working dir.
     output: str | None = None
+    # The SLURM jobs of `ablate run --launcher slurm` (no trial's fingerprint includes them).
+    slurm: SlurmSpec = SlurmSpec()
 
     @property
     def seed_list(self) -> list[int]:
-    # The SLURM jobs of `ablate run --launcher slurm` (no trial's fingerprint includes them).
-    slurm: SlurmSpec = SlurmSpec()
         """Every seed a variant may get: the list given, or a sequential design's 0 … max−1."""
         return self.seeds.seeds() if isinstance(self.seeds, SequentialSeeds) else list(self.seeds)
 
