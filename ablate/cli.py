@@ -34,7 +34,7 @@ from .compare import (
     UnpairedOpt,
     compare_command,
 )
-from .console import duration, err, out, progress_bars, say_error
+from .console import ClickException, UsageError, duration, err, out, progress_bars, say_error, usage_line
 from .data import app as data_app
 from .errors import AblateError, first_line
 from .options import OutputOpt, OverridesArg, ReportsOpt, ReuseOpt, StorageOpt, StudyArg, TrackingOpt
@@ -110,12 +110,17 @@ def run(
 ) -> None:
     """Train every (variant, seed) of a study (searching first if it has a search: section),
     resuming where it stopped, then write the report."""
+    from .across import run_across, several
     from .running import run_and_report
     from .study import load_study
 
     with stopping.stop_signals(), _resumable(study_file, False, overrides):  # it may read the data
         study = load_study(study_file, overrides=overrides or ())
     _warn_duplicates(study)
+    if several(study):  # task.data lists data sets: a study each, then the across-data-set report
+        with stopping.stop_signals(), _resumable(study_file, False, overrides):
+            args = (quiet, retry_failed, workers, storage, tracking_uri, gpus, reuse, rebuild_queue)
+            raise typer.Exit(1 if run_across(study, output, reports, *args) else 0)
     placement = None
     if gpus is not None or per_gpu is not None:
         from .gpus import plan_gpus
@@ -199,6 +204,7 @@ def worker(
 def validate(study_file: StudyArg, overrides: OverridesArg = None) -> None:
     """Check a study file without training: keys, types, kinds, compatibility, every model's
     shapes and size, and the data (read as `ablate run` reads them, through the same cache)."""
+    from .across import dataset_overrides, several
     from .errors import warn
     from .folders import output_problem
     from .preflight import preflight
@@ -207,6 +213,10 @@ def validate(study_file: StudyArg, overrides: OverridesArg = None) -> None:
 
     with stopping.stop_signals():  # reading the data may take a while: Ctrl-C / SIGTERM stop it
         study = load_study(study_file, overrides=overrides or ())
+        if several(study):  # each data set's study, in turn
+            for entry in study.dataset.entries:
+                validate(study_file, dataset_overrides(study, entry))
+            return
         data = study.task.load()
     sizes = preflight(study, data)
     problem = output_problem(study)  # as `ablate run` would, without --output
@@ -286,6 +296,7 @@ def report(
     ] = None,
 ) -> None:
     """Rebuild the report from the tracking store alone (no training)."""
+    from .across import report_across, several
     from .drive import Stores, folder_problem, write_trials
     from .running import check_folders, write_study_report
     from .study import load_study
@@ -295,6 +306,8 @@ def report(
         raise AblateError(f"--trials {trials}: {problem}")
     if study_file is not None:
         study = load_study(study_file, check_files=False, overrides=overrides or ())
+        if several(study):  # each data set's report, then the across-data-set report
+            return report_across(study, output, reports, tracking_uri)
         stores = Stores.for_study(study, output, tracking_uri)
         out_dir = reports / study.name if reports else stores.output_dir / "report"
         check_folders(study, stores, output, reports, out_dir, trains=False)
@@ -399,20 +412,6 @@ def components(slot: Annotated[str | None, typer.Argument(help="Only this slot."
     from .listing import show_components
 
     show_components(slot)
-
-
-# Typer ≥ 0.2x vendors click under a private module; its exception classes are reached through
-# the public ``typer.BadParameter`` so that both vendored and plain click work.
-UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
-ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
-
-
-def usage_line(exc: Exception) -> str:
-    """A usage error (missing argument, unknown option, out-of-range value) as one line naming
-    the command and where its help is, instead of click's usage block and rich's error box."""
-    ctx = getattr(exc, "ctx", None)
-    command = ctx.command_path if ctx is not None else "ablate"
-    return f"{command}: {exc.format_message()} (see '{command} --help')"
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import typer
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -66,3 +67,17 @@ def trial_line(
     shown = f"  {metric} {value:.4f}" if value is not None else ""
     later = f"  ETA {duration(eta)}" if eta is not None and left else ""
     return f"trial {done}/{total} done: {what}{shown}  wall {wall:.1f} s  {left} left{later}"
+
+
+# Typer ≥ 0.2x vendors click under a private module; its exception classes are reached through
+# the public ``typer.BadParameter`` so that both vendored and plain click work.
+UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+def usage_line(exc: Exception) -> str:
+    """A usage error (missing argument, unknown option, out-of-range value) as one line naming
+    the command and where its help is, instead of click's usage block and rich's error box."""
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "ablate"
+    return f"{command}: {exc.format_message()} (see '{command} --help')"

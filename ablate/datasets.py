@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 MIRROR_ENV = "ABLATE_DATA_MIRROR"  # a folder standing in for the network
 DATA_DIR_ENV = "ABLATE_DATA_DIR"  # where downloads are kept
 RETRIES = 2  # a failed download (or a checksum mismatch) is tried this many more times
-CHUNK = 1 << 16
+CHUNK = 1 << 14  # bytes read at a time: what an interrupted read got, less its last chunk, is kept
 # How the study files spelt a mirrored data set before names existed: this prefix and its path
 # under the mirror (the shared data folder beside the clone, seen from studies/). Trials recorded
 # then carry the text-based fingerprint of that spelling (:func:`legacy_task`); the data's
@@ -279,7 +279,7 @@ class NamedData:
     dataset: Dataset
     written: dict[str, Any] = field(default_factory=dict)
     local: Path = Path()
-    labels: tuple[str, ...] = ()  # task.data lists several: each one's name (this one is the first)
+    entries: tuple[Any, ...] = ()  # task.data lists several: each entry as written (this is the first)
 
     def options(self) -> dict[str, Any]:
         """The ``task.data`` mapping the task validates: the loader settings, the study's own
@@ -325,7 +325,7 @@ def named_data(
     where: Locator, raw_task: dict[str, Any], check_files: bool
 ) -> tuple[NamedData | None, dict[str, Any]]:
     """``task.data`` of a study file read for names: the named data set the study trains on (None
-    for a path of its own; a list's names in its ``labels``: the study stands for its first entry
+    for a path of its own; a list's entries in its ``entries``: the study stands for its first entry
     until :mod:`ablate.across` loads one study per entry), and the task mapping with ``data`` as
     the task reads it. Every problem names the key; a data set not here is a ``DataError`` saying
     how to get it."""
@@ -362,5 +362,5 @@ def named_data(
         local = locate(dataset, fetch=check_files)
     except DataError as exc:
         raise DataError(f"{where.path}: task.data: {exc}") from None
-    named = NamedData(dataset, written, local, tuple(labels))
+    named = NamedData(dataset, written, local, tuple(entries or ()))
     return named, {**raw_task, "data": named.options()}

@@ -33,6 +33,7 @@ LAYERS = [
         "planning",
         "compare",
         "data",
+        "across",
         "options",
         "slurm",
         "cli",

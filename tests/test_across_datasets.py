@@ -1,0 +1,196 @@
+"""Several data sets in one study: a (variant, seed, data set) per trial, each data set's report,
+and the across-data-set verdict checked against a random-effects meta-analysis computed here by
+hand (Paule–Mandel τ², Hartung–Knapp–Sidik–Jonkman, the prediction interval)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from ablate import datasets
+from ablate.datasets import Dataset
+from ablate.results import load_results
+from ablate.schema import Vocabulary
+from ablate.stats.across import across_datasets, dataset_ranks
+
+
+def _results(base: list[float], variant: list[float], metric: str = "ndcg@10") -> pd.DataFrame:
+    rows = [{"variant": "base", "seed": s, f"test.{metric}": x} for s, x in enumerate(base)]
+    rows += [{"variant": "v", "seed": s, f"test.{metric}": x} for s, x in enumerate(variant)]
+    return pd.DataFrame(rows)
+
+
+def _compared(verdict: str, base_mean: float, margin: float) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"variant": "base", "verdict": None, "margin": math.nan, "mean": base_mean},
+            {"variant": "v", "verdict": verdict, "margin": margin, "mean": math.nan},
+        ]
+    )
+
+
+def _by_hand(e: np.ndarray, v: np.ndarray, alpha: float = 0.05) -> dict[str, float]:
+    """Paule–Mandel τ² (the τ² at which the generalised Q equals k − 1, else 0), the HKSJ interval
+    and the prediction interval, from their formulas."""
+    from scipy.optimize import brentq
+
+    k = len(e)
+    w = 1 / v
+    fixed = np.sum(w * e) / np.sum(w)
+    q = np.sum(w * (e - fixed) ** 2)
+
+    def excess(tau2: float) -> float:
+        ws = 1 / (v + tau2)
+        return np.sum(ws * (e - np.sum(ws * e) / np.sum(ws)) ** 2) - (k - 1)
+
+    tau2 = 0.0 if excess(0.0) <= 0 else brentq(excess, 0.0, 10.0, xtol=1e-14)
+    ws = 1 / (v + tau2)
+    mu = np.sum(ws * e) / np.sum(ws)
+    se_hksj = math.sqrt(np.sum(ws * (e - mu) ** 2) / ((k - 1) * np.sum(ws)))
+    t1, t2 = stats.t.ppf(1 - alpha / 2, k - 1), stats.t.ppf(1 - alpha / 2, k - 2)
+    pi = t2 * math.sqrt(tau2 + 1 / np.sum(ws))
+    return {
+        "effect": mu,
+        "ci_low": mu - t1 * se_hksj,
+        "ci_high": mu + t1 * se_hksj,
+        "pi_low": mu - pi,
+        "pi_high": mu + pi,
+        "tau2": tau2,
+        "p_homogeneity": float(stats.chi2.sf(q, k - 1)),
+    }
+
+
+def test_the_pooled_effect_is_the_random_effects_meta_analysis():
+    rng = np.random.default_rng(3)
+    levels = [0.2, 0.05, 0.08, 0.12]  # the metric sits at other levels on each data set
+    per, compared, effects, variances = {}, {}, [], []
+    for i, level in enumerate(levels):
+        base = level + rng.normal(0, 0.004, 5)
+        variant = base * (1.03 + 0.01 * i) + rng.normal(0, 0.002, 5)
+        per[f"d{i}"] = _results(list(base), list(variant))
+        compared[f"d{i}"] = _compared("better", base.mean(), 0.02 * base.mean())
+        d = variant - base
+        effects.append(d.mean() / base.mean())
+        variances.append(d.var(ddof=1) / len(d) / base.mean() ** 2)
+    table = across_datasets(per, compared, "ndcg@10", "base", True, 0.05)
+    row = table.set_index("variant").loc["v"]
+    expected = _by_hand(np.array(effects), np.array(variances))
+    for key, value in expected.items():
+        assert row[key] == pytest.approx(value, rel=1e-6, abs=1e-12), key
+    assert row["datasets"] == 4 and row["margin"] == pytest.approx(0.02)
+    assert row["verdict"] == ("generalises (better)" if expected["pi_low"] > 0 else "unknown")
+    assert row["per_dataset"] == "d0: better; d1: better; d2: better; d3: better"
+
+
+def test_opposite_verdicts_vary_and_noise_is_unknown():
+    per = {
+        "a": _results([0.10, 0.11, 0.10], [0.13, 0.14, 0.13]),
+        "b": _results([0.10, 0.11, 0.10], [0.07, 0.08, 0.07]),
+        "c": _results([0.10, 0.11, 0.10], [0.10, 0.112, 0.099]),
+    }
+    compared = {
+        "a": _compared("better", 0.103, 0.002),
+        "b": _compared("worse", 0.103, 0.002),
+        "c": _compared("inconclusive", 0.103, 0.002),
+    }
+    assert across_datasets(per, compared, "ndcg@10", "base", True, 0.05)["verdict"].item() == "varies"
+    noisy = {k: _results([0.10, 0.12, 0.09], [0.11, 0.10, 0.10]) for k in "abc"}
+    same = {k: _compared("inconclusive", 0.103, 0.002) for k in "abc"}
+    assert across_datasets(noisy, same, "ndcg@10", "base", True, 0.05)["verdict"].item() == "unknown"
+    # A lower-is-better metric: a variant that lowers it everywhere generalises as better.
+    lower = {k: _results([1.0, 1.1, 1.05], [0.80, 0.89, 0.84]) for k in "abc"}
+    got = across_datasets(lower, same, "ndcg@10", "base", False, 0.05)["verdict"].item()
+    assert got == "generalises (better)"
+
+
+def test_ranks_over_datasets_are_friedmans_with_datasets_as_blocks():
+    per = {}
+    for i in range(4):
+        rows = [
+            {"variant": v, "seed": s, "test.ndcg@10": x + i}
+            for s in range(2)
+            for v, x in zip("abc", (3, 2, 1), strict=True)
+        ]
+        per[f"d{i}"] = pd.DataFrame(rows)
+    ranks = dataset_ranks(per, "ndcg@10", True, 0.05)
+    assert ranks["ranks"] == {"a": 1.0, "b": 2.0, "c": 3.0} and ranks["n_seeds"] == 4
+    chi2 = stats.friedmanchisquare([3, 3, 3, 3], [2, 2, 2, 2], [1, 1, 1, 1]).statistic
+    assert ranks["statistic"] == pytest.approx(chi2)
+
+
+def _tiny_registry(folder, monkeypatch, names=("tiny-a", "tiny-b")):
+    """Two tiny one-line-per-user data sets in a mirror at ``folder``, named in the registry."""
+    import hashlib
+
+    entries = {}
+    for i, name in enumerate(names):
+        rng = np.random.default_rng(i)
+        lines = [" ".join(map(str, [u, *rng.integers(1, 40, 12)])) for u in range(1, 81)]
+        rel = f"tiny/{name}.txt"
+        (folder / "tiny").mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text("\n".join(lines) + "\n")
+        sha = hashlib.sha256((folder / rel).read_bytes()).hexdigest()
+        entries[name] = Dataset(
+            name,
+            name,
+            "seqrec",
+            {"format": "user_lines"},
+            "loo",
+            rel,
+            {rel: (sha, 0)},
+            "",
+            "licence",
+            "cite",
+            True,
+        )
+    monkeypatch.setattr(datasets, "registry", lambda: Vocabulary("data set", entries))
+    monkeypatch.setenv(datasets.MIRROR_ENV, str(folder))
+
+
+def test_a_study_over_two_datasets_trains_each_and_reports_across(write_study, cli, tmp_path, monkeypatch):
+    _tiny_registry(tmp_path / "mirror", monkeypatch)
+    study = write_study(
+        {"task": {"max_len": 8}, "train": {"epochs": 1}, "metrics": {"also": []}},
+        replace={"task.data": ["tiny-a", {"name": "tiny-b", "k_core": 2}]},
+    )
+    code, out, err = cli("validate", study)
+    assert code == 0, err
+    assert out.count(": valid") == 2
+    code, out, err = cli("run", study, "--reports", tmp_path / "paper")
+    assert code == 0, err
+    for name in ("tiny-a", "tiny-b"):  # each data set its own experiment: (variant, seed, data set)
+        got = load_results(f"sqlite:///{tmp_path / 'runs/tiny' / name / 'mlflow.db'}", f"tiny.{name}")
+        assert sorted(zip(got.results["variant"], got.results["seed"], strict=True)) == [
+            ("base", 0),
+            ("base", 1),
+            ("mlp", 0),
+            ("mlp", 1),
+        ]
+        assert (tmp_path / "paper" / "tiny" / f"tiny.{name}" / "report.md").exists()
+    md = (tmp_path / "paper" / "tiny" / "across_datasets.md").read_text()
+    assert "| mlp |" in md and "tiny-a:" in md and "tiny-b:" in md
+    table = pd.read_csv(tmp_path / "paper" / "tiny" / "across_datasets.csv")
+    assert table["variant"].tolist() == ["mlp"] and table["datasets"].item() == 2
+    assert "across data sets: mlp:" in out
+    # Run again: every trial of both data sets resumes, nothing trains.
+    code, _, err = cli("run", study, "--reports", tmp_path / "paper")
+    assert code == 0 and err.count("resumed: 4 trial(s)") == 2, err
+
+
+def test_a_list_of_datasets_names_them(write_study, cli, tmp_path, monkeypatch):
+    _tiny_registry(tmp_path / "mirror", monkeypatch)
+    for data, said in [
+        ([], "task.data: an empty list"),
+        (["tiny-a", "tiny-a"], "task.data.1: data set 'tiny-a' is listed twice"),
+        (
+            ["tiny-a", {"format": "user_lines", "path": "x.txt"}],
+            "task.data.1: a list of data sets holds names",
+        ),
+        (["tiny-c"], "unknown data set 'tiny-c'"),
+    ]:
+        code, _, err = cli("validate", write_study(replace={"task.data": data}))
+        assert code == 2 and said in err and len(err.strip().splitlines()) == 1, err
