@@ -15,7 +15,7 @@ Dimensions: ``u`` users, ``r`` rows (interactions).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -162,6 +162,38 @@ def sequences(frame: pd.DataFrame, source: str, filters: Filters = Filters()) ->
     if rows_filtered or users_dropped or k_core_rows:
         log.warning("%s", data.describe())
     return data
+
+
+def with_catalogue(data: Interactions, catalogue: np.ndarray, source: str) -> Interactions:
+    """``data`` with its items numbered 1..m over every id of ``catalogue`` (in id order), the
+    items no one rated included, so that negatives and rankings range over the whole catalogue.
+    ``data`` numbers its items 1..n in id order (remap); an item missing from the catalogue is an
+    error naming it."""
+    ids = np.unique(catalogue)
+    occurring = data.item_ids[1:]
+    numeric = {"catalogue": ids.dtype.kind in "iu", "data": occurring.dtype.kind in "iu"}
+    if numeric["catalogue"] != numeric["data"]:
+        kinds = {True: "integers", False: "text"}
+        raise DataError(
+            f"{source}: the catalogue's ids are {kinds[numeric['catalogue']]} but the data's item ids "
+            f"are {kinds[numeric['data']]}"
+        )
+    rows = np.searchsorted(ids, occurring)
+    missing = (rows >= len(ids)) | (ids[np.minimum(rows, len(ids) - 1)] != occurring)
+    if missing.any():
+        raise DataError(
+            f"{source}: item {occurring[missing][0]} of the data is not in the catalogue "
+            f"({int(missing.sum())} of {len(occurring)} items missing)"
+        )
+    index = np.concatenate([[0], rows + 1]).astype(np.int64)  # old row → catalogue row
+    padding = np.array([-1]) if numeric["data"] else as_text([""])
+    return replace(
+        data,
+        sequences=[index[s] for s in data.sequences],
+        num_items=len(ids),
+        item_ids=np.concatenate([padding, ids]),
+        batch_cache={},
+    )
 
 
 # With remap off item ids are embedding rows: past this an id means a table too large to train.

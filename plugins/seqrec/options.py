@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -134,3 +134,19 @@ class SeqRecOptions(TaskOptions):
     length_pool: int = Field(1, ge=1)
     # Score (and train) with cosine similarity: L2-normalised outputs and item vectors (HSTU / FuXi-α).
     normalize: bool = False
+    # The item catalogue: a file of every item, one per line, its id first (MovieLens movies.dat:
+    # ``id::title::genres``), relative to the data file's folder. Items of the catalogue no one
+    # rated get table rows too: negatives are drawn and ranking is done among all of them, as the
+    # HSTU / FuXi-α trainers do with ML-1M's 3,883 movies. None: the items that occur in the data.
+    catalogue: str | None = None
+
+    # Options added after fingerprints by meaning, at the value that trains as before.
+    ADDED_LATER: ClassVar[dict[str, Any]] = {**TaskOptions.ADDED_LATER, "catalogue": None}
+
+    @model_validator(mode="after")
+    def _catalogue_needs_files(self) -> SeqRecOptions:
+        if self.catalogue is not None and not isinstance(self.data, FileData):
+            raise ValueError("catalogue: a catalogue extends a data file's items; synthetic data has none")
+        if self.catalogue is not None and not self.data.remap:
+            raise ValueError("catalogue: the catalogue numbers items 1..m in id order; set data.remap: true")
+        return self

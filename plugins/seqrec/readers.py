@@ -14,6 +14,7 @@ whitespace formats are parsed by pandas in one pass; any other file line by line
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -219,3 +220,30 @@ def _table_fail(records: Records, wanted: dict[str, str | int]) -> Callable[[str
         return DataError(f"{records.where(row)}: {name} column {wanted[name]!r} holds {value!r}, {why}")
 
     return fail
+
+
+def read_catalogue(path: Path) -> np.ndarray:
+    """Every item id of a catalogue file: the first field of each non-empty line, before ``::``, a
+    tab or a comma (MovieLens ``movies.dat``: ``id::title::genres``; its titles are Latin-1, so
+    only the ids are decoded). Integers where every id is one, else text."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"{path}: catalogue file not found") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read the catalogue: {exc}") from None
+    ids = []
+    for number, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        field = re.split(rb"::|\t|,", line, maxsplit=1)[0].strip()
+        try:
+            ids.append(field.decode("ascii"))
+        except UnicodeDecodeError:
+            raise DataError(f"{path}, line {number}: the item id is not ASCII text") from None
+    if not ids:
+        raise DataError(f"{path}: the catalogue lists no items")
+    numeric = pd.to_numeric(pd.Series(ids), errors="coerce")
+    if numeric.notna().all() and (numeric % 1 == 0).all():
+        return numeric.to_numpy().astype(np.int64)
+    return np.asarray(ids, dtype=str)

@@ -18,11 +18,11 @@ from . import baselines, losses, metrics
 from . import metrics as M
 from .batches import Batch, length_groups, train_batches, train_part
 from .cache import cached
-from .data import Interactions, synthetic
+from .data import Interactions, synthetic, with_catalogue
 from .evaluation import evaluate
 from .model import SeqRecModel, padded_layout
 from .options import FileData, MovieLensData, SeqRecOptions, TableData, UserItemData, UserLinesData
-from .readers import read_movielens, read_table, read_user_item, read_user_lines
+from .readers import read_catalogue, read_movielens, read_table, read_user_item, read_user_lines
 
 # Each file format's reader, called with the format's options (less ``format`` / ``path``).
 READERS = {
@@ -76,6 +76,9 @@ class SeqRecTask(Task):
             )
         else:
             loaded = synthetic(**data.model_dump(exclude={"format"}))
+        if self.options.catalogue is not None:
+            path = self.catalogue_path()
+            loaded = with_catalogue(loaded, read_catalogue(path), str(path))
         if loaded.num_items < 2:
             raise DataError(
                 f"{loaded.source}: next-item prediction needs at least 2 items; found {loaded.num_items}"
@@ -97,6 +100,24 @@ class SeqRecTask(Task):
                     "or leave such users out of the file"
                 )
         return loaded
+
+    def catalogue_path(self) -> Path | None:
+        """The catalogue file (``catalogue``, relative to the data file's folder), or None."""
+        path = self.data_path()
+        if self.options.catalogue is None or path is None:
+            return None
+        return path.parent / Path(self.options.catalogue).expanduser()
+
+    def data_files(self) -> dict[str, Path]:
+        files = super().data_files()
+        catalogue = self.catalogue_path()
+        return files if catalogue is None else {**files, "catalogue": catalogue}
+
+    def check_files(self) -> str | None:
+        catalogue = self.catalogue_path()
+        if catalogue is not None and not catalogue.is_file():
+            return f"catalogue: {catalogue} is not a file"
+        return super().check_files()
 
     def artifacts(self, data: Interactions) -> dict[str, bytes]:
         """File data: which source id each user unit and item index stands for (``users.csv``,
