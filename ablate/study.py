@@ -305,6 +305,12 @@ def load_study(path: str | Path, check_files: bool = True, overrides: Iterable[s
             "cannot be combined with sequential seeds (seeds: {initial, max, step}): the driver "
             "decides where to add seeds on each trial's own test metric",
         )
+    if spec.report.resample_units and spec.report.variance != "seeds":
+        raise where.error(
+            ("report", "variance"),
+            "cannot be combined with report.resample_units: both add the test units' variance "
+            "(choose variance: seeds_and_units, the crossed estimate, or resample_units, the bootstrap)",
+        )
     study = Study(
         spec=spec,
         path=path.resolve(),

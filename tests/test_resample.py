@@ -69,8 +69,9 @@ def test_without_unit_values_nothing_changes():
 def test_report_settings_switch_it_on_with_a_note():
     results, units = _frames()
     settings = ReportSettings(primary="ndcg", metrics=["ndcg", "rmse"], baseline="a")
-    same, unchanged = resampled_for_report(results, units, settings)
-    assert same is results and unchanged is settings
+    same, noted = resampled_for_report(results, units, settings)
+    assert same is results and noted.notes == [*settings.notes, noted.notes[-1]]
+    assert noted.notes[-1].startswith("variance: seeds only")
     on = settings.model_copy(update={"resample_units": True})
     out, noted = resampled_for_report(results, units, on)
     assert out["test.ndcg"].tolist() == resample_units(results, units, ["ndcg"])["test.ndcg"].tolist()

@@ -232,7 +232,7 @@ def test_sequential_primary_metric_follows_the_sequential_rule():
         "clear": list(0.35 + rng.normal(0, 0.002, seeds))[:3],  # decided at the first look
         "noisy": list(0.3 + rng.normal(0.004, 0.01, seeds)),
     }
-    design = {"initial": 3, "max": 7, "step": 2}
+    design = {"initial": 3, "max": 7, "step": 2, "spending": "pocock"}  # stops at the first look
     s = settings(sequential=design, metrics=["ndcg@10", "hr@10"])
     out = compare(frame(values), None, s, "ndcg@10").set_index("variant")
     table = frame(values).pivot(index="seed", columns="variant", values="test.ndcg@10")

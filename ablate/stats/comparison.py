@@ -15,8 +15,10 @@ from scipy import stats
 
 from ..errors import AblateError
 from .corrections import adjust_pvalues
+from .crossed import crossed_estimate, crossed_table
 from .intervals import bootstrap_ci
 from .power import seeds_for_difference
+from .resample import crossed_metrics
 from .sequential import decide_sequential
 from .verdicts import MIN_SEEDS_VERDICT, Decision, Verdict, decide_family
 
@@ -225,7 +227,11 @@ class Standing:
 
 
 def family_verdicts(
-    x: pd.DataFrame, settings: ReportSettings, metric: str, variants: list[str]
+    x: pd.DataFrame,
+    settings: ReportSettings,
+    metric: str,
+    variants: list[str],
+    per_unit: pd.DataFrame | None = None,
 ) -> dict[str, Standing]:
     """Each of ``variants`` against the baseline on ``metric``, from the seed × variant table ``x``.
 
@@ -234,7 +240,9 @@ def family_verdicts(
     the same models, so its comparison says nothing). The margin is ``settings.margin_for`` the
     baseline's mean over the paired seeds. The primary metric of a sequential study is decided
     look by look (:func:`.sequential.decide_sequential`), which keeps its error rates; every other
-    metric, and every metric of a fixed-seed study, at all paired seeds."""
+    metric, and every metric of a fixed-seed study, at all paired seeds: with ``per_unit`` (the
+    (seed, unit) × variant table of a metric that is its units' mean, ``report.variance:
+    seeds_and_units``) on the seeds crossed with the test units (:mod:`.crossed`)."""
     base, higher = settings.baseline, settings.higher(metric)
     out: dict[str, Standing] = {}
     candidates = []
@@ -274,7 +282,9 @@ def family_verdicts(
             needs = f"a verdict needs ≥ {MIN_SEEDS_VERDICT}"
             out[v] = Standing(None, f"{k} paired seed{'' if k == 1 else 's'}: {needs}")
         else:
-            diffs[v], margins[v] = value - base_value, settings.margin_for(float(np.mean(base_value)))
+            crossed = crossed_estimate(crossed_table(per_unit, v, base)) if per_unit is not None else None
+            diffs[v] = value - base_value if crossed is None else crossed
+            margins[v] = settings.margin_for(float(np.mean(base_value)))
     decided = decide_family(diffs, settings.alpha, settings.correction, margins, higher, settings.equivalence)
     out |= {v: Standing(d) for v, d in decided.items()}
     return {v: out[v] for v in variants}
@@ -296,7 +306,8 @@ def comparisons(
     names = variants_in_order(results, settings.baseline)
     x, per_unit = per_seed(results, metric), _per_unit(units, metric)
     higher = settings.higher(metric)
-    standings = family_verdicts(x, settings, metric, names[1:])
+    crossed = per_unit if metric in crossed_metrics(results, units, settings) else None
+    standings = family_verdicts(x, settings, metric, names[1:], crossed)
     rows = []
     for v in names:
         col = x[v].to_numpy(float) if v in x.columns else np.empty(0)

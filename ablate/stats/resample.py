@@ -69,13 +69,47 @@ def resample_units(results: pd.DataFrame, units: pd.DataFrame | None, metrics: I
     return out
 
 
+def crossed_metrics(results: pd.DataFrame, units: pd.DataFrame | None, settings: ReportSettings) -> list[str]:
+    """The metrics whose verdicts read seeds crossed with the test units (``report.variance:
+    seeds_and_units``, :mod:`.crossed`): those whose every trial's test value is its units' mean,
+    less a sequential study's primary metric (its looks decide on the seeds, as the driver did)."""
+    if settings.variance != "seeds_and_units":
+        return []
+    found = unit_mean_metrics(results, units, settings.metrics)
+    return [m for m in found if settings.sequential is None or m != settings.primary]
+
+
+def _variance_note(results: pd.DataFrame, units: pd.DataFrame | None, settings: ReportSettings) -> str:
+    """The question the verdicts' intervals answer, in the report's words."""
+    if settings.variance != "seeds_and_units":
+        return (
+            "variance: seeds only — the intervals answer whether a difference shows again on "
+            "retraining, evaluated on these test units (report.variance: seeds_and_units adds the "
+            "test units' variance)"
+        )
+    crossed = crossed_metrics(results, units, settings)
+    left = [m for m in settings.metrics if m not in crossed]
+    note = (
+        f"variance: seeds crossed with the test units for {', '.join(crossed)} — the intervals answer "
+        "whether a difference shows again on retraining and on new test units like these (a two-way "
+        "random-effects model of seed, unit and their interaction, Satterthwaite's degrees of freedom)"
+        if crossed
+        else "variance: seeds only (no per-unit values that the test metrics are means of)"
+    )
+    if crossed and left:
+        note += f"; seeds only for {', '.join(left)} (not a mean over units, or the sequential primary)"
+    return note
+
+
 def resampled_for_report(
     results: pd.DataFrame, units: pd.DataFrame | None, settings: ReportSettings
 ) -> tuple[pd.DataFrame, ReportSettings]:
     """What the report compares: ``results`` as they are, or with ``report.resample_units`` each
-    seed's test metrics over its resample of the units, with a note in the settings saying so."""
+    seed's test metrics over its resample of the units, with a note in the settings saying which
+    variance the intervals carry (``report.variance``, or the bootstrap's)."""
     if not settings.resample_units:
-        return results, settings
+        notes = [*settings.notes, _variance_note(results, units, settings)]
+        return results, settings.model_copy(update={"notes": notes})
     metrics = unit_mean_metrics(results, units, settings.metrics)
     left = [m for m in settings.metrics if m not in metrics]
     note = (

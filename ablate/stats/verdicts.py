@@ -37,6 +37,7 @@ import numpy as np
 from scipy import optimize, special
 
 from .corrections import CORRECTIONS, EQUIVALENCE, Nominal
+from .crossed import Estimate
 
 POWER = 0.8  # of the minimum detectable difference and of the seeds a plan asks for (:mod:`.power`)
 MIN_SEEDS_VERDICT = 3  # paired seeds a verdict needs (as the seed tests)
@@ -140,8 +141,11 @@ def tost_p(delta: float, se: float, df: int, margin: float) -> float:
     return float(max(above_low, below_high))
 
 
-def _estimate(d: np.ndarray) -> tuple[float, float, int] | None:
-    """(mean, se, df) of the finite paired differences ``d``; None with fewer than 3."""
+def _estimate(d: np.ndarray | Estimate) -> tuple[float, float, float] | None:
+    """(mean, se, df) of the finite paired differences ``d`` (or of an :class:`.crossed.Estimate`
+    as it is); None with fewer than 3."""
+    if isinstance(d, Estimate):
+        return d.delta, d.se, d.df
     d = np.asarray(d, dtype=float)
     d = d[np.isfinite(d)]
     if len(d) < MIN_SEEDS_VERDICT:
@@ -232,9 +236,12 @@ def equivalence_levels(
     return CORRECTIONS[correction].shares(p_tost, alpha, size, nominal or (lambda a: a))
 
 
-def family_pvalues(diffs: dict[str, np.ndarray], margins: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
-    """Per comparison (name → paired differences), its paired t-test's two-sided p and its TOST p
-    against its margin; NaN with fewer than 3 paired seeds (not tested, not in the family)."""
+def family_pvalues(
+    diffs: dict[str, np.ndarray | Estimate], margins: dict[str, float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per comparison (name → paired differences, or an estimate with its se), its t-test's
+    two-sided p and its TOST p against its margin; NaN with fewer than 3 paired seeds (not tested,
+    not in the family)."""
     names = list(diffs)
     p, p_tost = np.full(len(names), np.nan), np.full(len(names), np.nan)
     for i, name in enumerate(names):
@@ -250,22 +257,29 @@ def family_pvalues(diffs: dict[str, np.ndarray], margins: dict[str, float]) -> t
 
 
 def decide_family(
-    diffs: dict[str, np.ndarray],
+    diffs: dict[str, np.ndarray | Estimate],
     alpha: float,
     correction: str,
     margins: dict[str, float],
     higher_is_better: bool = True,
     equivalence: str = "family",
 ) -> dict[str, Decision]:
-    """Verdicts for a family of comparisons (name → paired differences), corrected together: the
-    better / worse tests over their t-test p-values, the equivalence tests over their TOST
-    p-values (:func:`equivalence_levels`). Comparisons with fewer than 3 paired seeds are not
-    tested and do not count in the family."""
+    """Verdicts for a family of comparisons (name → paired differences, or an
+    :class:`.crossed.Estimate`: seeds crossed with test units), corrected together: the better /
+    worse tests over their t-test p-values, the equivalence tests over their TOST p-values
+    (:func:`equivalence_levels`). Comparisons with fewer than 3 paired seeds are not tested and do
+    not count in the family."""
     names = list(diffs)
     p, p_tost = family_pvalues(diffs, margins)
     levels = decision_levels(p, alpha, correction)
     eq_levels = equivalence_levels(p_tost, alpha, correction, equivalence)
-    return {
-        name: decide(diffs[name], levels[i], margins[name], higher_is_better, eq_levels[i])
-        for i, name in enumerate(names)
-    }
+    out = {}
+    for i, name in enumerate(names):
+        d = diffs[name]
+        if isinstance(d, Estimate):
+            out[name] = decide_estimate(
+                d.delta, d.se, d.df, levels[i], margins[name], higher_is_better, d.seeds, eq_levels[i]
+            )
+        else:
+            out[name] = decide(d, levels[i], margins[name], higher_is_better, eq_levels[i])
+    return out

@@ -1,0 +1,82 @@
+"""Two sources of variance: seeds crossed with the evaluation units.
+
+Every trial is evaluated on the same test units (users, windows, rows), so a comparison's paired
+differences form a seeds × units table ``e[s, u]`` (variant − base, unit u, seed s). The spread of
+the seeds' means answers "would the difference show again if we trained again" on *these* test
+units; a reader who asks about new test units like these needs the units' variance as well. With
+``report: {variance: seeds_and_units}`` the verdicts read the mean of ``e`` with the variance of a
+crossed two-way random-effects model (seed, unit, seed × unit; Searle, Casella & McCulloch 1992,
+ch. 4; the "crossed" design of Bouthillier et al. 2021 without its bootstrap):
+
+    MS_seed = U · Σ_s (ē_s· − ē)² / (S − 1),  MS_unit = S · Σ_u (ē_·u − ē)² / (U − 1),
+    MS_rest = Σ (e − ē_s· − ē_·u + ē)² / ((S − 1)(U − 1)),
+    Var(ē) = σ²_seed / S + σ²_unit / U + σ²_rest / (S·U) = (MS_seed + MS_unit − MS_rest) / (S·U),
+
+the unit component ``MS_unit − MS_rest`` taken at 0 where it is negative, so the interval is never
+narrower than the seeds-only one (which is ``MS_seed / (S·U)``, the paired t-test's se² when the
+metric is the units' mean), on Satterthwaite's degrees of freedom. Written out: statsmodels'
+``MixedLM`` fits crossed random effects only through variance components of one group, by REML
+iterations on the S·U rows (seconds per comparison at 2,999 users), where these mean squares are
+exact for the balanced table every study has.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..schema import Vocabulary
+
+VARIANCE: Vocabulary[str] = Vocabulary(
+    "variance source",
+    {
+        "seeds": "retraining: the spread of the seeds on these test units",
+        "seeds_and_units": "retraining and new test units like these: seeds crossed with the units",
+    },
+)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A comparison's Δ with its standard error on ``df`` degrees of freedom (Satterthwaite's may
+    be fractional), over ``seeds`` seeds and ``units`` test units."""
+
+    delta: float
+    se: float
+    df: float
+    seeds: int
+    units: int = 0
+
+
+def crossed_estimate(table: np.ndarray) -> Estimate | None:
+    """The mean of a complete seeds × units table of paired differences and its crossed
+    random-effects standard error (module docstring); None with fewer than 3 seeds or 2 units."""
+    e = np.asarray(table, dtype=float)
+    if e.ndim != 2 or e.shape[0] < 3 or e.shape[1] < 2 or not np.isfinite(e).all():
+        return None
+    s, u = e.shape
+    grand = float(e.mean())
+    seed_means, unit_means = e.mean(axis=1), e.mean(axis=0)
+    ms_seed = u * float(np.sum((seed_means - grand) ** 2)) / (s - 1)
+    ms_unit = s * float(np.sum((unit_means - grand) ** 2)) / (u - 1)
+    rest = e - seed_means[:, None] - unit_means[None, :] + grand
+    ms_rest = float(np.sum(rest**2)) / ((s - 1) * (u - 1))
+    if ms_unit <= ms_rest:  # no unit component beyond the interaction: the seeds-only interval
+        return Estimate(grand, math.sqrt(ms_seed / (s * u)), s - 1, s, u)
+    total = ms_seed + ms_unit - ms_rest
+    parts = ms_seed**2 / (s - 1) + ms_unit**2 / (u - 1) + ms_rest**2 / ((s - 1) * (u - 1))
+    return Estimate(grand, math.sqrt(total / (s * u)), total**2 / parts, s, u)
+
+
+def crossed_table(per_unit: pd.DataFrame | None, variant: str, baseline: str) -> np.ndarray | None:
+    """``variant`` − ``baseline`` as a seeds × units table from the (seed, unit) × variant table
+    of per-unit values: the seeds with any unit, and the units every one of them has; None without
+    per-unit values of both."""
+    if per_unit is None or variant not in per_unit.columns or baseline not in per_unit.columns:
+        return None
+    e = (per_unit[variant] - per_unit[baseline]).unstack("unit")
+    e = e.dropna(axis=0, how="all").dropna(axis=1, how="any")
+    return e.to_numpy(float) if e.size else None
