@@ -6,7 +6,10 @@ built from what it returns and nothing else.
 
 from __future__ import annotations
 
+import json
+import tempfile
 import warnings
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +17,7 @@ import pandas as pd
 
 from .errors import AblateError
 from .stats import ReportSettings
+from .tasks import BASELINES_ARTIFACT
 from .track import REUSED_TAG, Tracker, from_mlflow, read_units
 
 COST_KEYS = ("params", "tokens_per_s", "peak_memory_mb", "wall_s", "cpu_s", "epochs", "best_epoch")
@@ -121,6 +125,13 @@ def _meta(tracker: Tracker, results: pd.DataFrame) -> dict:
     if "reused_from" in results:
         copied = results[results["reused_from"].notna()]
         meta["reused"] = list(zip(copied["variant"], copied["seed"], copied["reused_from"], strict=True))
+    parent = tracker.parent_run()
+    if parent is not None:  # where the study's records are, and what the report places them against
+        run = parent.info
+        meta["tracking"] = {"uri": tracker.uri, "experiment": run.experiment_id, "run": run.run_id}
+        with tempfile.TemporaryDirectory() as tmp, suppress(Exception):  # none: a store from before
+            local = tracker.client.download_artifacts(parent.info.run_id, BASELINES_ARTIFACT, tmp)
+            meta["reference"] = json.loads(Path(local).read_text(encoding="utf-8"))
     return meta
 
 

@@ -18,6 +18,7 @@ from . import stopping
 from .console import err, out, progress_bars
 from .drive import Donors, Stores, prepare, progress, run_study
 from .drive.recovery import check_stores
+from .drive.reference import fill_reference
 from .errors import AblateError, RunFailed
 from .faults import fault_point
 from .folders import folder_problem, study_key_error
@@ -232,6 +233,7 @@ def write_study_report(
         why = f" ({failed} failed; `ablate run --retry-failed` trains them again)" if failed else ""
         raise RunFailed(f"no finished trials for '{experiment}' in {tracking_uri}{why}, so no report")
     settings = report_settings(loaded.settings, study)
+    fill_reference(tracking_uri, study, loaded.meta)  # trivial baselines a store made before them lacks
     stopping.check()  # safe points around the report's stages: a stop is honoured while it is written
     paths = write_report(
         loaded.results,

@@ -27,7 +27,7 @@ from .spec import BASE, ComponentSpec, ModelSpec, StudySpec, TrainSpec
 from .stats import ReportSettings
 from .studyfile import Bare, Locator, lookup, read_study, validate_options
 from .tasks import Task
-from .variants import config_differences, expand, patched
+from .variants import expand, patched, variant_differences
 
 
 def placement_problem(placement: str, attention: type, connection: type) -> str | None:
@@ -89,10 +89,7 @@ class Variant:
         return {**labels, "shape": f"d={self.spec.dim},L={self.spec.blocks},p={self.spec.dropout}"}
 
     def differs_from(self, other: Variant) -> str:
-        mine, theirs = self.components(), other.components()
-        diffs = [f"{k}: {mine[k]}" for k in mine if mine[k] != theirs[k]]
-        diffs += config_differences(self.spec.config, other.spec.config)
-        return "; ".join(diffs) if diffs else "—"
+        return variant_differences(self, other)
 
 
 @dataclass
@@ -136,6 +133,7 @@ class Study:
                 "metrics": self.metrics,
                 "variants": list(self.variants),
                 "higher_is_better": {m: self.task.metric_higher_is_better(m) for m in self.metrics},
+                "margins": {m: self.task.default_margin(m) for m in self.metrics},
                 "sequential": self.spec.sequential,
                 "duplicates": duplicate_variants(self),
                 "grid": self.spec.grid,

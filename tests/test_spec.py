@@ -29,7 +29,7 @@ def test_variants_patch_the_base(write_study):
     two = study.variants["two-heads"]
     assert two.attention.options.heads == 2
     assert two.ffn.cls.kind_name() == "pointwise"  # untouched slots keep the base's choice
-    assert two.differs_from(study.variants[BASE]) == "attention: softmax(heads=2)"
+    assert two.differs_from(study.variants[BASE]) == "attention.heads: 1→2"  # the option, base first
     assert study.variants["gelu"].ffn.options.activation == "gelu"
     assert study.metrics == ["ndcg@10", "hr@10"]
 

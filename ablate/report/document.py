@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,8 +81,25 @@ figure{margin:1.5em 0}figure img{max-width:100%;height:auto}figcaption,p.caption
 ul{padding-left:1.4em}li{margin:.25em 0}code{font-size:.95em}h3{margin-top:1.4em}
 ul.warn{list-style:none;padding:.5em .9em;background:#fff6e0;border-left:4px solid #e0a100}
 details{margin:1em 0}summary{cursor:pointer;color:#333}
+nav.toc{background:#f7f7f7;padding:.5em 1em;margin:1em 0;font-size:.92em}nav.toc ul{margin:.2em 0}
+nav.toc li{margin:.1em 0}
 pre{background:#f6f6f6;padding:.7em;overflow-x:auto;font-size:.85em;line-height:1.35}
 """
+
+
+_CODE = re.compile(r"`([^`]+)`")
+_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+
+
+def inline(text: str) -> str:
+    """Running text as HTML: escaped, Markdown's `code` as ``<code>``, ``[label](href)`` as a link."""
+    escaped = _CODE.sub(r"<code>\1</code>", html.escape(str(text), quote=False))
+    return _LINK.sub(lambda m: f'<a href="{html.escape(m.group(2))}">{m.group(1)}</a>', escaped)
+
+
+def anchor(text: str) -> str:
+    """A heading's id: lower case, words joined by '-'."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
 
 
 def _html_cell(cell) -> str:
@@ -105,9 +123,11 @@ def _html_table(e: Element) -> str:
 
 def _html_figure(e: Element) -> str:
     data = base64.b64encode(e.path.read_bytes()).decode("ascii")
+    file = f"{e.path.parent.name}/{e.path.name}"
     return (
         f'<figure><img alt="{html.escape(e.text)}" src="data:image/png;base64,{data}">'
-        f"<figcaption>{html.escape(e.text)}</figcaption></figure>"
+        f'<figcaption>{inline(e.text)} (<a href="{html.escape(file)}">{html.escape(file)}</a>)</figcaption>'
+        "</figure>"
     )
 
 
@@ -120,23 +140,46 @@ def _html_code(e: Element) -> str:
 
 HTML: dict[str, Callable[[Element], str]] = {
     "h1": lambda e: f"<h1>{html.escape(e.text)}</h1>",
-    "h2": lambda e: f"<h2>{html.escape(e.text)}</h2>",
-    "h3": lambda e: f"<h3>{html.escape(e.text)}</h3>",
-    "p": lambda e: f"<p>{html.escape(e.text)}</p>",
-    "caption": lambda e: f'<p class="caption">{html.escape(e.text)}</p>',
-    "list": lambda e: "<ul>" + "".join(f"<li>{html.escape(str(i))}</li>" for i in e.items) + "</ul>",
-    "warnings": lambda e: (
-        '<ul class="warn">' + "".join(f"<li>⚠ {html.escape(str(i))}</li>" for i in e.items) + "</ul>"
-    ),
+    "h2": lambda e: f'<h2 id="{anchor(e.text)}">{html.escape(e.text)}</h2>',
+    "h3": lambda e: f'<h3 id="{anchor(e.text)}">{html.escape(e.text)}</h3>',
+    "p": lambda e: f"<p>{inline(e.text)}</p>",
+    "caption": lambda e: f'<p class="caption">{inline(e.text)}</p>',
+    "list": lambda e: "<ul>" + "".join(f"<li>{inline(i)}</li>" for i in e.items) + "</ul>",
+    "warnings": lambda e: '<ul class="warn">' + "".join(f"<li>⚠ {inline(i)}</li>" for i in e.items) + "</ul>",
     "table": _html_table,
     "figure": _html_figure,
     "code": _html_code,
 }
 
 
+def contents(elements: list[Element]) -> str:
+    """The page's table of contents: a link to each section (h2), its subsections (h3) under it."""
+    items, open_sub = [], False
+    for e in elements:
+        link = f'<a href="#{anchor(e.text)}">{html.escape(e.text)}</a>'
+        if e.kind == "h2":
+            items.append(("</ul></li>" if open_sub else "</li>" if items else "") + f"<li>{link}")
+            open_sub = False
+        elif e.kind == "h3" and items:
+            items.append(("" if open_sub else "<ul>") + f"<li>{link}</li>")
+            open_sub = True
+    if not items:
+        return ""
+    return (
+        '<nav class="toc"><strong>Contents</strong><ul>'
+        + "".join(items)
+        + ("</ul></li>" if open_sub else "</li>")
+        + "</ul></nav>"
+    )
+
+
 def to_html(elements: list[Element], title: str) -> str:
     esc = html.escape
     parts = [HTML[e.kind](e) for e in elements]
+    toc = contents(elements)
+    if toc:  # after the title
+        first = next((i for i, e in enumerate(elements) if e.kind == "h1"), -1)
+        parts.insert(first + 1, toc)
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
         f"<style>{CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"

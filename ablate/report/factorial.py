@@ -7,6 +7,7 @@ import pandas as pd
 
 from ..stats import ReportSettings
 from ..stats.factorial import Contrast, Factorial, Term, factorial
+from ..stats.settings import parse_margin
 from .cells import NA, isnan, number, p_is, p_value
 from .document import Element
 
@@ -75,11 +76,12 @@ def factorial_elements(results: pd.DataFrame, settings: ReportSettings) -> list[
         return elements + [Element("p", f"No factorial analysis: {fa.problem}.")]
     higher = settings.higher(fa.metric)
     corr = settings.correction_method.label
-    margin = (
-        f"{settings.margin} of"
-        if isinstance(settings.margin, str)
-        else f"±{settings.margin:g}, not relative to"
-    )
+    spec = settings.margin_of(fa.metric)
+    if isinstance(spec, str):
+        share, of = parse_margin(spec)
+        margin = f"{share * 100:g}% of" + (" the error (1 − mean) of" if of == "error" and higher else "")
+    else:
+        margin = f"±{spec:g}, not relative to"
     elements.append(
         Element(
             "p",

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import stats
 from ..stats import ComparisonRow, ReportSettings
+from .baselines import reference_elements
 from .cells import isnan
 from .convergence import NotConverged, method_text
 from .document import Element
@@ -117,7 +118,8 @@ def methods_elements(
     """The Methods section, everything present in ``meta`` included; ``calibrated``: the verdicts'
     simulated error rates (:func:`calibration`)."""
     meta = meta or {}
-    elements = [Element("h2", "Methods"), *data_elements(meta), Element("h3", "Verdicts, intervals, margins")]
+    elements = [Element("h2", "Methods"), *data_elements(meta), *reference_elements(meta)]
+    elements.append(Element("h3", "Verdicts, intervals, margins"))
     elements += [Element("p", t) for t in settings_text(settings, tables)]
     if settings.notes:
         elements.append(Element("list", items=list(settings.notes)))

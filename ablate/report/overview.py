@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from ..stats import ComparisonRow, ReportSettings, Verdict
+from .baselines import Trivial, baseline_legend
 from .cells import isnan, mean_sd, number
 from .document import Strong
 from .tables import booktabs_table, tex_escape
@@ -27,9 +28,10 @@ def _best(cmp: list[ComparisonRow], higher: bool) -> str | None:
 
 
 def overview_rows(
-    tables: dict[str, list[ComparisonRow]], settings: ReportSettings
+    tables: dict[str, list[ComparisonRow]], settings: ReportSettings, baselines: list[Trivial] = ()
 ) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows, variants in the primary table's order; a metric's best cells are ``Strong``."""
+    """Headers and rows, variants in the primary table's order, then the trivial ``baselines``
+    (their value, no sd, no mark); a metric's best variant cells are ``Strong``."""
     primary = tables[settings.primary]
     headers = ["variant", "differs", "seeds"] + [
         f"{m} (primary)" if m == settings.primary else m for m in tables
@@ -47,6 +49,8 @@ def overview_rows(
             is_best = best[m] is not None and r.n_seeds > 0 and number(r.mean) == best[m]
             cells.append(Strong(shown) if is_best else shown)
         rows.append(cells)
+    for b in baselines:
+        rows.append([b.label, f"trivial baseline: {b.about}", "—", *[number(b.value(m)) for m in tables]])
     return headers, rows
 
 
@@ -59,7 +63,9 @@ def _directions(tables: dict[str, list[ComparisonRow]], settings: ReportSettings
     return said + (f", higher for {', '.join(higher)}" if higher else "")
 
 
-def overview_legend(tables: dict[str, list[ComparisonRow]], settings: ReportSettings) -> str:
+def overview_legend(
+    tables: dict[str, list[ComparisonRow]], settings: ReportSettings, baselines: list[Trivial] = ()
+) -> str:
     """What the marks and the bold mean (the same words as table.tex's caption)."""
     secondary = [m for m in tables if m != settings.primary]
     exploratory = (
@@ -73,7 +79,7 @@ def overview_legend(tables: dict[str, list[ComparisonRow]], settings: ReportSett
         f"(its paired t interval at the {settings.correction_method.label}-adjusted level, "
         f"α = {settings.alpha:g}): ▲ better, ▼ worse, = equivalent within the margin, ? inconclusive; "
         f"no mark: not tested (fewer than 3 paired seeds, or a duplicate). Bold: the best mean per "
-        f"metric ({_directions(tables, settings)}){exploratory}."
+        f"metric ({_directions(tables, settings)}){exploratory}.{baseline_legend(baselines)}"
     )
 
 
@@ -82,21 +88,38 @@ def _tex_cell(cell) -> str:
     return rf"\textbf{{{text}}}" if isinstance(cell, Strong) else text
 
 
-def overview_latex(tables: dict[str, list[ComparisonRow]], settings: ReportSettings) -> str:
-    """The overview as a booktabs ``table`` environment (needs ``\\usepackage{booktabs}`` only).
+def latex_caption(
+    tables: dict[str, list[ComparisonRow]], settings: ReportSettings, seeds: str, marks: bool
+) -> str:
+    """table.tex's caption, short (two or three lines in a paper): the legend's words in brief."""
+    secondary = " (△ ▽: secondary metrics, exploratory)" if len(tables) > 1 else ""
+    lower = [m for m in tables if not settings.higher(m)]
+    direction = f"; lower is better for {', '.join(lower)}" if lower else ""
+    return (
+        f"{settings.study}: test metrics, mean ± sd over {seeds}; against {settings.baseline} "
+        f"({settings.correction_method.label}, α = {settings.alpha:g}): ▲ better, ▼ worse, = equivalent, "
+        f"? inconclusive{secondary}; bold: best{direction}{'; †: trivial baseline' if marks else ''}."
+    )
+
+
+def overview_latex(
+    tables: dict[str, list[ComparisonRow]], settings: ReportSettings, baselines: list[Trivial] = ()
+) -> str:
+    """The overview as a booktabs ``table`` environment (needs ``\\usepackage{booktabs}`` and
+    ``graphicx``), scaled down to the column's width when wider (``\\resizebox``).
 
     Narrower than the Markdown table, to fit a paper's column: no ``differs`` column (the paper's
-    text names what each variant changes), and the seed count in the caption when every variant
-    has the same."""
-    headers, rows = overview_rows(tables, settings)
-    seeds = {r[2] for r in rows}
+    text names what each variant changes), the seed count in the caption when every variant has the
+    same, the trivial baselines under a rule."""
+    headers, rows = overview_rows(tables, settings, baselines)
+    variants = rows[: len(rows) - len(baselines)]
+    seeds = {r[2] for r in variants}
     keep = [0] + ([2] if len(seeds) > 1 else []) + list(range(3, len(headers)))
     headers, rows = [headers[i] for i in keep], [[r[i] for i in keep] for r in rows]
-    legend = overview_legend(tables, settings)
-    if len(seeds) == 1:
-        legend = legend.replace("over seeds.", f"over {next(iter(seeds))} seeds.", 1)
-    caption = f"Ablation study {settings.study}. {legend}"
+    shown = f"{next(iter(seeds))} seeds" if len(seeds) == 1 else "seeds"
+    caption = latex_caption(tables, settings, shown, bool(baselines))
     label = re.sub(r"[^A-Za-z0-9_:.-]+", "-", f"tab:ablate:{settings.study}")
     spec = "l" + "r" * (len(headers) - 1)
     cells = [[_tex_cell(c) for c in r] for r in rows]
-    return booktabs_table(f"{tex_escape(settings.study)}, every metric", caption, label, spec, headers, cells)
+    what = f"{tex_escape(settings.study)}, every metric"
+    return booktabs_table(what, caption, label, spec, headers, cells, rule_before=len(variants))

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..stats import ComparisonRow, ReportSettings, comparison_rows
+from .baselines import Trivial
 from .cells import NA, confidence, interval, isnan, mdd, mean_sd, number, p_decision, verdict
 from .document import md_table
 
@@ -22,9 +23,12 @@ COSTS = [
 ]
 
 
-def table_rows(cmp: list[ComparisonRow], settings: ReportSettings) -> tuple[list[str], list[list[str]]]:
+def table_rows(
+    cmp: list[ComparisonRow], settings: ReportSettings, baselines: list[Trivial] = ()
+) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of one metric's comparisons, baseline first: the verdict and the one
-    interval it reads (the per-unit tests and the bootstrap interval stay in comparisons.csv)."""
+    interval it reads (the per-unit tests and the bootstrap interval stay in comparisons.csv); then
+    the trivial ``baselines``' values, without a comparison."""
     metric = cmp[0].metric if cmp else settings.primary
     higher = settings.higher(metric)
     headers = [
@@ -57,6 +61,10 @@ def table_rows(cmp: list[ComparisonRow], settings: ReportSettings) -> tuple[list
                 p_decision(row),
                 verdict(row, higher),
             ]
+        )
+    for b in baselines:
+        rows.append(
+            [b.label, f"trivial baseline: {b.about}", number(b.value(metric))] + ["—"] * (len(headers) - 3)
         )
     return headers, rows
 
@@ -129,24 +137,37 @@ def latex_table(cmp: list[ComparisonRow], settings: ReportSettings) -> str:
 
 
 def booktabs_table(
-    what: str, caption: str, label: str, spec: str, headers: list[str], cells: list[list[str]]
+    what: str,
+    caption: str,
+    label: str,
+    spec: str,
+    headers: list[str],
+    cells: list[list[str]],
+    rule_before: int | None = None,
 ) -> str:
-    """A standalone ``table`` environment (booktabs rules) of already-escaped ``cells``."""
+    """A standalone ``table`` environment (booktabs rules) of already-escaped ``cells``, scaled
+    down to the column's width when it is wider (graphicx's ``\\resizebox``; a narrower table keeps
+    its size); ``rule_before``: a ``\\midrule`` before that row (e.g. between variants and baselines)."""
+    body = [" & ".join(r) + r" \\" for r in cells]
+    if rule_before is not None and 0 < rule_before < len(body):
+        body.insert(rule_before, r"\midrule")
     lines = [
         f"% ablate report: {what}.",
-        r"% Needs \usepackage{booktabs}.",
+        r"% Needs \usepackage{booktabs} and \usepackage{graphicx}.",
         r"\begin{table}[t]",
         r"\centering",
         r"\small",
         rf"\caption{{{tex_escape(caption)}}}",
         rf"\label{{{label}}}",
-        rf"\begin{{tabular}}{{{spec}}}",
+        r"\setlength{\tabcolsep}{4pt}",
+        rf"\sbox0{{\begin{{tabular}}{{{spec}}}",
         r"\toprule",
         " & ".join(tex_escape(h) for h in headers) + r" \\",
         r"\midrule",
-        *[" & ".join(r) + r" \\" for r in cells],
+        *body,
         r"\bottomrule",
-        r"\end{tabular}",
+        r"\end{tabular}}%",
+        r"\ifdim\wd0>\linewidth\resizebox{\linewidth}{!}{\usebox0}\else\usebox0\fi",
         r"\end{table}",
     ]
     return "\n".join(lines) + "\n"

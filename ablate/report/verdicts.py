@@ -36,9 +36,8 @@ def _margin_text(cmp: list[ComparisonRow], settings: ReportSettings) -> str:
     if not tested:
         return "none (no tested comparison)"
     value = f"±{_short(tested[0].margin, _decimals(tested[0].margin))}"
-    if isinstance(settings.margin, str):
-        return f"{value} ({settings.margin} of {settings.baseline}'s mean)"
-    return value
+    words = settings.margin_words(tested[0].metric)
+    return f"{value} ({words})" if words else value
 
 
 def verdict_sentence(row: ComparisonRow, settings: ReportSettings) -> str:
@@ -166,7 +165,9 @@ def settings_text(settings: ReportSettings, tables: dict[str, list[ComparisonRow
         f"p-value, below α = {settings.alpha:g} exactly when the t interval excludes 0.",
         f"Margin: {_margin_text(primary, settings)} on {settings.primary}: a difference inside it is too "
         "small to matter. Set it in the study file's report section: `margin: 0.005` (absolute, in the "
-        "metric's units) or `margin: \"1%\"` (of the baseline's mean); the default is 2%.",
+        'metric\'s units), `margin: "1%"` (of the baseline\'s mean) or `margin: "2% of error"` (of its '
+        "distance to a perfect score: 1 − mean where higher is better); without one each metric has its "
+        "task's default (accuracy: 2% of error), else 2% of the mean.",
         "MDD: the minimum detectable difference, in the metric's units (and as a share of the "
         "baseline's mean): the |Δ| the comparison's t-test detects with 80% power at its seeds and "
         "level, given the observed spread of the paired differences; a true difference below it is "

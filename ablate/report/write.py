@@ -21,6 +21,7 @@ import pandas as pd
 from .. import stats, stopping
 from ..stats import ComparisonRow, ReportSettings
 from ..stats.resample import resampled_for_report
+from .baselines import baseline_warnings, trivial_baselines
 from .cells import isnan
 from .convergence import NotConverged, not_converged, warning_lines
 from .document import Element, to_html, to_markdown
@@ -106,6 +107,38 @@ def _tuning_sections(results: pd.DataFrame, names: list[str]) -> list[Element]:
     return elements
 
 
+def files_list(paths: dict[str, Path], out_dir: Path, meta: dict | None) -> list[str]:
+    """The report's files, each a link relative to the report's folder, and where the study's
+    MLflow records are."""
+    figures = [p for name, p in paths.items() if p.suffix == ".png"]
+    shown = ", ".join(f"[{p.name}]({p.relative_to(out_dir).as_posix()})" for p in figures)
+    items = [
+        "[results.csv](results.csv): one row per trial (what the report is built from), with each "
+        "trial's MLflow run id (`run_id`)",
+        "[comparisons.csv](comparisons.csv): every comparison with the baseline, every metric: the verdict "
+        "and its numbers, raw and adjusted p-values, and what the tables leave out (the per-unit tests, "
+        "the bootstrap interval)",
+        "[pairwise.csv](pairwise.csv): every pair of variants on the primary metric",
+        "[table.tex](table.tex): the results table, variants × every metric with the verdict marks "
+        "(LaTeX: booktabs, graphicx)",
+        f"figures/: the figures above as PNG{': ' + shown if shown else ''}",
+    ]
+    tracking = (meta or {}).get("tracking")
+    if tracking:
+        uri, run = tracking["uri"], tracking["run"]
+        where = (
+            f"[{uri}]({uri.rstrip('/')}/#/experiments/{tracking['experiment']}/runs/{run})"
+            if uri.startswith(("http://", "https://"))
+            else f"`{uri}`"
+        )
+        items.append(
+            f"MLflow: the study's run `{run}` in {where} (experiment {tracking['experiment']}): the resolved "
+            "study, the data summary, the trivial baselines (baselines.json) and this report; each trial's "
+            "run holds its parameters, curves and per-unit test results"
+        )
+    return items
+
+
 @dataclass(frozen=True)
 class Analysis:
     """What a report says, before it is written."""
@@ -186,25 +219,28 @@ def render(
     paths["pairwise"] = out_dir / "pairwise.csv"
     pairs.to_csv(paths["pairwise"], index=False)
     paths["tex"] = out_dir / "table.tex"
-    paths["tex"].write_text(overview_latex(tables, settings), encoding="utf-8")
+    baselines = trivial_baselines(meta)  # the task's, as the study's run keeps them
+    paths["tex"].write_text(overview_latex(tables, settings, baselines), encoding="utf-8")
 
-    overview_headers, overview = overview_rows(tables, settings)
+    overview_headers, overview = overview_rows(tables, settings, baselines)
     elements = [
         Element("h1", f"Ablation report: {settings.study}"),
         Element("p", headline(primary, settings)),
         Element("list", items=verdict_sentences(primary, settings)),
         Element("table", headers=overview_headers, items=overview),
-        Element("caption", overview_legend(tables, settings)),
+        Element("caption", overview_legend(tables, settings, baselines)),
     ]
+    below = baseline_warnings(tables, settings, baselines)
+    if flags or below:
+        elements.append(Element("warnings", items=warning_lines(flags, settings) + below))
     if flags:
-        elements += [
-            Element("warnings", items=warning_lines(flags, settings)),
+        elements.append(
             Element(
                 "p",
-                "These variants were still improving when training stopped: their verdicts compare models "
-                "that more epochs would change (Methods, Convergence).",
-            ),
-        ]
+                "Variants flagged not converged were still improving when training stopped: their verdicts "
+                "compare models that more epochs would change (Methods, Convergence).",
+            )
+        )
 
     def figure(name: str, path: Path | None, caption: str) -> None:
         stopping.check()  # a safe point between figures: SIGTERM / Ctrl-C stop the report here
@@ -213,7 +249,7 @@ def render(
             elements.append(Element("figure", caption, path=path))
 
     for i, (metric, cmp) in enumerate(tables.items()):
-        headers, rows = table_rows(cmp, settings)
+        headers, rows = table_rows(cmp, settings, baselines)
         if i == 0:
             elements.append(Element("h2", f"Primary metric: {metric}"))
         else:
@@ -280,22 +316,7 @@ def render(
     has_curves = curve_path is not None
     tested_pairs = int(pairs["p"].notna().sum())
     elements += methods_elements(settings, tables, flags, has_curves, tested_pairs, meta, analysis.calibrated)
-    elements += [
-        Element("h2", "Files"),
-        Element(
-            "list",
-            items=[
-                "results.csv: one row per trial (what the report is built from)",
-                "comparisons.csv: every comparison with the baseline, every metric: the verdict "
-                "and its numbers, raw and adjusted p-values, and what the tables leave out (the "
-                "per-unit tests, the bootstrap interval)",
-                "pairwise.csv: every pair of variants on the primary metric",
-                "table.tex: the results table, variants × every metric with the verdict marks "
-                "(LaTeX, booktabs)",
-                "figures/: the figures above as PNG",
-            ],
-        ),
-    ]
+    elements += [Element("h2", "Files"), Element("list", items=files_list(paths, out_dir, meta))]
 
     paths["md"] = out_dir / "report.md"
     paths["md"].write_text(to_markdown(elements, out_dir), encoding="utf-8")

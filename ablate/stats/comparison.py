@@ -284,7 +284,7 @@ def family_verdicts(
         else:
             crossed = crossed_estimate(crossed_table(per_unit, v, base)) if per_unit is not None else None
             diffs[v] = value - base_value if crossed is None else crossed
-            margins[v] = settings.margin_for(float(np.mean(base_value)))
+            margins[v] = settings.margin_for(float(np.mean(base_value)), metric)
     decided = decide_family(diffs, settings.alpha, settings.correction, margins, higher, settings.equivalence)
     out |= {v: Standing(d) for v, d in decided.items()}
     return {v: out[v] for v in variants}

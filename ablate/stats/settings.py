@@ -23,12 +23,40 @@ from pydantic import (
 from ..schema import Strict
 from ..studyfile import Bare
 from .corrections import CORRECTIONS, EQUIVALENCE, Correction
-from .crossed import VARIANCE
 from .intervals import CI_METHODS, IntervalMethod
 from .sequential import SequentialSeeds
 
-# The practical margin when a study file sets none: 2 % of the baseline's mean.
+# The practical margin when neither the study file nor the task's metric sets one: 2 % of the
+# baseline's mean.
 DEFAULT_MARGIN = "2%"
+# A relative margin ("P%", "P% of error") is a share of the baseline variant's mean, or of its
+# error: the distance to a perfect score (1 − mean where higher is better, as for accuracy or a hit
+# rate; the mean itself where lower is better).
+OF_ERROR = " of error"
+MARGIN_FORMS = "an absolute margin > 0 (e.g. 0.005) or a relative one ('2%' of the mean, '2% of error')"
+
+
+def parse_margin(text: str) -> tuple[float, str]:
+    """``"2%"`` → ``(0.02, "mean")``, ``"2% of error"`` → ``(0.02, "error")``; ValueError otherwise."""
+    text = " ".join(text.split())
+    body, share = (text.removesuffix(OF_ERROR), "error") if text.endswith(OF_ERROR) else (text, "mean")
+    try:
+        number = float(body.removesuffix("%"))
+    except ValueError:
+        number = float("nan")
+    if not body.endswith("%") or not math.isfinite(number) or number <= 0:
+        raise ValueError(f"expected {MARGIN_FORMS}, got {text!r}")
+    return number / 100.0, share
+
+
+def checked_margin(value: float | str) -> float | str:
+    """A margin as written in a study file or a task's metric definitions, checked."""
+    if isinstance(value, str):
+        parse_margin(value)
+        return " ".join(value.split())
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"a margin must be > 0, got {value!r}")
+    return value
 
 
 class StudyFileSettings(Strict):
@@ -51,34 +79,18 @@ class StudyFileSettings(Strict):
     ci: CI_METHODS.field = "smoothed-bootstrap-t"
     # Comparisons simulated per scenario at report time for the calibration section (0: skip).
     calibration: int = Field(200, ge=0)
-    # Practical margin of equivalence: a number is absolute (in the metric's units), "2%" is
-    # relative to the baseline's mean. Differences inside it are too small to matter.
-    margin: float | str = DEFAULT_MARGIN
+    # Practical margin of equivalence, for every metric: a number is absolute (in the metric's units),
+    # "2%" is relative to the baseline's mean, "2% of error" to its error. Differences inside it are
+    # too small to matter. None: each metric's own default (``margins``, else DEFAULT_MARGIN).
+    margin: float | str | None = None
     # Each seed's test metrics over a bootstrap resample of the test units drawn with that seed
     # (stats.resample): the evaluation sample varies with the seed too.
     resample_units: bool = False
-    # What the verdicts' intervals vary over (stats.crossed): the seeds (would it show again on
-    # retraining?), or the seeds crossed with the test units (… and on new test units like these?).
-    variance: VARIANCE.field = "seeds"
 
     @field_validator("margin")
     @classmethod
-    def _margin(cls, value: float | str) -> float | str:
-        if isinstance(value, str):
-            text = value.strip()
-            try:
-                number = float(text.removesuffix("%"))
-            except ValueError:
-                number = float("nan")
-            if not text.endswith("%") or not math.isfinite(number) or number <= 0:
-                raise ValueError(
-                    f"expected an absolute margin > 0 (e.g. 0.005) or a relative one (e.g. '2%'), "
-                    f"got {value!r}"
-                )
-            return text
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"a margin must be > 0, got {value!r}")
-        return value
+    def _margin(cls, value: float | str | None) -> float | str | None:
+        return None if value is None else checked_margin(value)
 
 
 STUDY_FILE_KEYS = tuple(StudyFileSettings.model_fields)
@@ -105,6 +117,9 @@ class ReportSettings(StudyFileSettings):
     duplicates: dict[str, str] = {}
     # ``grid:`` axis → levels, for the factorial analysis (stats.factorial); empty: no grid.
     grid: dict[str, list] = {}
+    # metric → its default margin, used where the study file sets no ``margin`` (the task's for the
+    # metric, Task.default_margin; None or a metric not named: DEFAULT_MARGIN).
+    margins: dict[str, float | str | None] = {}
     # -- fixed here: the bootstrap's RNG seed and the CIs' level
     seed: int = 0
     confidence: float = Field(0.95, gt=0, lt=1)
@@ -115,11 +130,40 @@ class ReportSettings(StudyFileSettings):
             self.metrics = [self.primary] + [m for m in self.metrics if m != self.primary]
         return self
 
-    def margin_for(self, baseline_mean: float) -> float:
-        """The margin in the metric's units, given the baseline's mean (for a relative margin)."""
-        if isinstance(self.margin, str):
-            return abs(baseline_mean) * float(self.margin.removesuffix("%")) / 100.0
-        return float(self.margin)
+    @field_validator("margins")
+    @classmethod
+    def _margins(cls, value: dict[str, float | str | None]) -> dict[str, float | str]:
+        return {metric: checked_margin(margin) for metric, margin in value.items() if margin is not None}
+
+    def margin_of(self, metric: str | None = None) -> float | str:
+        """The margin ``metric`` (default: the primary metric) is judged with, as written: the study
+        file's, else the metric's default."""
+        if self.margin is not None:
+            return self.margin
+        return self.margins.get(metric or self.primary, DEFAULT_MARGIN)
+
+    def margin_for(self, baseline_mean: float, metric: str | None = None) -> float:
+        """The margin in the metric's units, given the baseline's mean (for a relative margin);
+        ``metric`` defaults to the primary metric."""
+        margin = self.margin_of(metric)
+        if not isinstance(margin, str):
+            return float(margin)
+        share, of = parse_margin(margin)
+        if of == "error" and self.higher(metric or self.primary):
+            return abs(1.0 - baseline_mean) * share
+        return abs(baseline_mean) * share
+
+    def margin_words(self, metric: str | None = None) -> str:
+        """How a relative margin is taken: "2% of base's mean", "2% of base's error (1 − mean)";
+        "" for an absolute one."""
+        margin = self.margin_of(metric)
+        if not isinstance(margin, str):
+            return ""
+        share, of = parse_margin(margin)
+        whose = f"{share * 100:g}% of {self.baseline}'s"
+        if of == "mean":
+            return f"{whose} mean"
+        return f"{whose} error (1 − mean)" if self.higher(metric or self.primary) else f"{whose} mean"
 
     @classmethod
     def from_json(cls, text: str) -> ReportSettings:
