@@ -23,6 +23,7 @@ from pydantic import (
 from ..schema import Strict
 from ..studyfile import Bare
 from .corrections import CORRECTIONS, EQUIVALENCE, Correction
+from .crossed import VARIANCE
 from .intervals import CI_METHODS, IntervalMethod
 from .sequential import SequentialSeeds
 
@@ -86,6 +87,9 @@ class StudyFileSettings(Strict):
     # Each seed's test metrics over a bootstrap resample of the test units drawn with that seed
     # (stats.resample): the evaluation sample varies with the seed too.
     resample_units: bool = False
+    # What the verdicts' intervals vary over (stats.crossed): the seeds (would it show again on
+    # retraining?), or the seeds crossed with the test units (… and on new test units like these?).
+    variance: VARIANCE.field = "seeds"
 
     @field_validator("margin")
     @classmethod
