@@ -45,13 +45,13 @@ def _where(
 
 def run_across(study: Study, output: Path | None, reports: Path | None, *args: Any) -> list:
     """Train and report every data set's study (``args``: :func:`~ablate.running.run_and_report`'s
-    quiet, retry_failed, workers, storage, tracking_uri, gpus, reuse, rebuild_queue), then write
+    quiet, retry_failed, workers, storage, tracking_uri, gpus, reuse, rebuild_queue, launcher), then write
     the across-data-set report. Returns the failures standing in any of them."""
     from .running import run_and_report
 
-    quiet, retry_failed, workers, storage, tracking_uri, gpus, reuse, rebuild_queue = args
-    if gpus is not None:
-        raise AblateError("--gpus takes one data set: add task.data=NAME to run each on GPUs")
+    quiet, retry_failed, workers, storage, tracking_uri, gpus, reuse, rebuild_queue, launcher = args
+    if gpus is not None or getattr(launcher, "value", launcher) != "local":
+        raise AblateError("--gpus and --launcher slurm take one data set: add task.data=NAME to run each")
     failed, done = [], {}
     for label, sub in per_dataset(study).items():
         err.print(f"data set {label}: study {sub.name}", markup=False, highlight=False)

@@ -119,7 +119,7 @@ def run(
     _warn_duplicates(study)
     if several(study):  # task.data lists data sets: a study each, then the across-data-set report
         with stopping.stop_signals(), _resumable(study_file, False, overrides):
-            args = (quiet, retry_failed, workers, storage, tracking_uri, gpus, reuse, rebuild_queue)
+            args = (quiet, retry_failed, workers, storage, tracking_uri, gpus, reuse, rebuild_queue, launcher)
             raise typer.Exit(1 if run_across(study, output, reports, *args) else 0)
     placement = None
     if gpus is not None or per_gpu is not None:
