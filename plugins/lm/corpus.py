@@ -115,7 +115,7 @@ def stdlib_files(data: StdlibData) -> list[Path]:
 
 
 def stdlib_version() -> str:
-    return f"Python {sys.version.split()[0]} ({sys.implementation.name})"
+    return f"{sys.version.split()[0]} ({sys.implementation.name})"
 
 
 WORDS = "zero one two three four five six seven eight nine".split()
@@ -184,7 +184,7 @@ def stdlib_corpus(data: StdlibData, base: Path, valid: float, test: float) -> Co
     if data.max_bytes is not None and total > data.max_bytes:
         docs = cut_tail(docs, 1.0 - data.max_bytes / total)[0]
     facts = {"python": stdlib_version(), "stdlib files": str(len(files))}
-    return Corpus(split(docs, valid, test), f"stdlib {data.pattern} ({stdlib_version()})", facts)
+    return Corpus(split(docs, valid, test), f"the standard library's {data.pattern}", facts)
 
 
 def file_corpus(data: FileData, base: Path, valid: float, test: float) -> Corpus:

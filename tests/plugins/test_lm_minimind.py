@@ -202,3 +202,28 @@ def test_sequence_balance_refuses_jagged_tokens(build):
     moe = build(MoEFFN, D, experts=4, top_k=2, balance="sequence").train()
     with pytest.raises(ValueError, match="set the task's jagged: false, or balance: batch"):
         moe(torch.randn(7, D, dtype=torch.float64), torch.ones(7, dtype=torch.bool))
+
+
+def test_minimind_ffn_lm_study_matches_active_ffn_sizes():
+    """studies/minimind_ffn_lm.yaml: every FFN kind at the SwiGLU's 3·128·384 weights per block
+    within 1%, the MoE counted by its active experts (top-2 routed + 1 shared) and router."""
+    from pathlib import Path
+
+    from ablate.build import build_backbone
+    from ablate.study import load_study
+
+    study = load_study(Path(__file__).resolve().parents[2] / "studies" / "minimind_ffn_lm.yaml")
+    sizes = {}
+    for name, variant in study.variants.items():
+        ffn = build_backbone(variant, study.build_context(variant, 256)).blocks[0].ffn
+        if isinstance(ffn, MoEFFN):
+            one = sum(p.numel() for p in ffn.experts[0].parameters())
+            active = ffn.router.weight.numel() + one * (ffn.top_k + len(ffn.shared))
+            assert sum(p.numel() for p in ffn.parameters()) == active + one * (len(ffn.experts) - ffn.top_k)
+            sizes[name] = active
+        else:
+            sizes[name] = sum(p.numel() for p in ffn.parameters())
+    assert set(sizes) == {"base", "geglu", "reglu", "relu-mlp", "moe"}
+    assert sizes["base"] == 3 * 128 * 384
+    for name, size in sizes.items():
+        assert abs(size - sizes["base"]) <= 0.01 * sizes["base"], (name, size)
