@@ -48,7 +48,6 @@ from .ledger import (
     taken,
 )
 from .records import resolved_yaml, study_params, study_tags
-from .reference import record_reference
 from .reuse import Donors
 from .stores import Stores
 
@@ -120,6 +119,7 @@ class Driver:
             study, stores.output_dir, tracker, parent, self.reporter, self.data, worker_id, checkpoint_s
         )
         self._configs: dict[str, Config] = {}
+        self._seen: list[optuna.trial.FrozenTrial] | None = None  # the final queue as the last sync read it
 
     def _record_data(self, data: Any) -> None:
         """The loaded data's summary (Task.data_summary) as a tag on the study's run, its files
@@ -132,7 +132,6 @@ class Driver:
             self.tracker.attach_files(self.parent, self.study.task.artifacts(data), DATA_ARTIFACTS)
         except Exception as exc:  # noqa: BLE001 - a summary is never worth a trial (data loads inside one)
             warnings.warn(f"no data summary recorded: {exc}", stacklevel=2)
-        record_reference(self.tracker, self.parent, self.study, data)
 
     # -- what each variant trains with ----------------------------------------------------
     def config(self, variant: str) -> Config | None:
@@ -180,7 +179,7 @@ class Driver:
                     attrs = {"variant": variant, "slot": slot, "fingerprint": expected[0]}
                     queue.enqueue(points[slot] if points else {}, attrs)
         self.stores.reap(self.final)
-        trials = self.final.trials()
+        trials = self._seen = self.final.trials()
         configs = {v: self.config(v) for v in study.variants}
         expected = {v: fingerprints(c.study, v) for v, c in configs.items() if c}
         check_changed(trials, expected, str(self.stores.output_dir))
@@ -195,14 +194,17 @@ class Driver:
             if cfg.params:
                 attrs["params"] = json.dumps(cfg.params, sort_keys=True, default=str)
             self.final.enqueue({}, attrs)
+            self._seen = None  # read again by the take that follows
 
     def _take(self) -> tuple[Queue, optuna.Trial] | None:
         """The next queued trial (search queues first) and its queue, or None."""
         for queue in [*self.searches.values(), self.final]:
-            if not queue.trials(TrialState.WAITING):
+            final = queue.phase is Phase.FINAL
+            seen = self._seen if final and self._seen is not None else queue.trials()
+            waiting = [t for t in seen if t.state == TrialState.WAITING]
+            if not waiting:
                 continue
-            trial = self._take_checkpointed(queue) if queue.phase is Phase.FINAL else None
-            trial = trial or queue.ask()
+            trial = self._claim(queue, waiting) if final else queue.ask()
             trial.set_user_attr("worker", self.worker_id)
             key = key_of(queue.stored(trial.number))
             planned = self.planned if queue.phase is Phase.FINAL else None
@@ -213,17 +215,16 @@ class Driver:
             return queue, trial
         return None
 
-    def _take_checkpointed(self, queue: Queue) -> optuna.Trial | None:
-        """A queued final trial that an interrupted run left a checkpoint for, taken as
-        ``ask()`` takes one (so a resumed study finishes its half-trained trials before it starts
-        new ones), or None. Search trials are not preferred: a retried slot samples anew."""
-        for t in queue.trials(TrialState.WAITING):
-            key = key_of(t)
-            if key is not None and checkpoint_path(self.stores.output_dir, Job(*key)).exists():
-                trial = queue.claim(t)
-                if trial is not None:
-                    return trial
-        return None
+    def _claim(self, queue: Queue, waiting: list[optuna.trial.FrozenTrial]) -> optuna.Trial:
+        """The first ``waiting`` final trial no other worker took since the sync read it, taken as
+        ``ask()`` takes one but without reading every trial again (on a database that read is the
+        take's cost, benchmarks/RESULTS.md): those an interrupted run left a checkpoint for first,
+        so a resumed study finishes its half-trained trials before it starts new ones."""
+
+        def fresh(t: optuna.trial.FrozenTrial) -> bool:
+            return not (key_of(t) and checkpoint_path(self.stores.output_dir, Job(*key_of(t))).exists())
+
+        return next(filter(None, map(queue.claim, sorted(waiting, key=fresh))), None) or queue.ask()
 
     def _busy_elsewhere(self) -> bool:
         """Trials running in other workers (whose completion may unlock more work)."""

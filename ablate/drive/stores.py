@@ -45,6 +45,30 @@ if TYPE_CHECKING:  # pragma: no cover
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 HEARTBEAT_S, GRACE_S = 20, 120  # shared databases: beat every 20 s, stale after 2 min
+# A folder where each process appends its queue-lock waits and holds and its heartbeats' durations
+# (benchmarks/store_scale.py); unset, nothing is timed or written.
+TIMINGS_ENV = "ABLATE_QUEUE_TIMINGS"
+_timings: list = []  # this process's open timings file, once opened
+
+
+def _timing(kind: str, *seconds: float) -> None:
+    """Append one timed event (``lock``: wait, hold; ``beat``: duration) where TIMINGS_ENV says."""
+    folder = os.environ.get(TIMINGS_ENV)
+    if not folder:
+        return
+    if not _timings or _timings[0][0] != os.getpid():  # a forked worker opens its own
+        _timings[:] = [(os.getpid(), open(Path(folder) / f"{os.getpid()}.txt", "a", buffering=1))]
+    _timings[0][1].write(f"{kind} {time.time():.3f} {' '.join(f'{s:.6f}' for s in seconds)}\n")
+
+
+@contextmanager
+def _held(asked: float) -> Iterator[None]:
+    """Times the queue lock taken after ``asked`` (perf_counter) until it is let go."""
+    got = time.perf_counter()
+    try:
+        yield
+    finally:
+        _timing("lock", got - asked, time.perf_counter() - got)
 
 
 @dataclass
@@ -143,8 +167,10 @@ class LocalStores(Stores):
     def queue_lock(self) -> Iterator[None]:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         with open(self.output_dir / ".queue.lock", "w") as handle:
+            asked = time.perf_counter()
             fcntl.flock(handle, fcntl.LOCK_EX)
-            yield
+            with _held(asked):
+                yield
 
     @contextmanager
     def worker(self) -> Iterator[str]:
@@ -218,7 +244,8 @@ class SharedStores(Stores):
 
     @contextmanager
     def queue_lock(self) -> Iterator[None]:
-        yield  # hosts do not share a file system; duplicates are dropped when popped
+        with _held(time.perf_counter()):
+            yield  # hosts do not share a file system; duplicates are dropped when popped
 
     @contextmanager
     def worker(self) -> Iterator[str]:
@@ -240,10 +267,12 @@ class SharedStores(Stores):
 
         def beat() -> None:
             while True:
+                began = time.perf_counter()
                 try:
                     storage.record_heartbeat(trial_id)
                 except Exception:  # noqa: BLE001 - a missed beat is retried; the grace period covers it
                     pass
+                _timing("beat", time.perf_counter() - began)
                 if stop.wait(self.heartbeat_s):
                     return
 
