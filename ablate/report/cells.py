@@ -121,6 +121,19 @@ def verdict(row, higher: bool) -> str:
     return str(row.verdict)
 
 
+def against(x: float, n: int, bound: float) -> str:
+    """Whether a simulated rate ``x`` of ``n`` draws is consistent with a true rate ≤ ``bound``: the
+    one-sided exact binomial test (a rate a little above the bound in a few hundred draws is
+    noise, and reads as such)."""
+    if isnan(x) or n < 1:
+        return NA
+    from scipy.stats import binomtest
+
+    p = binomtest(round(x * n), n, bound, alternative="greater").pvalue
+    verdict = "above" if p < 0.05 else "consistent with ≤"
+    return f"{verdict} {bound:.0%} (one-sided binomial test p = {p:.2g})"
+
+
 def rate(x: float, n: int) -> str:
     """A simulated rate with its binomial 95% margin."""
     if isnan(x):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from ..stats import MIN_SEEDS_TEST, ComparisonRow, ReportSettings, Verdict
-from .cells import NA, effect, isnan, number, rate, too_few_seeds
+from .cells import NA, against, effect, isnan, number, rate, too_few_seeds
 
 # decided comparisons first in the running text
 _ORDER = {Verdict.BETTER: 0, Verdict.WORSE: 1, Verdict.EQUIVALENT: 2, Verdict.INCONCLUSIVE: 3, None: 4}
@@ -226,12 +226,13 @@ def calibration_text(
         return lines + [f"Error rates: {why}: no verdict to calibrate."]
     return lines + [
         f"A/A, every variant identical to the baseline ({n} comparisons in {cal['studies']} studies): "
-        f"called better or worse in {rate(cal['false_verdict'], n)} (≤ {a:.0%} expected); studies with "
-        f"any: {rate(cal['familywise'], cal['studies'])} (≤ {a:.0%}); called equivalent (rightly): "
+        f"called better or worse in {rate(cal['false_verdict'], n)}, {against(cal['false_verdict'], n, a)}; "
+        f"studies with any: {rate(cal['familywise'], cal['studies'])}, "
+        f"{against(cal['familywise'], cal['studies'], a)}; called equivalent (rightly): "
         f"{rate(cal['equivalent_null'], n)}.",
         f"False equivalence, every true Δ = ± the margin ({n} comparisons): said to lie inside the "
-        f"margin (equivalent, or a negligible difference) in {rate(cal['false_equivalence'], n)} "
-        f"(≤ {a:.0%} expected).",
+        f"margin (equivalent, or a negligible difference) in {rate(cal['false_equivalence'], n)}, "
+        f"{against(cal['false_equivalence'], n, a)}.",
         f"Power: one variant better by Δ = {number(cal['planted_delta'])} (the MDD of a t-test at "
         f"α/{m}, {corr}'s first step, with {k} seeds) called better in "
         f"{rate(cal['power_measured'], cal['planted_studies'])} of studies "

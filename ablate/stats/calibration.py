@@ -109,7 +109,8 @@ def calibrate(
 
     None when there is nothing to simulate (no variant, or ``comparisons`` = 0).
     """
-    comparisons = settings.calibration if comparisons is None else comparisons
+    if comparisons is None:  # a sequential study's looks cost ~25× a fixed study's decision
+        comparisons = settings.calibration // (5 if settings.sequential is not None else 1)
     planted_studies = math.ceil(comparisons / 2) if planted_studies is None else planted_studies
     m = n_variants
     if m < 1 or comparisons < 1:
