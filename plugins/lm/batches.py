@@ -5,8 +5,9 @@ document-start id) with ``nbytes [T]``, the bytes of text each token covers. A d
 tokens makes ``L − 1`` predictions, cut into windows of at most ``w`` of them: window ``k`` reads
 ``ids[s : s + len + 1]`` (inputs ``[: len]``, targets ``[1 :]``) with ``s`` the document's start
 plus ``k·w``. No window spans two documents, so attention never crosses a document boundary; a
-document's last window is shorter and its row is right-padded (held jagged: position-wise layers
-see its real tokens only). Dimensions: ``b`` windows, ``n`` positions, ``T`` tokens, ``W`` windows.
+document's last window is shorter and its row is right-padded (with ``jagged: true`` the
+position-wise layers see the real tokens only). Dimensions: ``b`` windows, ``n`` positions,
+``T`` tokens, ``W`` windows.
 """
 
 from __future__ import annotations

@@ -93,8 +93,10 @@ class LMOptions(TaskOptions):
     eval_bytes: int = Field(1 << 18, ge=64)
     # Training windows per epoch, drawn afresh each epoch; None: every window once.
     windows_per_epoch: int | None = Field(None, ge=1)
-    # Position-wise layers run on the real tokens only (values + offsets); attention on padded rows.
-    jagged: bool = True
+    # true: position-wise layers run on the real tokens only (values + offsets), attention on padded
+    # rows — faster where many documents are shorter than a window; the MoE's per-sequence balance
+    # (balance: sequence) needs false, where the FFN sees the rows.
+    jagged: bool = False
     tie_embeddings: bool = True  # the output head is the input embedding table (MiniMind, GPT-2)
 
     @classmethod

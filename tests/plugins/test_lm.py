@@ -207,6 +207,7 @@ def test_trials_train_with_the_core_trainer_and_report_bits_per_byte(tmp_path, w
             replace={
                 "task": {"kind": "lm", "data": {"format": "synthetic", "documents": 8, "words": 40}},
                 "task.window": 16,
+                "task.jagged": True,  # position-wise layers on the real tokens only
                 "model.bias": [{"kind": "rope"}],
                 "model.dropout": 0.0,
                 "variants": {"moe": {"ffn": {"kind": "moe", "experts": 2, "top_k": 1, "hidden": 8}}},
