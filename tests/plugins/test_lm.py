@@ -87,6 +87,7 @@ def test_jsonl_and_parquet_documents_and_separate_held_out_files(tmp_path):
         ("bad.jsonl", b'{"text": "ok"}\n{"txt": "no"}\n', ":2: the record has no 'text' field"),
         ("broken.jsonl", b'{"text": "ok"}\n{"text": \n', ":2: not a JSON object"),
         ("short.txt", b"tiny text\n", "shorter than one window (task.window = 64 predictions)"),
+        ("fake.parquet", b"this is not parquet\n", "not a readable parquet file"),
     ],
 )
 def test_bad_text_is_one_line_and_exit_status_2(tmp_path, write_study, cli, name, content, words):
@@ -241,3 +242,9 @@ def test_every_tokenizer_scores_the_same_held_out_bytes(tmp_path):
         assert by_bytes.bytes[split] == by_bpe.bytes[split] <= 900
         for data_ in (by_bytes, by_bpe):
             assert int(data_.splits[split].window_bytes().sum()) == data_.bytes[split]
+
+
+def test_option_errors_name_the_key_as_written(tmp_path, write_study, cli):
+    study = write_study(replace={"task": {"kind": "lm", "data": {"path": "t.txt", "colour": 1}}})
+    code, _, err = cli("validate", study)
+    assert code == 2 and "task.data.colour" in err and "files" not in err.split("task.data.colour")[0][-20:]
