@@ -205,6 +205,29 @@ def test_an_interrupted_download_resumes_with_a_range_request(server, cache):
     assert not list((cache / ".partial").iterdir())  # the partial file became the download
 
 
+def test_a_member_of_a_zip_archive_is_extracted_and_checked(cache):
+    import io
+    import zipfile
+
+    body = b"1 2 3\n2 3 4\n"
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w") as archive:
+        archive.writestr("toy/README", b"not this one")
+        archive.writestr("toy/lines.txt", body)
+    srv = _Server({"toy.zip": packed.getvalue()})
+    try:
+        toy = _entry("toy", "toy/lines.txt", hashlib.sha256(body).hexdigest(), url=f"{srv.url}/toy.zip")
+        toy = Dataset(**{**toy.__dict__, "member": "toy/lines.txt"})
+        assert download(toy, progress=False, say=lambda line: None).read_bytes() == body
+        wrong = Dataset(**{**toy.__dict__, "name": "wrong", "files": {"toy/lines.txt": ("00" * 32, 0)}})
+        (cache / "toy" / "lines.txt").unlink()
+        with pytest.raises(DataError, match="data set 'wrong': refused, .* does not hold the recorded data"):
+            download(wrong, progress=False, say=lambda line: None)
+        assert not (cache / "toy" / "lines.txt").exists()
+    finally:
+        srv.close()
+
+
 def test_a_download_without_a_recorded_hash_says_so(server, cache):
     srv, body = server
     said = []
