@@ -33,9 +33,6 @@ class Corpus:
     source: str
     facts: dict[str, str] = field(default_factory=dict)  # e.g. the Python version of stdlib text
 
-    def bytes(self, split: str) -> int:
-        return sum(len(doc.encode()) for doc in self.splits[split])
-
 
 # -- reading ----------------------------------------------------------------------------------
 
@@ -52,7 +49,8 @@ def files_of(path: Path, pattern: str) -> list[Path]:
 
 def read_jsonl(path: Path, key: str, encoding: str | None) -> list[str]:
     docs = []
-    for line_no, line in enumerate(read_text(path, encoding).splitlines(), 1):
+    # Lines end at "\n" only: JSON text may hold U+2028 and other characters str.splitlines cuts at.
+    for line_no, line in enumerate(read_text(path, encoding).split("\n"), 1):
         if not line.strip():
             continue
         try:
