@@ -202,6 +202,21 @@ def file_corpus(data: FileData, base: Path, valid: float, test: float) -> Corpus
 CORPORA = {"files": file_corpus, "stdlib": stdlib_corpus, "synthetic": synthetic_corpus}
 
 
+def given_files(data: FileData, base: Path) -> dict[str, Path]:
+    keys = ("path", "valid_path", "test_path")
+    return {k: base / Path(getattr(data, k)).expanduser() for k in keys if getattr(data, k) is not None}
+
+
+def library_files(data: StdlibData, base: Path) -> dict[str, Path]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return {f"stdlib/{p.relative_to(root).as_posix()}": p for p in stdlib_files(data)}
+
+
+# ``data.format`` → the files its documents come from (option or file name → path), whose content
+# names what a trial trained on.
+DATA_FILES = {"files": given_files, "stdlib": library_files, "synthetic": lambda data, base: {}}
+
+
 def load_corpus(data: FileData | StdlibData | SyntheticData, base: Path, valid: float, test: float) -> Corpus:
     """Read the documents ``data`` names and split them (see :func:`split`)."""
     return CORPORA[data.format](data, base, valid, test)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sysconfig
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from ablate.tasks import Evaluation, Task, data_file_problem
 
 from . import evaluation
 from .batches import Batch, Tokens, train_batches, windows_of
-from .corpus import SPLITS, cut_tail, load_corpus, stdlib_files
+from .corpus import DATA_FILES, SPLITS, cut_tail, load_corpus
 from .model import LMModel, padded_layout
 from .options import LMOptions, LossOptions
 from .vocab import make_tokenizer
@@ -56,16 +55,10 @@ class LMTask(Task):
 
     # -- files ---------------------------------------------------------------------------
     def data_files(self) -> dict[str, Path]:
-        data, files = self.options.data, {}
-        if data.format == "stdlib":
-            root = Path(sysconfig.get_paths()["stdlib"])
-            files = {f"stdlib/{p.relative_to(root).as_posix()}": p for p in stdlib_files(data)}
-        for key in ("path", "valid_path", "test_path"):
-            given = getattr(data, key, None)
-            if given is not None:
-                files[key] = self.base_dir / Path(given).expanduser()
-        if self.options.tokenizer.kind == "file":
-            files["tokenizer"] = self.base_dir / Path(self.options.tokenizer.path).expanduser()
+        files = DATA_FILES[self.options.data.format](self.options.data, self.base_dir)
+        tokenizer_path = getattr(self.options.tokenizer, "path", None)  # a tokenizer.json of the user's
+        if tokenizer_path is not None:
+            files["tokenizer"] = self.base_dir / Path(tokenizer_path).expanduser()
         return files
 
     def check_files(self) -> str | None:
