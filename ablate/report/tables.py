@@ -104,6 +104,7 @@ TEX_GLYPHS = {
     "≤": r"$\leq$",
     "α": r"$\alpha$",
     "≈": r"$\approx$",
+    "†": r"$\dagger$",
 }
 
 
