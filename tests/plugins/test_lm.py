@@ -248,3 +248,31 @@ def test_option_errors_name_the_key_as_written(tmp_path, write_study, cli):
     study = write_study(replace={"task": {"kind": "lm", "data": {"path": "t.txt", "colour": 1}}})
     code, _, err = cli("validate", study)
     assert code == 2 and "task.data.colour" in err and "files" not in err.split("task.data.colour")[0][-20:]
+
+
+def test_the_readme_two_line_task_section_validates_on_a_txt_folder(tmp_path, write_study, cli):
+    """README's 'Language models' snippet, as written, on a folder of .txt files."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Language models", 1)[1]
+    snippet = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    task_section = yaml.safe_load(snippet)["task"]
+    assert len(snippet.strip().splitlines()) == 3  # `task:` and two lines under it
+    (tmp_path / "my_texts").mkdir()
+    for i in range(4):
+        (tmp_path / "my_texts" / f"{i}.txt").write_text(TEXT * 8)
+    study = write_study(
+        replace={
+            "task": task_section,
+            "model.bias": [{"kind": "rope"}],
+            "metrics": {"primary": "bpb"},
+            "train.loss": {},
+        }
+    )
+    code, out, err = cli("validate", study)
+    assert code == 0, err
+    assert "tokenizer bytes" in out and "train documents 4" in out
