@@ -97,6 +97,10 @@ def run(
         study = load_study(study, overrides=given)
     elif given:
         study = load_study(study.path, overrides=[*study.overrides, *given])
+    if study.dataset is not None and len(study.dataset.entries) > 1:  # ablate.across runs them all
+        from .errors import AblateError
+
+        raise AblateError(f"{study.path}: task.data lists data sets: ablate.run takes one (task.data=NAME)")
     with stopping.stop_signals():
         ran = run_and_report(
             study,

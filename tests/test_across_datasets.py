@@ -200,3 +200,15 @@ def test_a_list_of_datasets_names_them(write_study, cli, tmp_path, monkeypatch):
     ]:
         code, _, err = cli("validate", write_study(replace={"task.data": data}))
         assert code == 2 and said in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_notebook_call_takes_one_dataset(write_study, tmp_path, monkeypatch):
+    import ablate
+    from ablate.errors import AblateError
+
+    _tiny_registry(tmp_path / "mirror", monkeypatch)
+    study = write_study(replace={"task.data": ["tiny-a", "tiny-b"]})
+    with pytest.raises(
+        AblateError, match=r"task.data lists data sets: ablate.run takes one \(task.data=NAME\)"
+    ):
+        ablate.run(study, quiet=True)
