@@ -245,7 +245,17 @@ class Assumptions:
 
 
 def assumptions(s: ReportSettings, effect: str | None, sd: str | None, found: Pilot | None) -> Assumptions:
-    margin_given = Amount.parse(str(s.margin), "report.margin")
+    from .stats.settings import OF_ERROR
+
+    margin = s.margin_of()  # the primary metric's: the study file's, else its task's default
+    if isinstance(margin, str) and margin.endswith(OF_ERROR):  # a share of 1 − mean: needs the mean
+        if found is None:
+            raise AblateError(
+                f"report.margin {margin} (the primary metric's) is a share of the baseline's error, which "
+                "needs its mean: give a --pilot, or an absolute report.margin in the study file"
+            )
+        margin = s.margin_for(found.mean)
+    margin_given = Amount.parse(str(margin), "report.margin")
     wanted = margin_given if effect is None else Amount.parse(effect, "--effect")
     noise = Amount(found.sd, False) if found is not None else Amount.parse(sd, "--sd")
     absolute = sum(not a.relative for a in (margin_given, wanted, noise))
@@ -266,7 +276,7 @@ def assumptions(s: ReportSettings, effect: str | None, sd: str | None, found: Pi
     practical = "the study's practical margin"
     lines = [
         f"effect: Δ = {show(effect_u)} ({'--effect' if effect else practical})",
-        f"margin: ±{show(margin_u)} (report.margin {s.margin}{of_mean})",
+        f"margin: ±{show(margin_u)} (report.margin {s.margin_of()}{of_mean})",
         f"noise: sd(d) = {show(sd_u)} ({'--sd' if found is None else f'{found.how}, in {found.source}'})",
         *([f"{s.baseline}'s mean: {mean:.4g} (the pilot)"] if found is not None else []),
     ]

@@ -223,3 +223,16 @@ def test_baselines_kept_with_the_run_and_rebuilt_from_the_store(write_study, cli
     assert code == 0, err
     assert "| popularity † |" in (tmp_path / "runs" / "tiny" / "report" / "report.md").read_text()
     assert list((tmp_path / "runs" / "tiny").rglob(BASELINES_ARTIFACT))  # and kept them
+
+
+def test_plan_reads_each_metrics_default_margin():
+    from ablate.errors import AblateError
+    from ablate.planning import Pilot, assumptions
+
+    s = ReportSettings(primary="accuracy", metrics=["accuracy"], margins={"accuracy": "2% of error"})
+    with pytest.raises(AblateError, match="share of the baseline's error"):
+        assumptions(s, None, "0.004", None)
+    found = assumptions(s, None, None, Pilot("pilot.csv", 0.002, 4, "pooled", 0.857, None))
+    assert found.margin == pytest.approx(0.02 * 0.143)
+    plain = assumptions(ReportSettings(primary="ndcg@10", metrics=["ndcg@10"]), None, "3%", None)
+    assert plain.margin == pytest.approx(0.02)  # 2% of a mean of 1: the default, in shares
