@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -21,6 +22,14 @@ from ablate_studies import stop_if_clashing
 stop_if_clashing()
 
 from .cache import cache_dir  # noqa: E402
+
+# OpenMP threads that wait at a barrier sleep instead of spinning (libgomp reads this once, when torch
+# loads it): spinning burns a core's time while a partner thread waits for a core on a loaded machine,
+# so CPU seconds grew 4-10x with the load and training slowed; passive, both hold (README, "Costs
+# under load"). Too late once torch is imported: the conditions' tags (ablate.provenance) say so.
+WAIT_POLICY_SET = "torch" not in sys.modules
+if WAIT_POLICY_SET:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # torch's compiler caches (torch._dynamo, imported by torch itself on first use of some features,
 # makes its folder at import) go with ablate's own cache, not a torchinductor_<user> in the temp folder.
@@ -74,13 +83,16 @@ def run(
     reuse: Iterable[str | Path] = (),
 ) -> Results:
     """Run a study as ``ablate run`` does — train what is not trained yet, write the report — and
-    return its results as ``load_results(..., full=True)`` does (:class:`ablate.results.Results`).
+    return its results as ``load_results(..., full=True)`` does (:class:`ablate.results.Results`),
+    with the verdicts as ``comparisons``: comparisons.csv's frame, one row per variant and metric
+    (``variant``, ``metric``, ``verdict``, the interval …). ``quiet=True`` prints nothing.
 
     ``study`` is a study file or a loaded :class:`ablate.study.Study`; ``overrides`` are the
     command line's ``key=value`` strings, or a mapping of dotted keys to values::
 
         results = ablate.run("studies/quickstart.yaml", {"train.lr": 1e-3, "seeds": [0, 1]})
         results.results.groupby("variant")["test.ndcg@10"].mean()
+        results.comparisons.query("metric == 'ndcg@10'")[["variant", "verdict"]]
 
     Failed trials are listed on stderr and in ``results.failures``; a stop (Ctrl-C) raises
     ``KeyboardInterrupt`` once the trials in flight are recorded, and running again resumes.

@@ -34,10 +34,20 @@ from .compare import (
     UnpairedOpt,
     compare_command,
 )
-from .console import ClickException, UsageError, duration, err, out, progress_bars, say_error, usage_line
+from .console import (
+    ClickException,
+    UsageError,
+    err,
+    out,
+    print_resolved,
+    progress_bars,
+    say_error,
+    usage_line,
+)
 from .data import app as data_app
 from .errors import AblateError, first_line
-from .options import OutputOpt, OverridesArg, ReportsOpt, ReuseOpt, StorageOpt, StudyArg, TrackingOpt
+from .options import OnlyOpt, OutputOpt, OverridesArg, ReportsOpt, ReuseOpt, StorageOpt, StudyArg, TrackingOpt
+from .overrides import command_line
 from .planning import EffectOpt, PilotOpt, SdOpt, SimulationsOpt, show_plan
 
 app = typer.Typer(
@@ -75,6 +85,7 @@ RetryFailedOpt = Annotated[
 
 
 REBUILD_HELP = "Rebuild a lost Optuna journal from the MLflow store's finished trials (kept) first."
+PRINT_HELP = "Print the resolved study (overrides applied, defaults filled in) as YAML."
 
 
 @app.command()
@@ -107,15 +118,22 @@ def run(
     gpus_per_task: slurm.GpusOpt = None,
     account: slurm.AccountOpt = None,
     sbatch: slurm.SbatchOpt = None,
+    only: OnlyOpt = None,
+    print_config: Annotated[bool, typer.Option("--print-config", help=PRINT_HELP)] = False,
 ) -> None:
     """Train every (variant, seed) of a study (searching first if it has a search: section),
-    resuming where it stopped, then write the report."""
+    resuming where it stopped, then write the report. A comma sweep (train.lr=1e-3,3e-3) runs
+    the study once per value, each its own study named <name>.lr_0.001."""
     from .across import run_across, several
-    from .running import run_and_report
+    from .running import each_point, run_and_report
     from .study import load_study
 
-    with stopping.stop_signals(), _resumable(study_file, False, overrides):  # it may read the data
-        study = load_study(study_file, overrides=overrides or ())
+    if len(points := command_line(study_file, overrides or (), only)) > 1:  # a sweep: a study per point
+        raise typer.Exit(each_point(run, dict(locals()), points))
+    with stopping.stop_signals(), _resumable(study_file, False, points[0]):  # it may read the data
+        study = load_study(study_file, overrides=(overrides := points[0]))
+    if print_config:
+        return print_resolved(study)
     _warn_duplicates(study)
     if several(study):  # task.data lists data sets: a study each, then the across-data-set report
         with stopping.stop_signals(), _resumable(study_file, False, overrides):
@@ -201,7 +219,12 @@ def worker(
 
 
 @app.command()
-def validate(study_file: StudyArg, overrides: OverridesArg = None) -> None:
+def validate(
+    study_file: StudyArg,
+    overrides: OverridesArg = None,
+    only: OnlyOpt = None,
+    resolved: Annotated[bool, typer.Option("--resolved", help=PRINT_HELP)] = False,
+) -> None:
     """Check a study file without training: keys, types, kinds, compatibility, every model's
     shapes and size, and the data (read as `ablate run` reads them, through the same cache)."""
     from .across import dataset_overrides, several
@@ -211,8 +234,14 @@ def validate(study_file: StudyArg, overrides: OverridesArg = None) -> None:
     from .sizes import machine_memory
     from .study import load_study
 
+    if len(points := command_line(study_file, overrides or (), only)) > 1:  # a sweep: each point's study
+        for point in points:
+            validate(study_file, point, None, resolved)
+        return
     with stopping.stop_signals():  # reading the data may take a while: Ctrl-C / SIGTERM stop it
-        study = load_study(study_file, overrides=overrides or ())
+        study = load_study(study_file, overrides=(overrides := points[0]))
+        if resolved:
+            print_resolved(study)
         if several(study):  # each data set's study, in turn
             for entry in study.dataset.entries:
                 validate(study_file, dataset_overrides(study, entry))
@@ -353,12 +382,10 @@ def status(
     study_file: StudyArg, overrides: OverridesArg = None, output: OutputOpt = None, storage: StorageOpt = None
 ) -> None:
     """Trials done / running / failed / left per variant (and search progress), with an ETA."""
-    import time
-
-    from .drive import Stores, checkpointed_fractions, eta_seconds, plan, progress, status_table
+    from .drive import Stores, plan
     from .drive.recovery import check_stores
+    from .progress import status_report
     from .study import load_study
-    from .train import checkpoint_summaries
 
     study = load_study(study_file, check_files=False, overrides=overrides or ())
     stores = Stores.for_study(study, output, storage=storage)
@@ -368,37 +395,10 @@ def status(
         first = f" at the first look, up to {len(study.variants) * design.max}" if design else ""
         out.print(f"{study.name}: not started ({len(plan(study))} trials planned{first})")
         return
-    rows = progress(study, stores)
-    planned = sum(r.planned for r in rows.values())
-    table = Table(title=f"{study.name}: {sum(r.done for r in rows.values())}/{planned} trials done")
-    headers, cells = status_table(study, rows)
-    for column in headers:
-        table.add_column(column, justify="left" if column in ("variant", "standing") else "right")
-    for cell in cells:
-        table.add_row(*map(escape, cell))
+    table, lines = status_report(study, stores)
     out.print(table)
-    saved = checkpoint_summaries(stores.output_dir / "checkpoints")
-    eta = eta_seconds(rows, checkpointed_fractions(saved))
-    left = sum(r.left + r.running for r in rows.values())
-    if left == 0:
-        out.print("finished")
-    elif eta is None:
-        out.print("ETA: unknown until a trial finishes")
-    else:
-        out.print(
-            f"ETA: {duration(eta)} (mean wall time of finished trials × trials left, less checkpointed "
-            f"progress, ÷ running workers)"
-        )
-    for name, r in rows.items():
-        for seed, reason in r.failures:
-            out.print(f"failed: {name} seed {seed}: {reason}", markup=False, highlight=False, soft_wrap=True)
-    for name, summary in saved.items():
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(summary["saved"]))
-        out.print(
-            f"checkpoint: {name} at epoch {summary['epoch']}/{summary['epochs']} (saved {when})",
-            markup=False,
-            highlight=False,
-        )
+    for line in lines:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
     slurm.show_jobs(stores.output_dir)  # `ablate run --launcher slurm`'s jobs: state and log
 
 

@@ -49,8 +49,18 @@ def say(line: str) -> None:
     err.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
+def print_resolved(study) -> None:
+    """The validated study (overrides applied, defaults filled in) as YAML, on stdout."""
+    import yaml
+
+    text = yaml.safe_dump(study.spec.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    out.print(text, markup=False, highlight=False, soft_wrap=True, end="")
+
+
 def say_error(message: str) -> None:
-    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    """``error: …``, one line per problem (``validate`` reports every independent one at once)."""
+    lines = "\n".join(f"error: {line}" for line in message.splitlines() or [""])
+    err.print(lines, markup=False, highlight=False, soft_wrap=True)
 
 
 def duration(seconds: float) -> str:

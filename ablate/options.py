@@ -13,7 +13,8 @@ OverridesArg = Annotated[
     list[str] | None,
     typer.Argument(
         help="key=value overrides of the study file: dotted keys, YAML values "
-        "(train.lr=1e-3 model.attention.heads=2 seeds=[0,1,2,3]).",
+        "(train.lr=1e-3 model.attention.heads=2 seeds=[0,1,2,3]); +key=value adds a key, ~key "
+        "deletes one (~variants.two-heads), key=a,b sweeps (a study per value).",
         show_default=False,
     ),
 ]
@@ -52,5 +53,11 @@ TrackingOpt = Annotated[
         "--tracking-uri",
         help="MLflow tracking URI, e.g. http://host:5000.",
         show_default="sqlite runs/<study>/mlflow.db",
+    ),
+]
+OnlyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--only", metavar="VARIANT,...", help="Only these variants (and the baseline).", show_default=False
     ),
 ]

@@ -5,17 +5,47 @@ store instead of a trial loop of its own (:class:`StoreWatch`)."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from statistics import mean
 
 import optuna
 from optuna.trial import TrialState
+from rich.markup import escape
 from rich.progress import Progress
+from rich.table import Table
 
 from .console import duration, say, trial_line
-from .drive import Reporter, Stores, eta_seconds, progress
+from .drive import (
+    Reporter,
+    Stores,
+    checkpointed_fractions,
+    eta_seconds,
+    progress,
+    projected_walls,
+    status_table,
+)
 from .drive.ledger import key_of
+from .search import search_budget
 from .study import Study
-from .train import TrialResult
+from .train import TrialResult, checkpoint_summaries
+
+HEARTBEAT_S = 60.0  # in a log, a line at least this often during a trial (at an epoch's end or a step)
+
+
+def plan_line(study: Study, stores: Stores, report_dir: Path, workers: int = 1) -> str:
+    """The line a run starts with: what it will train, and where everything goes."""
+    variants, seeds = len(study.variants), len(study.spec.seed_list)
+    design = study.spec.sequential
+    trials = f"up to {variants * design.max}" if design else f"{variants * seeds}"
+    searched = search_budget(study) if study.spec.search.enabled else 0
+    search = f", after {searched} search trials per variant" if searched else ""
+    who = f"{workers} workers" if workers > 1 else "this process"
+    return (
+        f"plan: {variants} variants × {seeds} seeds = {trials} trials{search}, "
+        f"{study.spec.train.epochs} epochs each, in {who}; output {stores.output_dir} "
+        f"(MLflow {stores.tracking_uri}, Optuna {stores.optuna_url}); report {report_dir}"
+    )
 
 
 class TrialLog:
@@ -87,6 +117,10 @@ class BarReporter(Reporter):
         self.epochs = None
         self.label = ""
         self.searching = False
+        # Where no bars are drawn (a log), a heartbeat line now and then during a trial.
+        self.heartbeat = not quiet and bars.disable
+        self.planned_epochs, self.epoch_done = 0, 0
+        self.started = self.last_line = time.monotonic()
 
     def study(self, total: int, done: int) -> None:
         self.log.plan(total, done)
@@ -98,10 +132,25 @@ class BarReporter(Reporter):
         if self.epochs is not None:
             self.bars.remove_task(self.epochs)
         self.epochs = self.bars.add_task(self.label, total=epochs)
+        self.planned_epochs, self.epoch_done = epochs, 0
+        self.started = self.last_line = time.monotonic()
 
     def epoch(self, epoch: int, logged: dict[str, float]) -> None:
         shown = " ".join(f"{k.split('.', 1)[1]} {v:.4f}" for k, v in logged.items() if k.startswith("valid."))
         self.bars.update(self.epochs, completed=epoch, description=f"{self.label} {shown}")
+        self.epoch_done = epoch
+        self._beat(f"epoch {epoch}/{self.planned_epochs} done{f', valid {shown}' if shown else ''}")
+
+    def step(self) -> None:
+        self._beat(f"in epoch {self.epoch_done + 1}/{self.planned_epochs}")
+
+    def _beat(self, where: str) -> None:
+        """A heartbeat line, in a log, once :data:`HEARTBEAT_S` has passed since the last line."""
+        now = time.monotonic()
+        if self.heartbeat and now - self.last_line >= HEARTBEAT_S:
+            self.last_line = now
+            into = duration(now - self.started)
+            say(f"trial {self.log.done + 1}/{self.log.total} {self.label}: {where} ({into} into the trial)")
 
     def finished(self, variant: str, seed: int, result: TrialResult) -> None:
         if self.epochs is not None:
@@ -174,3 +223,36 @@ class StoreWatch:
             for t in queue.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if key_of(t) in self.possible
         }
+
+
+def status_report(study: Study, stores: Stores) -> tuple[Table, list[str]]:
+    """``ablate status``'s table (per variant: done, running, failed, left …) and lines: the ETA
+    (from finished trials' wall times, else running trials' checkpoints), failures, checkpoints."""
+    rows = progress(study, stores)
+    planned = sum(r.planned for r in rows.values())
+    table = Table(title=f"{study.name}: {sum(r.done for r in rows.values())}/{planned} trials done")
+    headers, cells = status_table(study, rows)
+    for column in headers:
+        table.add_column(column, justify="left" if column in ("variant", "standing") else "right")
+    for cell in cells:
+        table.add_row(*map(escape, cell))
+    saved = checkpoint_summaries(stores.output_dir / "checkpoints")
+    eta = eta_seconds(rows, checkpointed_fractions(saved), projected_walls(saved))
+    finished = any(r.walls or r.copied_walls for r in rows.values())
+    if not sum(r.left + r.running for r in rows.values()):
+        lines = ["finished"]
+    elif eta is None:
+        lines = ["ETA: unknown until a trial finishes or saves a checkpoint"]
+    else:
+        basis = "finished trials" if finished else "running trials, projected from their checkpoints"
+        lines = [
+            f"ETA: {duration(eta)} (mean wall time of {basis} × trials left, less checkpointed "
+            f"progress, ÷ running workers)"
+        ]
+    lines += [
+        f"failed: {name} seed {seed}: {reason}" for name, r in rows.items() for seed, reason in r.failures
+    ]
+    for name, summary in saved.items():
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(summary["saved"]))
+        lines.append(f"checkpoint: {name} at epoch {summary['epoch']}/{summary['epochs']} (saved {when})")
+    return table, lines

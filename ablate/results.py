@@ -18,7 +18,7 @@ import pandas as pd
 from .errors import AblateError
 from .stats import ReportSettings
 from .tasks import BASELINES_ARTIFACT
-from .track import REUSED_TAG, Tracker, from_mlflow, read_units
+from .track import REUSED_TAG, Tracker, read_units, trial_metrics
 
 COST_KEYS = ("params", "tokens_per_s", "peak_memory_mb", "wall_s", "cpu_s", "epochs", "best_epoch")
 # How the report's cost columns were measured (stores written before CPU time was: wall time only).
@@ -26,6 +26,13 @@ WALL_NOTE = "wall time is elapsed time on a possibly shared machine"
 CPU_NOTE = (
     "CPU time is the process's CPU seconds (all its threads) — compare CPU time across variants "
     "trained at different loads"
+)
+# Trials that recorded OpenMP's passive wait policy (ablate.provenance): how their CPU time holds under load.
+PASSIVE_CPU_NOTE = (
+    "CPU s is the trial's process CPU time (all its threads: set-up, training, evaluation) with OpenMP's "
+    "waiting threads asleep (OMP_WAIT_POLICY=PASSIVE, set by ablate before torch loads), so time spent "
+    "waiting for a core is not counted and CPU s holds under load (the quickstart's, idle and beside two "
+    "busy processes: README, Costs) — compare CPU time across variants trained at different loads"
 )
 
 
@@ -39,6 +46,9 @@ class Results:
     # How the study was made (those recorded): ablate_version, git_commit, git_dirty, data_summary
     # (label → value), resolved_study (YAML text), cost_note (how costs were measured).
     meta: dict = field(default_factory=dict)
+    # The verdicts, every metric (comparisons.csv's rows: variant, metric, verdict, interval, …), where
+    # a report was written from these results (ablate.run); None otherwise.
+    comparisons: pd.DataFrame | None = None
 
 
 def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Results:
@@ -49,8 +59,8 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
     seen: dict[tuple[str, int], int] = {}
     for run in runs:
         tags = run.data.tags
-        stored = run.data.metrics
-        metrics = {from_mlflow(k): v for k, v in stored.items()}
+        # The best state's validation metrics, test metrics and costs; the curves of valid.* and train.loss.
+        metrics, trial_curves = trial_metrics(tracker.client, run, ("valid.", "train.loss") if curves else ())
         variant, seed = tags.get("variant"), int(tags.get("seed", -1))
         row = {
             "variant": variant,
@@ -65,17 +75,6 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
             **{k: v for k, v in metrics.items() if k.startswith(("test.", "valid."))},
             **({"reused_from": tags[REUSED_TAG]} if REUSED_TAG in tags else {}),
         }
-        # Validation metrics are logged per epoch (step = epoch) and once more for the restored best
-        # state (step 0); MLflow's "latest" value is the last epoch's, so read step 0 explicitly.
-        histories = {
-            key: tracker.client.get_metric_history(run.info.run_id, key)
-            for key in stored
-            if key.startswith("valid.") or (curves and key == "train.loss")
-        }
-        for key, history in histories.items():
-            final = [m.value for m in history if m.step == 0]
-            if key.startswith("valid.") and final:
-                row[from_mlflow(key)] = final[-1]
         if (variant, seed) in seen:  # should not happen; keep the newest, say so
             warnings.warn(f"two finished runs for {variant} seed {seed}; using the newest", stacklevel=2)
             rows[seen[(variant, seed)]] = row
@@ -89,11 +88,7 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
             unit_frames.append(units)
         except Exception:  # noqa: BLE001 - a run without unit metrics still reports
             pass
-        if curves:
-            for key, history in histories.items():
-                curve_rows += [
-                    (variant, seed, m.step, from_mlflow(key), m.value) for m in history if m.step > 0
-                ]
+        curve_rows += [(variant, seed, epoch, key, value) for epoch, key, value in trial_curves]
     results = pd.DataFrame(rows)
     if not results.empty:
         results = results.sort_values(["variant", "seed"], kind="stable").reset_index(drop=True)
@@ -121,7 +116,9 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
 def _meta(tracker: Tracker, results: pd.DataFrame) -> dict:
     meta = tracker.study_meta()
     measured_cpu = "cpu_s" in results and results["cpu_s"].notna().any()
-    meta["cost_note"] = f"{WALL_NOTE}; {CPU_NOTE}" if measured_cpu else WALL_NOTE
+    passive = any("OMP_WAIT_POLICY=PASSIVE" in value for _, value in meta.get("conditions", []))
+    cpu_note = PASSIVE_CPU_NOTE if passive else CPU_NOTE
+    meta["cost_note"] = f"{WALL_NOTE}; {cpu_note}" if measured_cpu else WALL_NOTE
     if "reused_from" in results:
         copied = results[results["reused_from"].notna()]
         meta["reused"] = list(zip(copied["variant"], copied["seed"], copied["reused_from"], strict=True))

@@ -3,6 +3,7 @@ this process or in N worker processes on this machine, then write its report."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import subprocess
@@ -15,14 +16,14 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 
 from . import stopping
-from .console import err, out, progress_bars
+from .console import err, out, progress_bars, say
 from .drive import Donors, Stores, prepare, progress, run_study
 from .drive.recovery import check_stores
 from .drive.reference import fill_reference
 from .errors import AblateError, RunFailed
 from .faults import fault_point
 from .folders import folder_problem, study_key_error
-from .progress import BarReporter, StoreWatch
+from .progress import BarReporter, StoreWatch, plan_line
 from .results import Results, load_results
 from .study import Study
 from .track import attach_report
@@ -74,9 +75,11 @@ def run_and_report(
     out_dir = reports / study.name if reports else stores.output_dir / "report"
     check_folders(study, stores, output, reports, out_dir)  # before any training
     rebuilt = check_stores(study, stores, rebuild_queue)  # a store lost beside the other: one line
-    if rebuilt:
+    if rebuilt and not quiet:
         err.print(f"rebuilt: {rebuilt} finished trial(s) of the queue from the tracking records")
     donors = Donors(reuse or ())  # a --reuse folder without a store is refused before any training
+    if not quiet:  # at once: a log is not silent until the first trial ends
+        say(plan_line(study, stores, out_dir, workers))
     if slurm is not None:
         from .slurm import run_jobs
 
@@ -90,19 +93,20 @@ def run_and_report(
         failed = [f for f in summary.failed if f[1] < 0] + standing_failures(study, stores)
     else:
         skipped, failed = _run_workers(study, stores, workers, quiet, retry_failed, gpus, donors)
-    if skipped:
+    if skipped and not quiet:
         err.print(f"resumed: {skipped} trial(s) were already complete and were not retrained")
     try:
-        paths, results = write_study_report(stores.tracking_uri, study.name, out_dir, study)
+        paths, results = write_study_report(stores.tracking_uri, study.name, out_dir, study, quiet)
     except RunFailed:  # no trial finished: the failures say why, above the line that ends the run
-        list_failures(failed)
+        list_failures(failed, quiet)
         raise
-    list_failures(failed)
+    list_failures(failed, quiet)
     table = results.results
     reused = int(table["reused_from"].notna().sum()) if "reused_from" in table else 0
-    if reused:
+    if reused and not quiet:
         err.print(f"reused: {reused} of the study's trials were copied, not trained (--reuse)")
-    out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
+    if not quiet:
+        out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
     return Ran(paths, results, failed, skipped)
 
 
@@ -161,8 +165,25 @@ def worker_command(study: Study, stores: Stores, retry_failed: bool, donors: Don
     return cmd
 
 
-def list_failures(failed: list[tuple[str, int, str]]) -> None:
-    for variant, seed, reason in failed:
+def each_point(command, given: dict, points: list[list[str]]) -> int:
+    """A sweep's studies, one ``command`` call each (``ablate run``): the overrides of each point
+    (:func:`ablate.overrides.expand_sweeps`), an ``--output`` folder of its own; the worst exit status."""
+    import click
+
+    codes = []
+    for point in points:
+        each = {k: given[k] for k in inspect.signature(command).parameters}
+        output, name = each.get("output"), point[-1].split("=", 1)[1]
+        each.update(overrides=point, only=None, output=output / name if output else None)
+        try:
+            command(**each)
+        except click.exceptions.Exit as exc:
+            codes.append(exc.exit_code)
+    return max(codes, default=0)
+
+
+def list_failures(failed: list[tuple[str, int, str]], quiet: bool = False) -> None:
+    for variant, seed, reason in [] if quiet else failed:
         err.print(f"[red]failed[/red] {variant}{f' seed {seed}' if seed >= 0 else ''}: {escape(reason)}")
 
 
@@ -218,12 +239,17 @@ def stop_with_parent() -> None:
 
 
 def write_study_report(
-    tracking_uri: str, experiment: str, out_dir: Path, study: Study | None
+    tracking_uri: str, experiment: str, out_dir: Path, study: Study | None, quiet: bool = False
 ) -> tuple[dict[str, Path], Results]:
-    """The report from the tracking store (its files, and the results it read); prints the
-    primary metric's comparison table."""
+    """The report from the tracking store (its files, and the results it read, with the verdicts
+    of comparisons.csv as ``comparisons``); prints the primary metric's comparison table, its
+    verdict sentences and the not-converged warnings (``quiet``: nothing)."""
+    import pandas as pd
+
     from .report import format_table, write_report
-    from .stats import compare
+    from .report.convergence import not_converged, warning_lines
+    from .report.verdicts import headline, verdict_sentences
+    from .stats import compare, comparisons
     from .stats.resample import resampled_for_report
 
     fault_point("report")  # test hook
@@ -246,13 +272,17 @@ def write_study_report(
     )
     stopping.check()
     attach_report(tracking_uri, experiment, paths)  # to the study's MLflow run
+    loaded.comparisons = pd.read_csv(paths["comparisons"])
+    if quiet:
+        return paths, loaded
     shown, settings = resampled_for_report(loaded.results, loaded.units, settings)  # as the report
-    out.print(
-        format_table(compare(shown, loaded.units, settings, settings.primary), settings),
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
+    primary = comparisons(shown, loaded.units, settings, settings.primary)
+    flags = not_converged(shown, loaded.curves, settings, [r.variant for r in primary])
+    table = format_table(compare(shown, loaded.units, settings, settings.primary), settings)
+    lines = [table, "", headline(primary, settings)]
+    lines += [f"- {sentence}" for sentence in verdict_sentences(primary, settings)]
+    lines += [f"warning: {line}" for line in warning_lines(flags, settings)]
+    out.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
     return paths, loaded
 
 

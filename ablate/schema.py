@@ -23,9 +23,11 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     GetCoreSchemaHandler,
+    ValidationError,
     WithJsonSchema,
+    model_validator,
 )
-from pydantic_core import CoreSchema, PydanticKnownError, core_schema
+from pydantic_core import CoreSchema, PydanticCustomError, PydanticKnownError, core_schema
 
 Value = TypeVar("Value")
 
@@ -87,6 +89,38 @@ class Strict(BaseModel):
         cls, source: type[BaseModel], handler: GetCoreSchemaHandler
     ) -> CoreSchema:
         return numbers_only(handler(source))
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _unknown_keys_hinted(cls, data: Any, handler: Any) -> Any:
+        """Every problem pydantic found, an unknown key of this section with a did-you-mean drawn
+        from its keys (a nested section's were hinted by its own model)."""
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+            if not any(e["type"] in ("extra_forbidden", UNKNOWN_KEY) for e in errors):
+                raise
+            known = [field.alias or name for name, field in cls.model_fields.items()]
+            raise ValidationError.from_exception_data(exc.title, _hinted(errors, known)) from None
+
+
+UNKNOWN_KEY = "unknown_key"  # pydantic's extra_forbidden with a did-you-mean (Strict)
+_UNKNOWN_KEY_TEXT = "unknown key; did you mean '{suggestion}'?"
+
+
+def _hinted(errors: list[dict], known: list[str]) -> list[dict]:
+    """``errors`` with this level's unknown keys hinted and nested levels' hints kept."""
+    out = []
+    for e in errors:
+        close = []
+        if e["type"] == "extra_forbidden" and len(e["loc"]) == 1:
+            close = difflib.get_close_matches(str(e["loc"][0]), known, n=1, cutoff=0.6)
+        if e["type"] == UNKNOWN_KEY or close:
+            ctx = e.get("ctx") or {"suggestion": close[0]}
+            e = {**e, "type": PydanticCustomError(UNKNOWN_KEY, _UNKNOWN_KEY_TEXT, ctx)}
+        out.append(e)
+    return out
 
 
 class Vocabulary(Mapping[str, Value], Generic[Value]):

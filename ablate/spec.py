@@ -159,6 +159,9 @@ class TrainSpec(Strict):
     eval_every: int = Field(1, gt=0)
     loss: dict[str, Any] = {}
     device: str = "auto"
+    # torch's intra-op threads per trial; unset: torch's own count (every core, or OMP_NUM_THREADS).
+    # The float rounding of matrix products depends on it: a study pins it to reproduce bit for bit.
+    threads: int | None = Field(None, ge=1)
     # Training steps under bf16 autocast (weights and optimizer stay fp32; evaluation is fp32):
     # ``auto`` = bf16 on CUDA, fp32 elsewhere; ``bf16`` on CPU uses AMX / AVX-512-BF16 if present.
     precision: Literal["auto", "fp32", "bf16"] = "auto"

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from . import registry
 from .errors import AblateError, StudyError
+from .schema import UNKNOWN_KEY
 
 # The largest committed study is a few KB: a file a thousand times that is not a study.
 MAX_BYTES = 4 * 2**20
@@ -349,17 +350,25 @@ class Locator:
         return None
 
     def pydantic(self, exc: ValidationError, prefix: tuple, fallback: tuple | None = None) -> StudyError:
-        err = exc.errors()[0]
-        more = len(exc.errors()) - 1
-        key = prefix + tuple(err["loc"])
-        msg = pydantic_message(err)
-        if more:
-            msg += f" (and {more} more problem{'s' if more > 1 else ''})"
-        return self.error(key, msg, fallback + tuple(err["loc"]) if fallback else None)
+        """Every problem pydantic found, one line each (file:line: key: message), in file order."""
+        found = []
+        for e in exc.errors():
+            loc = tuple(e["loc"])
+            found.append(self.error(prefix + loc, pydantic_message(e), fallback + loc if fallback else None))
+        found.sort(key=lambda e: _line_of(str(e)))
+        return found[0] if len(found) == 1 else StudyError("\n".join(dict.fromkeys(str(e) for e in found)))
+
+
+def _line_of(text: str) -> int:
+    """The line number of a 'file:line: …' error (0: none)."""
+    found = re.match(r"[^\n]*?:(\d+): ", text)
+    return int(found.group(1)) if found else 0
 
 
 def pydantic_message(err: dict) -> str:
     kind = err["type"]
+    if kind == UNKNOWN_KEY:  # with its did-you-mean (ablate.schema.Strict)
+        return err["msg"]
     if kind == "extra_forbidden":
         return "unknown key"
     if kind == "missing":

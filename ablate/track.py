@@ -13,7 +13,6 @@ import logging
 import os
 import random
 import re
-import subprocess
 import tempfile
 import time
 import urllib.error
@@ -25,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import AblateError, first_line
+from .provenance import PROVENANCE_TAGS as PROVENANCE_TAGS  # re-exported: reuse carries them
+from .provenance import described
+from .provenance import provenance as provenance  # re-exported: the driver tags its runs
 
 # Per-artifact download bars would drown the report's output.
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -35,7 +37,7 @@ os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from mlflow import MlflowClient  # noqa: E402
-from mlflow.entities import Metric, Param, RunStatus, RunTag  # noqa: E402
+from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 
 # MLflow prints migration chatter at INFO on first use of a SQLite store.
@@ -49,15 +51,17 @@ STUDY_ARTIFACT = "study.resolved.yaml"  # the validated study, overrides applied
 REPORT_FOLDER = "report"  # where the parent run keeps the written report
 REPORT_FILES = ("md", "html", "csv", "comparisons", "tex")  # of write_report's paths
 DATA_SUMMARY = "ablate.data_summary"  # a parent-run tag: the task's data summary as JSON
-PROVENANCE_TAGS = ("ablate.version", "ablate.git_commit", "ablate.git_dirty")  # what provenance() sets
 REUSED_TAG = "ablate.reused_from"  # a trial copied from another store: "<study> in <uri>, run <id>"
+# A finished trial's validation metrics of its restored best state, logged under their own keys
+# (``best.valid.ndcg_at_10``) so that each ``valid.*`` history holds exactly the per-epoch curve.
+BEST_PREFIX = "best."
+CURVE_PREFIXES = ("valid.", "train.")  # keys logged per epoch (step = epoch)
 DATA_ARTIFACTS = "data"  # the parent run's folder for the task's data files (Task.artifacts)
 # The most portable limits: older servers cap a parameter value at 500 characters, and MLflow
 # takes at most 100 parameters per batch; keys keep word characters, '.', '-' and ' ' (MLflow also
 # takes '/', but as a path that must not resolve elsewhere).
 PARAM_VALUE_CHARS, PARAMS_PER_BATCH = 500, 100
 _KEY_UNSAFE = re.compile(r"[^\w.\- ]")
-GIT_TIMEOUT_S = 5
 PARENT_WAIT_S = 60  # how long a worker waits for the study run the experiment's creator makes
 
 
@@ -96,39 +100,6 @@ def flat_params(params: dict[str, Any]) -> dict[str, str]:
     for key, value in params.items():
         walk(key, value)
     return flat
-
-
-def _git(folder: Path, *args: str) -> str | None:
-    """``git -C folder args`` output, or None (no git, not a repository, too slow)."""
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(folder), *args],
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT_S,
-            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},  # `status` leaves the index to the user's git
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def provenance(study_file: Path) -> dict[str, str]:
-    """Tags naming what produced a run: the ablate version and, where the study file lives in a
-    git repository, its commit and whether tracked files (or the study file, untracked) differ."""
-    import ablate  # the package is initialised before any of its modules: no upward dependency
-
-    version, commit_tag, dirty_tag = PROVENANCE_TAGS
-    tags = {version: ablate.__version__}
-    folder = study_file.parent
-    commit = _git(folder, "rev-parse", "HEAD")
-    if commit:
-        tags[commit_tag] = commit
-        changed = _git(folder, "status", "--porcelain", "--untracked-files=no")
-        tracked = _git(folder, "ls-files", "--", study_file.name)
-        if changed is not None and tracked is not None:
-            tags[dirty_tag] = "true" if changed or not tracked else "false"
-    return tags
 
 
 def default_uri(output_dir: Path) -> str:
@@ -210,6 +181,38 @@ def read_units(client: MlflowClient, run_id: str):
 
     with tempfile.TemporaryDirectory() as tmp:
         return pd.read_csv(client.download_artifacts(run_id, UNITS_ARTIFACT, tmp))
+
+
+def trial_metrics(
+    client: MlflowClient, run: Any, curve_keys: tuple[str, ...] | None = None
+) -> tuple[dict[str, float], list[tuple[int, str, float]]]:
+    """A finished trial run's final numbers (``valid.*`` of its restored best state, ``test.*``,
+    costs) and its per-epoch curves ``(epoch, key, value)`` of the keys starting with one of
+    ``curve_keys`` (None: every key logged per epoch; ``()``: none). Keys as ablate names them
+    (``ndcg@10``). Stores written before ``best.valid.*`` existed kept the best state's values
+    as an extra step-0 point of each ``valid.*`` history: read there (else the latest value)."""
+    stored = run.data.metrics
+    final: dict[str, float] = {}
+    for key, value in stored.items():
+        if key.startswith(BEST_PREFIX):
+            final[from_mlflow(key.removeprefix(BEST_PREFIX))] = value
+        elif not key.startswith(CURVE_PREFIXES):
+            final[from_mlflow(key)] = value
+    curves: list[tuple[int, str, float]] = []
+    for key in stored:
+        wanted = key.startswith(CURVE_PREFIXES) and (curve_keys is None or key.startswith(curve_keys))
+        legacy = key.startswith("valid.") and BEST_PREFIX + key not in stored
+        if not (wanted or legacy):
+            continue
+        if legacy:  # its latest value, unless a step-0 point below says otherwise
+            final[from_mlflow(key)] = stored[key]
+        for point in client.get_metric_history(run.info.run_id, key):
+            if point.step > 0:
+                if wanted:
+                    curves.append((point.step, from_mlflow(key), point.value))
+            elif legacy:
+                final[from_mlflow(key)] = point.value
+    return final, curves
 
 
 def open_client(tracking_uri: str) -> MlflowClient:
@@ -330,6 +333,8 @@ class Tracker:
             meta["git_dirty"] = tags.get("ablate.git_dirty") == "true"
         if DATA_SUMMARY in tags:
             meta["data_summary"] = json.loads(tags[DATA_SUMMARY])
+        if described(tags):  # the conditions its numbers reproduce under (stores before them: none)
+            meta["conditions"] = described(tags)
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 local = self.client.download_artifacts(run.info.run_id, STUDY_ARTIFACT, tmp)
@@ -361,7 +366,11 @@ class Tracker:
         )
 
     def finish_trial(self, run_id: str, metrics: dict[str, float], per_unit: Any) -> None:
-        self.log_metrics(run_id, metrics, step=0)
+        """Log the trial's final numbers (test metrics and costs at step 0, the best state's
+        validation metrics as ``best.valid.*``: the ``valid.*`` histories stay the curves) and its
+        per-unit test metrics, and close its run."""
+        final = {(BEST_PREFIX + k if k.startswith("valid.") else k): v for k, v in metrics.items()}
+        self.log_metrics(run_id, final, step=0)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / Path(UNITS_ARTIFACT).name
             per_unit.to_csv(path, index=False)
@@ -435,15 +444,3 @@ def attach_report(tracking_uri: str, experiment: str, paths: dict[str, Path]) ->
 
 def _quote(text: str) -> str:
     return text.replace("'", "\\'")
-
-
-__all__ = [
-    "Tracker",
-    "attach_report",
-    "default_uri",
-    "flat_params",
-    "provenance",
-    "RunStatus",
-    "RunTag",
-    "UNITS_ARTIFACT",
-]

@@ -141,6 +141,8 @@ class Checkpoint:
         torch.save({**state, "signature": self.signature}, partial)
         os.replace(partial, self.path)
         summary = {"epoch": state["epoch"], "epochs": state["epochs"], "saved": time.time()}
+        if state.get("wall_s"):  # the trial's seconds so far: `ablate status` estimates a trial's length
+            summary["wall_s"] = state["wall_s"]
         partial.write_text(json.dumps(summary))
         os.replace(partial, self.summary_path)
 
@@ -150,7 +152,8 @@ class Checkpoint:
 
 
 def checkpoint_summaries(folder: Path) -> dict[str, dict[str, float]]:
-    """``{file stem: {"epoch", "epochs", "saved"}}`` of the checkpoints in ``folder``."""
+    """``{file stem: {"epoch", "epochs", "saved", "wall_s" (where known)}}`` of the checkpoints
+    in ``folder``."""
     found = {}
     for path in sorted(folder.glob("*.json")):
         try:

@@ -14,7 +14,7 @@ CORE = REPO / "ablate"
 
 # ablate/README.md's table, top to bottom.
 LAYERS = [
-    {"errors", "faults", "stopping", "schema", "fastpaths", "jagged", "cache", "kernels"},
+    {"errors", "faults", "stopping", "schema", "fastpaths", "jagged", "cache", "kernels", "provenance"},
     {"components", "tasks", "registry"},
     {"studyfile", "overrides", "blocks", "optimizers", "schedules", "datasets"},
     {"stats"},

@@ -54,15 +54,18 @@ def test_run_writes_tracking_and_report(write_study, cli, tmp_path, monkeypatch)
         assert tags["component.ffn"] in ("pointwise", "mlp(mult=2.0)")
         assert run.info.status == "FINISHED"
         history = client.get_metric_history(run.info.run_id, "valid.ndcg_at_10")  # MLflow allows no "@"
-        assert sorted(m.step for m in history if m.step > 0) == [1, 2]
+        assert sorted(m.step for m in history) == [1, 2]  # the curve alone: no extra point at step 0
     loaded = load_results(uri, "tiny")
     assert len(loaded.units) == 4 * 120  # every synthetic user, every trial
-    # The results' validation figure is the restored best state's (step 0), not the last epoch's.
+    # The results' validation figure is the restored best state's (best.valid.*), not the last epoch's,
+    # and equals the curve's point at the best epoch.
     for run in children:
         history = client.get_metric_history(run.info.run_id, "valid.ndcg_at_10")
-        final = [m.value for m in history if m.step == 0]
+        best = client.get_metric_history(run.info.run_id, "best.valid.ndcg_at_10")
         row = loaded.results.set_index("run_id").loc[run.info.run_id]
-        assert len(final) == 1 and row["valid.ndcg@10"] == final[0]
+        assert len(best) == 1 and row["valid.ndcg@10"] == best[0].value
+        assert best[0].value == next(m.value for m in history if m.step == row["best_epoch"])
+    assert sorted(loaded.curves.epoch.unique()) == [1, 2]
     assert set(loaded.units.columns) >= {"variant", "seed", "unit", "ndcg@10", "hr@10"}
 
     # Optuna: one complete trial per (variant, seed).

@@ -21,7 +21,14 @@ from ..folders import folder_problem
 from .driver import Driver, Reporter, RunSummary, prepare, run_study
 from .ledger import plan
 from .reuse import Donors, write_trials
-from .status import VariantStatus, checkpointed_fractions, eta_seconds, progress, status_table
+from .status import (
+    VariantStatus,
+    checkpointed_fractions,
+    eta_seconds,
+    progress,
+    projected_walls,
+    status_table,
+)
 from .stores import Stores
 
 __all__ = [
@@ -33,6 +40,7 @@ __all__ = [
     "VariantStatus",
     "checkpointed_fractions",
     "eta_seconds",
+    "projected_walls",
     "folder_problem",
     "plan",
     "prepare",

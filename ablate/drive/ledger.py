@@ -94,8 +94,9 @@ def search_name(study: Study, variant: str) -> str:
     return f"{study.name}.search.{variant}"
 
 
-# Training settings that do not change a trial's numbers, left out of its fingerprint.
-UNTRAINED = frozenset({"device", "eval_batch_size"})
+# Training settings that do not change what a trial trains (the device and the thread count move only
+# float rounding: the conditions its tags record), left out of its fingerprint.
+UNTRAINED = frozenset({"device", "eval_batch_size", "threads"})
 
 
 def fingerprint(study: Study, variant: str) -> str:

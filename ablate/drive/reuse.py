@@ -35,10 +35,10 @@ from ..track import (
     ROLE,
     Tracker,
     default_uri,
-    from_mlflow,
     open_client,
     read_units,
     tracking_problem,
+    trial_metrics,
 )
 from ..train import TrialResult
 
@@ -109,15 +109,8 @@ class StoredTrial(Donor):
         return self.run.data.tags.get("ablate.data_digest")
 
     def read(self) -> tuple[TrialResult, dict[str, str]]:
-        final: dict[str, float] = {}
-        curves: list[tuple[int, str, float]] = []
+        final, curves = trial_metrics(self.client, self.run)
         run_id = self.run.info.run_id
-        for key in self.run.data.metrics:
-            for point in self.client.get_metric_history(run_id, key):
-                if point.step > 0:
-                    curves.append((point.step, from_mlflow(key), point.value))
-                else:
-                    final[from_mlflow(key)] = point.value  # logged once, at the end
         tags = {t: self.run.data.tags[t] for t in CARRIED_TAGS if t in self.run.data.tags}
         return _result(final, curves, read_units(self.client, run_id)), tags
 

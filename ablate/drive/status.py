@@ -117,13 +117,18 @@ def status_table(study: Study, rows: dict[str, VariantStatus]) -> tuple[list[str
 
 
 def eta_seconds(
-    rows: dict[str, VariantStatus], checkpointed: dict[str, list[float]] | None = None
+    rows: dict[str, VariantStatus],
+    checkpointed: dict[str, list[float]] | None = None,
+    projected: list[float] | None = None,
 ) -> float | None:
     """Remaining trials × mean wall time of finished trials ÷ trials running now (≥ 1).
     ``checkpointed[variant]`` lists the done fraction (epoch / epochs) of that variant's trials
     with a checkpoint: they count as that much less left; other running trials as half left.
-    Copied trials' wall times (another machine's, another day's) count only until one is trained."""
+    Copied trials' wall times (another machine's, another day's) count only until one is trained;
+    before any trial has finished, running trials' ``projected`` wall times stand in (their
+    checkpoints' seconds so far ÷ the share of epochs done: :func:`projected_walls`)."""
     walls = [w for r in rows.values() for w in r.walls] or [w for r in rows.values() for w in r.copied_walls]
+    walls = walls or list(projected or ())
     if not walls:
         return None
     checkpointed = checkpointed or {}
@@ -151,3 +156,13 @@ def checkpointed_fractions(summaries: dict[str, dict[str, float]]) -> dict[str, 
         if named:
             found.setdefault(named.group(1), []).append(min(saved["epoch"] / saved["epochs"], 1.0))
     return found
+
+
+def projected_walls(summaries: dict[str, dict[str, float]]) -> list[float]:
+    """A running trial's whole wall time, projected from its checkpoint: seconds so far ÷ (epoch /
+    epochs). Checkpoints without the seconds (a task's own training) project nothing."""
+    return [
+        saved["wall_s"] * saved["epochs"] / saved["epoch"]
+        for saved in summaries.values()
+        if saved.get("wall_s") and saved.get("epoch") and saved.get("epochs")
+    ]

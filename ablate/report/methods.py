@@ -4,7 +4,8 @@ the software and resolved configuration that produced the study.
 
 ``meta`` is what the tracking store recorded beside the trials (``Results.meta``): keys
 ``ablate_version``, ``git_commit`` (None: not in a repository), ``git_dirty``, ``data_summary``
-(label → value), ``resolved_study`` (YAML text), ``cost_note``, ``reused`` ((variant, seed, source)
+(label → value), ``resolved_study`` (YAML text), ``cost_note``, ``conditions`` ((label, value) of the
+machine's conditions, :func:`ablate.provenance.described`), ``reused`` ((variant, seed, source)
 of trials copied from another study's store or trial files). Each part renders only when its
 key is present."""
 
@@ -81,6 +82,11 @@ def software_elements(meta: dict) -> list[Element]:
             else "no commit recorded (the study file is not in a git repository)"
         )
     elements = [Element("p", "Built with " + "; ".join(said) + ".")] if said else []
+    if meta.get("conditions"):
+        elements += [
+            Element("p", CONDITIONS_TEXT),
+            Element("list", items=conditions_items(meta["conditions"])),
+        ]
     if meta.get("reused"):
         elements.append(Element("p", reuse_text(meta["reused"])))
     if meta.get("resolved_study"):
@@ -92,6 +98,19 @@ def software_elements(meta: dict) -> list[Element]:
             Element("code", meta["resolved_study"], title="Resolved study (YAML)", language="yaml"),
         ]
     return [Element("h3", "Software and configuration"), *elements] if elements else []
+
+
+CONDITIONS_TEXT = (
+    "The numbers reproduce bit for bit with this code and study file under the conditions below, as "
+    "the trials recorded them (MLflow tags ablate.env.*): the same torch build, thread count, CPU "
+    "instruction set and fast paths. Another thread count, CPU, BLAS or torch version changes the "
+    "float rounding, and rounding moves ranking metrics where two items' scores nearly tie."
+)
+
+
+def conditions_items(conditions: list[tuple[str, str]]) -> list[str]:
+    """One item per recorded condition: ``threads (intra-op / inter-op): 2 / 2``."""
+    return [f"{label}: {value}" for label, value in conditions]
 
 
 def reuse_text(reused: list[tuple[str, int, str]]) -> str:

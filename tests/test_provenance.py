@@ -1,0 +1,132 @@
+"""What a run records about the conditions its numbers reproduce under, what it says while it runs
+and when it ends, and what ``ablate.run`` hands back.
+
+One tiny study (2 variants × 3 seeds, 2 epochs) is trained once for the module, through
+``ablate.run`` with ``train.threads: 1``; the log's lines are another tiny study's, through the CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+from mlflow import MlflowClient
+from tiny_study import tiny_spec
+
+import ablate
+from ablate import progress as progress_module
+from ablate.provenance import PREFIX, conditions, described, pin_threads
+
+FAST_REPORT = {"calibration": 0, "bootstrap": 200}
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    """The study's folder, ``ablate.run(..., quiet=True)``'s return value and what it printed."""
+    folder = tmp_path_factory.mktemp("prov")
+    spec = tiny_spec({"name": "prov", "report": FAST_REPORT, "train": {"threads": 1}, "seeds": [0, 1, 2]})
+    spec["output"] = str(folder / "runs" / "prov")
+    (folder / "prov.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        results = ablate.run(folder / "prov.yaml", quiet=True)
+    return folder, results, printed.getvalue()
+
+
+def test_quiet_run_prints_nothing_and_returns_the_verdicts(ran):
+    folder, results, printed = ran
+    assert printed == ""
+    verdicts = results.comparisons
+    assert set(verdicts.metric) == {"ndcg@10", "hr@10"}
+    mlp = verdicts[(verdicts.metric == "ndcg@10") & (verdicts.variant == "mlp")].iloc[0]
+    assert mlp.verdict in ("better", "worse", "equivalent", "inconclusive")
+    written = pd.read_csv(folder / "runs" / "prov" / "report" / "comparisons.csv")
+    assert written.verdict.tolist() == verdicts.verdict.tolist()
+
+
+def test_runs_record_the_conditions_their_numbers_reproduce_under(ran):
+    folder, results, _ = ran
+    client = MlflowClient(f"sqlite:///{folder / 'runs' / 'prov' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("prov").experiment_id])
+    assert len(runs) == 7  # the study's run and 6 trials
+    import torch
+
+    for run in runs:
+        tags = run.data.tags
+        assert tags[PREFIX + "threads"] == f"1 / {torch.get_num_interop_threads()}"  # train.threads: 1
+        assert tags[PREFIX + "torch"] == torch.__version__
+        assert tags[PREFIX + "cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+        assert tags[PREFIX + "deterministic"] == "false"
+        said = "OMP_WAIT_POLICY=" if ablate.WAIT_POLICY_SET else "torch was loaded before ablate"
+        assert said in tags[PREFIX + "thread_env"]
+        blas = tags[PREFIX + "blas"].split(" ")[0]
+        assert f"BLAS_INFO={blas}" in torch.__config__.show()
+    methods = (folder / "runs" / "prov" / "report" / "report.md").read_text()
+    assert "reproduce bit for bit" in methods and "threads (intra-op / inter-op): 1 / " in methods
+    assert results.meta["conditions"][0] == ("torch", torch.__version__)
+
+
+def test_threads_leave_the_fingerprint_alone(write_study):
+    from ablate.drive.ledger import fingerprint
+    from ablate.study import load_study
+
+    path = write_study()
+    assert fingerprint(load_study(path), "base") == fingerprint(
+        load_study(path, overrides=["train.threads=3"]), "base"
+    )
+
+
+def test_conditions_name_the_thread_count_pinned_and_the_environment(monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        pin_threads(1)
+        assert conditions()[PREFIX + "threads"].startswith("1 / ")
+    finally:
+        torch.set_num_threads(before)
+    monkeypatch.setenv("MKL_NUM_THREADS", "3")
+    assert "MKL_NUM_THREADS=3" in conditions()[PREFIX + "thread_env"]
+    labels = [label for label, _ in described(conditions())]
+    assert labels[:5] == ["torch", "BLAS / LAPACK", "CPU", "CPU kernels", "threads (intra-op / inter-op)"]
+
+
+def test_openmp_waits_passively_unless_torch_came_first():
+    """Set before torch loads (ablate's import), not overriding a user's own choice."""
+    code = "import ablate, os; print(os.environ.get('OMP_WAIT_POLICY'), ablate.WAIT_POLICY_SET)"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert said.stdout.split() == ["PASSIVE", "True"]
+    said = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**env, "OMP_WAIT_POLICY": "ACTIVE"}
+    )
+    assert said.stdout.split() == ["ACTIVE", "True"]
+    first = "import torch; " + code
+    said = subprocess.run([sys.executable, "-c", first], capture_output=True, text=True, env=env)
+    assert said.stdout.split() == ["None", "False"]  # too late to set: not set, and the tags say so
+
+
+def test_the_log_starts_with_the_plan_beats_during_trials_and_ends_with_the_verdicts(
+    write_study, cli, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(progress_module, "HEARTBEAT_S", 0.0)  # a heartbeat at every step and epoch
+    path = write_study({"train": {"epochs": 3}, "report": FAST_REPORT})
+    code, out, err = cli("run", str(path))
+    assert code == 0, err
+    lines = err.splitlines()
+    assert lines[0].startswith(
+        "plan: 2 variants × 2 seeds = 4 trials, 3 epochs each, in this process; output "
+    )
+    assert "MLflow sqlite:///" in lines[0] and "report " in lines[0]
+    assert any(line.startswith("trial 1/4 base · seed 0: epoch 2/3 done, valid ndcg@10 ") for line in lines)
+    assert any(line.startswith("trial 2/4 base · seed 1: in epoch 1/3 (") for line in lines)
+    assert "Verdicts on ndcg@10 (the primary metric; higher is better)" in out
+    assert any(line.startswith(("- mlp is ", "- mlp: ")) for line in out.splitlines())
+    results = pd.read_csv(tmp_path / "runs" / "tiny" / "report" / "results.csv")
+    at_cap = (results.best_epoch == results.epochs).any()  # the warning's first sign
+    assert ("warning: not converged: " in out) == (at_cap or "still rising" in out)
