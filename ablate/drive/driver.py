@@ -22,12 +22,13 @@ from .. import match as matching
 from .. import stopping
 from ..errors import AblateError, StudyError
 from ..faults import fault_point
+from ..provenance import pin_threads
 from ..search import grid_order, search_budget, search_seed
 from ..sizes import trained_sizes
 from ..stats import ReportSettings
 from ..study import Study
 from ..track import DATA_ARTIFACTS, DATA_SUMMARY, STUDY_ARTIFACT, Tracker, provenance
-from ..train import TrialResult, checkpoint_interval
+from ..train import TrialResult, checkpoint_interval, resolve_device
 from .execution import Config, Execution, Failed, Job, Pruned, SearchJob, TaskData, checkpoint_path
 from .ledger import (
     DATA_DIGEST,
@@ -102,7 +103,8 @@ class Driver:
         storage = stores.storage()  # first: an unreachable database stops us before anything is created
         artifacts = stores.output_dir / "artifacts" if stores.tracking_uri.startswith("sqlite") else None
         tracker = Tracker(stores.tracking_uri, study.name, artifact_root=artifacts)
-        tracker.provenance = provenance(study.path)
+        pin_threads(study.spec.train.threads)  # before the conditions are recorded
+        tracker.provenance = provenance(study.path, str(resolve_device(study.spec.train.device)))
         parent = tracker.study_run(study.name, tags=study_tags(study), params=study_params(study))
         tracker.attach_text(parent, resolved_yaml(study), STUDY_ARTIFACT)
         self.tracker, self.parent = tracker, parent  # the study's MLflow run
