@@ -43,7 +43,8 @@ def plan_line(study: Study, stores: Stores, report_dir: Path, workers: int = 1) 
     who = f"{workers} workers" if workers > 1 else "this process"
     return (
         f"plan: {variants} variants × {seeds} seeds = {trials} trials{search}, "
-        f"{study.spec.train.epochs} epochs each, in {who}; output {stores.output_dir} "
+        f"{'up to ' if study.spec.train.patience else ''}{study.spec.train.epochs} epochs each, in {who}; "
+        f"output {stores.output_dir} "
         f"(MLflow {stores.tracking_uri}, Optuna {stores.optuna_url}); report {report_dir}"
     )
 
