@@ -101,7 +101,11 @@ class Driver:
         self.summary = RunSummary(0, 0, [])
         checkpoint_s = checkpoint_interval()  # a bad $ABLATE_CHECKPOINT_S stops us before any trial
         storage = stores.storage()  # first: an unreachable database stops us before anything is created
-        artifacts = stores.output_dir / "artifacts" if stores.tracking_uri.startswith("sqlite") else None
+        # A tracking server keeps the artifacts where it is configured to; for a database store
+        # (SQLite, PostgreSQL) MLflow's own default is ./mlruns under whichever process creates the
+        # experiment (a worker's working folder, outside the study's output): the output folder's
+        served = stores.tracking_uri.startswith(("http://", "https://"))
+        artifacts = None if served else stores.output_dir / "artifacts"
         tracker = Tracker(stores.tracking_uri, study.name, artifact_root=artifacts)
         pin_threads(study.spec.train.threads)  # before the conditions are recorded
         tracker.provenance = provenance(study.path, str(resolve_device(study.spec.train.device)))
