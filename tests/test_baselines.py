@@ -188,41 +188,31 @@ def test_differs_names_option_changes(write_study):
 
 
 def test_baselines_kept_with_the_run_and_rebuilt_from_the_store(write_study, cli, tmp_path):
+    from ablate.drive.reference import fill_reference
+    from ablate.results import load_results
+
     path = write_study({"train": {"epochs": 1}, "seeds": [0]}, replace={"variants": {}})
     code, _, err = cli("run", path)
     assert code == 0, err
-    db = tmp_path / "runs" / "tiny" / "mlflow.db"
-    import mlflow
-
-    client = mlflow.MlflowClient(f"sqlite:///{db}")
-    experiment = client.get_experiment_by_name("tiny")
-    (parent,) = client.search_runs([experiment.experiment_id], "tags.`ablate.role` = 'study'")
-    stored = json.loads(
-        Path(client.download_artifacts(parent.info.run_id, BASELINES_ARTIFACT, str(tmp_path))).read_text()
-    )
+    runs = tmp_path / "runs" / "tiny"
+    (kept,) = runs.rglob(BASELINES_ARTIFACT)  # an artifact of the study's run
+    stored = json.loads(kept.read_text())
     assert [b["name"] for b in stored["baselines"]] == ["popularity"] and "Leave-one-out" in stored[
         "protocol"
     ]
-    # the store alone (no study file, no data): the rows are there
-    out = tmp_path / "again"
-    code, _, err = cli(
-        "report", "--experiment", "tiny", "--tracking-uri", f"sqlite:///{db}", "--reports", out
-    )
-    assert code == 0, err
-    md = (out / "tiny" / "report.md").read_text()
     value = f"{stored['baselines'][0]['values']['ndcg@10']:.4f}"
-    assert (
-        "| popularity † | trivial baseline: every user gets the items ranked by their training count "
-        f"| — | {value}" in md
-    )
-    assert "Protocol. Leave-one-out split" in md
-    # a store without them (made before baselines were kept): the report computes them from the data
-    for kept in (tmp_path / "runs" / "tiny").rglob(BASELINES_ARTIFACT):
-        kept.unlink()
-    code, _, err = cli("report", path)
-    assert code == 0, err
-    assert "| popularity † |" in (tmp_path / "runs" / "tiny" / "report" / "report.md").read_text()
-    assert list((tmp_path / "runs" / "tiny").rglob(BASELINES_ARTIFACT))  # and kept them
+    about = "every user gets the items ranked by their training count"
+    row = f"| popularity † | trivial baseline: {about} | — | {value}"
+    assert row in (runs / "report" / "report.md").read_text()
+    # the store alone (no study file, no data) holds them
+    uri = f"sqlite:///{runs / 'mlflow.db'}"
+    assert load_results(uri, "tiny", curves=False).meta["reference"] == stored
+    # a store without them (made before baselines were kept): computed from the data and kept
+    kept.unlink()
+    meta = load_results(uri, "tiny", curves=False).meta
+    assert "reference" not in meta
+    fill_reference(uri, load_study(path), meta)
+    assert meta["reference"] == stored and json.loads(kept.read_text()) == stored
 
 
 def test_plan_reads_each_metrics_default_margin():

@@ -92,7 +92,7 @@ def latex_caption(
     tables: dict[str, list[ComparisonRow]], settings: ReportSettings, seeds: str, marks: bool
 ) -> str:
     """table.tex's caption, short (two or three lines in a paper): the legend's words in brief."""
-    secondary = " (△ ▽: secondary metrics, exploratory)" if len(tables) > 1 else ""
+    secondary = " (△ ▽: secondary, exploratory)" if len(tables) > 1 else ""
     lower = [m for m in tables if not settings.higher(m)]
     direction = f"; lower is better for {', '.join(lower)}" if lower else ""
     return (
