@@ -22,9 +22,8 @@ def record_reference(tracker: Tracker, run_id: str, study: Study, data: Any) -> 
     (None, with a warning, when they cannot be computed: never worth a trial)."""
     try:
         reference = study.task.reference(data, study.metrics)
-        if reference["baselines"] or reference["protocol"]:
-            tracker.attach_text(run_id, json.dumps(reference), BASELINES_ARTIFACT)
-        return reference
+        tracker.attach_text(run_id, json.dumps(reference), BASELINES_ARTIFACT)  # kept even when empty:
+        return reference  # a report need not read the data again to find none
     except Exception as exc:  # noqa: BLE001 - a baseline is never worth a trial
         warnings.warn(f"no trivial baselines recorded: {first_line(exc)}", stacklevel=2)
         return None
