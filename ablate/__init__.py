@@ -124,6 +124,7 @@ def run(
             storage,
             tracking_uri,
             reuse=list(reuse),
+            silent=quiet,
         )
     return ran.results
 

@@ -58,6 +58,7 @@ def run_and_report(
     reuse: Sequence[str | Path] | None = None,
     rebuild_queue: bool = False,
     slurm: SlurmSpec | None = None,
+    silent: bool = False,
 ) -> Ran:
     """Train every (variant, seed) of a study not yet complete, then write the report (to
     ``<reports>/<study>/`` when ``reports`` is given, else to ``report/`` in the study's output
@@ -66,7 +67,8 @@ def run_and_report(
     files whose finished trials with the same fingerprint and seed are copied, not trained.
     ``rebuild_queue``: a lost journal is rebuilt from the tracking records first
     (:func:`~ablate.drive.recovery.check_stores`). ``slurm``: the workers are SLURM jobs with
-    these settings (:mod:`ablate.slurm`)."""
+    these settings (:mod:`ablate.slurm`). ``quiet``: no progress bars or lines; ``silent``
+    (``ablate.run(quiet=True)``): nothing printed at all."""
     if workers < 1:
         raise AblateError(f"workers must be at least 1 (got {workers})")
     if slurm is not None and gpus is not None:
@@ -75,7 +77,7 @@ def run_and_report(
     out_dir = reports / study.name if reports else stores.output_dir / "report"
     check_folders(study, stores, output, reports, out_dir)  # before any training
     rebuilt = check_stores(study, stores, rebuild_queue)  # a store lost beside the other: one line
-    if rebuilt and not quiet:
+    if rebuilt and not silent:
         err.print(f"rebuilt: {rebuilt} finished trial(s) of the queue from the tracking records")
     donors = Donors(reuse or ())  # a --reuse folder without a store is refused before any training
     if not quiet:  # at once: a log is not silent until the first trial ends
@@ -93,19 +95,19 @@ def run_and_report(
         failed = [f for f in summary.failed if f[1] < 0] + standing_failures(study, stores)
     else:
         skipped, failed = _run_workers(study, stores, workers, quiet, retry_failed, gpus, donors)
-    if skipped and not quiet:
+    if skipped and not silent:
         err.print(f"resumed: {skipped} trial(s) were already complete and were not retrained")
     try:
-        paths, results = write_study_report(stores.tracking_uri, study.name, out_dir, study, quiet)
+        paths, results = write_study_report(stores.tracking_uri, study.name, out_dir, study, silent)
     except RunFailed:  # no trial finished: the failures say why, above the line that ends the run
-        list_failures(failed, quiet)
+        list_failures(failed, silent)
         raise
-    list_failures(failed, quiet)
+    list_failures(failed, silent)
     table = results.results
     reused = int(table["reused_from"].notna().sum()) if "reused_from" in table else 0
-    if reused and not quiet:
+    if reused and not silent:
         err.print(f"reused: {reused} of the study's trials were copied, not trained (--reuse)")
-    if not quiet:
+    if not silent:
         out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
     return Ran(paths, results, failed, skipped)
 
@@ -182,8 +184,8 @@ def each_point(command, given: dict, points: list[list[str]]) -> int:
     return max(codes, default=0)
 
 
-def list_failures(failed: list[tuple[str, int, str]], quiet: bool = False) -> None:
-    for variant, seed, reason in [] if quiet else failed:
+def list_failures(failed: list[tuple[str, int, str]], silent: bool = False) -> None:
+    for variant, seed, reason in [] if silent else failed:
         err.print(f"[red]failed[/red] {variant}{f' seed {seed}' if seed >= 0 else ''}: {escape(reason)}")
 
 
