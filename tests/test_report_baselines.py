@@ -168,3 +168,24 @@ def test_table_tex_with_five_metrics_fits_the_column(tmp_path, columns):
     assert run.returncode == 0, run.stdout[-2000:]
     log = (tmp_path / "doc.log").read_text(errors="replace")
     assert "Overfull \\hbox" not in log and "Undefined control sequence" not in log
+
+
+def test_the_store_is_named_the_same_on_every_machine_and_without_credentials(tmp_path, monkeypatch):
+    from ablate.report.write import store_shown
+
+    monkeypatch.chdir(tmp_path)
+    shown = {
+        u: store_shown({"uri": u, "run": "r1", "experiment": "3"})
+        for u in (
+            f"sqlite:///{tmp_path}/runs/s/mlflow.db",
+            "sqlite:////elsewhere/out/mlflow.db",
+            "postgresql://user:secret@db.example:5432/mlflow",
+            "https://me:pw@mlflow.example",
+        )
+    }
+    assert list(shown.values()) == [
+        "`runs/s/mlflow.db`",
+        "`mlflow.db` in the study's output folder",
+        "`postgresql://db.example:5432/mlflow`",
+        "[https://mlflow.example](https://mlflow.example/#/experiments/3/runs/r1)",
+    ]

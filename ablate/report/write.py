@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pandas as pd
 
@@ -107,6 +108,25 @@ def _tuning_sections(results: pd.DataFrame, names: list[str]) -> list[Element]:
     return elements
 
 
+def store_shown(tracking: dict) -> str:
+    """The study's tracking store as the report names it, the same on every machine: a SQLite file
+    relative to the working folder (else by its name, in the study's output folder); a server
+    without its user and password, linked to the study's run where it is MLflow's web UI."""
+    uri, run = tracking["uri"], tracking["run"]
+    if uri.startswith("sqlite:///"):
+        db = Path(uri.removeprefix("sqlite:///"))
+        try:
+            return f"`{db.resolve().relative_to(Path.cwd().resolve()).as_posix()}`"
+        except ValueError:
+            return f"`{db.name}` in the study's output folder"
+    parts = urlsplit(uri)
+    host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+    clean = parts._replace(netloc=host).geturl() if parts.username or parts.password else uri
+    if parts.scheme in ("http", "https"):
+        return f"[{clean}]({clean.rstrip('/')}/#/experiments/{tracking['experiment']}/runs/{run})"
+    return f"`{clean}`"
+
+
 def files_list(paths: dict[str, Path], out_dir: Path, meta: dict | None) -> list[str]:
     """The report's files, each a link relative to the report's folder, and where the study's
     MLflow records are."""
@@ -125,12 +145,7 @@ def files_list(paths: dict[str, Path], out_dir: Path, meta: dict | None) -> list
     ]
     tracking = (meta or {}).get("tracking")
     if tracking:
-        uri, run = tracking["uri"], tracking["run"]
-        where = (
-            f"[{uri}]({uri.rstrip('/')}/#/experiments/{tracking['experiment']}/runs/{run})"
-            if uri.startswith(("http://", "https://"))
-            else f"`{uri}`"
-        )
+        run, where = tracking["run"], store_shown(tracking)
         items.append(
             f"MLflow: the study's run `{run}` in {where} (experiment {tracking['experiment']}): the resolved "
             "study, the data summary, the trivial baselines (baselines.json) and this report; each trial's "
