@@ -31,8 +31,8 @@ CPU_NOTE = (
 PASSIVE_CPU_NOTE = (
     "CPU s is the trial's process CPU time (all its threads: set-up, training, evaluation) with OpenMP's "
     "waiting threads asleep (OMP_WAIT_POLICY=PASSIVE, set by ablate before torch loads), so time spent "
-    "waiting for a core is not counted and CPU s holds under load (the quickstart's, idle and beside two "
-    "busy processes: README, Costs) — compare CPU time across variants trained at different loads"
+    "waiting for a core is not counted, though contention for caches on a loaded machine still is (the "
+    "README's 'Costs under load' measures it) — compare CPU time across variants trained at different loads"
 )
 
 
