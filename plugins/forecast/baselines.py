@@ -78,7 +78,10 @@ def trivial(series: Series, metrics: list[str], period: int | None) -> list[Base
 def protocol_text(split: str, ratios: tuple[float, float, float], lookback: int, horizon: int) -> str:
     """The split, the windows, and the scale MSE / MAE are computed on."""
     if split in ("ett_hour", "ett_minute"):
-        how = "the ETT split: the first 12 months train, the next 4 validate, the 4 after test"
+        how = (
+            "the ETT split: the first 12 months train, the next 4 validate, the 4 after test (30-day "
+            "months; later rows unused)"
+        )
     else:
         shares = " / ".join(f"{r:.0%}" for r in ratios)
         how = f"by time, {shares} of the rows for training / validation / test"
