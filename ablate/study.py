@@ -296,19 +296,8 @@ def load_study(path: str | Path, check_files: bool = True, overrides: Iterable[s
             ("report", "baseline"),
             f"baseline '{spec.report.baseline}' is not a variant (variants: {', '.join(variants)})",
         )
-    if spec.sequential is not None and spec.report.resample_units:
-        # The driver stops on each trial's own test metric; resampled metrics would decide otherwise.
-        raise where.error(
-            ("report", "resample_units"),
-            "cannot be combined with sequential seeds (seeds: {initial, max, step}): the driver "
-            "decides where to add seeds on each trial's own test metric",
-        )
-    if spec.report.resample_units and spec.report.variance != "seeds":
-        raise where.error(
-            ("report", "variance"),
-            "cannot be combined with report.resample_units: both add the test units' variance "
-            "(choose variance: seeds_and_units, the crossed estimate, or resample_units, the bootstrap)",
-        )
+    if problem := spec.report.combination_problem(spec.sequential is not None):
+        raise where.error(("report", problem[0]), problem[1])
     study = Study(
         spec=spec,
         path=path.resolve(),

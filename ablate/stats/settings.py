@@ -99,6 +99,22 @@ class StudyFileSettings(Strict):
     def _margin(cls, value: float | str | None) -> float | str | None:
         return None if value is None else checked_margin(value)
 
+    def combination_problem(self, sequential: bool) -> tuple[str, str] | None:
+        """(key, problem) of options that cannot go together, given whether the seeds are
+        sequential; None when they can."""
+        if sequential and self.resample_units:
+            # the driver stops on each trial's own test metric; resampled metrics would decide otherwise
+            return "resample_units", (
+                "cannot be combined with sequential seeds (seeds: {initial, max, step}): the driver "
+                "decides where to add seeds on each trial's own test metric"
+            )
+        if self.resample_units and self.variance != "seeds":
+            return "variance", (
+                "cannot be combined with report.resample_units: both add the test units' variance "
+                "(choose variance: seeds_and_units, the crossed estimate, or resample_units, the bootstrap)"
+            )
+        return None
+
 
 STUDY_FILE_KEYS = tuple(StudyFileSettings.model_fields)
 
