@@ -23,6 +23,7 @@ import ablate.drive.execution as execution
 from ablate import drive, stopping
 from ablate.results import load_results
 from ablate.study import load_study
+from ablate.tasks import BASELINES_ARTIFACT
 from ablate.track import PARAM_VALUE_CHARS, flat_params, provenance
 from ablate.train import Checkpoint, TrialFailed, train_trial
 
@@ -61,6 +62,7 @@ def test_a_finished_study_closes_its_run_with_the_report_and_the_study_attached(
     assert parent.info.status == "FINISHED"
     assert _artifacts(client, parent.info.run_id) == {
         "study.resolved.yaml",
+        BASELINES_ARTIFACT,  # the task's trivial baselines and protocol, for a report without the data
         *(f"report/{name}" for name in REPORT_FILES),
     }
     local = client.download_artifacts(parent.info.run_id, "study.resolved.yaml", str(tmp_path / "dl"))

@@ -49,6 +49,7 @@ from .ledger import (
     taken,
 )
 from .records import resolved_yaml, study_params, study_tags
+from .reference import record_reference
 from .reuse import Donors
 from .stores import Stores
 
@@ -138,6 +139,7 @@ class Driver:
             self.tracker.attach_files(self.parent, self.study.task.artifacts(data), DATA_ARTIFACTS)
         except Exception as exc:  # noqa: BLE001 - a summary is never worth a trial (data loads inside one)
             warnings.warn(f"no data summary recorded: {exc}", stacklevel=2)
+        record_reference(self.tracker, self.parent, self.study, data)
 
     # -- what each variant trains with ----------------------------------------------------
     def config(self, variant: str) -> Config | None:
