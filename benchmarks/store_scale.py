@@ -84,6 +84,19 @@ def server_cpu_s() -> float:
     return total / TICKS
 
 
+def pss_mb(pids: list[int]) -> float:
+    """The workers' proportional set size (shared pages split among the processes sharing them), MB."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
 def commits() -> int:
     return int(psql("SELECT sum(xact_commit) FROM pg_stat_database"))
 
@@ -121,7 +134,7 @@ def one(store: str, k: int, args: argparse.Namespace, root: Path) -> dict:
     folder = root / f"{store}-{k}"
     folder.mkdir()
     (folder / "train.py").write_text(TRAIN)
-    trials = int(k * (args.warmup_s + args.window_s) / args.trial_s * 1.3) + k
+    trials = int(k * (args.warmup_s + args.window_s) / args.trial_s * args.planned_share) + k
     spec = {
         "name": f"scale-{store}-{k}",
         "task": {"kind": "function", "callable": "train.py:train"},
@@ -159,6 +172,7 @@ def one(store: str, k: int, args: argparse.Namespace, root: Path) -> dict:
     time.sleep(args.window_s)
     t1, cpu1 = time.time(), server_cpu_s()
     c1 = commits() if store == "postgres" else 0
+    memory = pss_mb(pids)
     for pid in pids:
         os.kill(pid, signal.SIGTERM)
     client_cpu, crashed, deadline = 0.0, 0, time.time() + args.trial_s + 120
@@ -218,6 +232,7 @@ def one(store: str, k: int, args: argparse.Namespace, root: Path) -> dict:
         "db_commits_per_s": round((c1 - c0) / (t1 - t0), 1) if store == "postgres" else None,
         "db_cpu_s_per_trial": round((cpu1 - cpu0) / max(len(window), 1), 4) if store == "postgres" else None,
         "client_cpu_s_per_trial": round(client_cpu / max(completed, 1), 4),
+        "worker_pss_mb": round(memory / k, 1),
         "completed": completed,
         "failed": failures,
         "crashed_workers": crashed,
@@ -233,6 +248,12 @@ def main() -> None:
     parser.add_argument("--trial-s", type=float, default=10.0)
     parser.add_argument("--warmup-s", type=float, default=20.0)
     parser.add_argument("--window-s", type=float, default=60.0)
+    parser.add_argument(
+        "--planned-share",
+        type=float,
+        default=1.3,
+        help="Trials planned, as a share of what K workers finish at full speed (fewer: a faster start).",
+    )
     parser.add_argument("--json", type=Path, default=None, help="Append each result as a JSON line.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="store-scale-") as tmp:

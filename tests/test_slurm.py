@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -77,7 +78,7 @@ def test_settings_command_line_over_study_file_over_user_config(tmp_path, monkey
     with pytest.raises(AblateError, match=r"^--sbatch\.0: "):
         job_settings(study, sbatch=["-q high"])  # the long form only
     config.write_text("partition: cpu\nmemory: 8G\n")
-    with pytest.raises(AblateError, match=rf"^{config}: memory: Extra inputs"):
+    with pytest.raises(AblateError, match=rf"^{re.escape(str(config))}: memory: "):
         job_settings(study)
 
 

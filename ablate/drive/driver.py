@@ -224,10 +224,8 @@ class Driver:
         return None
 
     def _claim(self, queue: Queue, waiting: list[optuna.trial.FrozenTrial]) -> optuna.Trial:
-        """The first ``waiting`` final trial no other worker took since the sync read it, taken as
-        ``ask()`` takes one but without reading every trial again (on a database that read is the
-        take's cost, benchmarks/RESULTS.md): those an interrupted run left a checkpoint for first,
-        so a resumed study finishes its half-trained trials before it starts new ones."""
+        """The first ``waiting`` final trial no other worker took since the sync read it (no read of every
+        trial again, as ``ask()`` does), checkpointed ones first: half-trained trials finish first."""
 
         def fresh(t: optuna.trial.FrozenTrial) -> bool:
             return not (key_of(t) and checkpoint_path(self.stores.output_dir, Job(*key_of(t))).exists())
@@ -291,6 +289,7 @@ class Driver:
         while True:
             stopping.check()
             with self.stores.queue_lock():
+                stopping.check()  # a stop asked while waiting for the lock takes no new trial
                 self.sync()
                 popped = self._take()
             if popped is None:
