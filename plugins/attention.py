@@ -363,6 +363,9 @@ class AMSAttention(Attention):
     query's own time t_i, or with ``time_reference: request`` the next item's t_{i+1} (FuXi-α).
     """
 
+    # 2: times reach it as float64 (exact whole seconds), not float32 (2026-11-26): the numbers of a
+    # trial trained before differ, so its records are not reused as this kind's
+    version = 2
     Options = AMSOptions
     ordered_only = True
 
@@ -458,6 +461,9 @@ class TimeIntervalAttention(Attention):
     than O(b·n²·d).
     """
 
+    # 2: times reach it as float64 (exact whole seconds), not float32 (2026-11-26): the numbers of a
+    # trial trained before differ, so its records are not reused as this kind's
+    version = 2
     Options = TimeIntervalOptions
     ordered_only = True
     requires = frozenset({"timestamps"})

@@ -185,6 +185,9 @@ class LogTimeGap(BiasChannel):
     ``√e``; adding it after only rescales the learned ``α``.) The published TiSASRec form is
     the attention kind ``time_interval``."""
 
+    # 2: times reach it as float64 (exact whole seconds), not float32 (2026-11-26): the numbers of a
+    # trial trained before differ, so its records are not reused as this kind's
+    version = 2
     Options = LogTimeGapOptions
     ordered_only = True
     requires = frozenset({"timestamps"})
@@ -256,6 +259,9 @@ class RelativeTime(BiasChannel):
     ``time_reference: request``, the next item's ``t_{i+1}`` (HSTU / FuXi-α). With ``per_layer``
     each block has a table of its own (HSTU), else all blocks share one."""
 
+    # 2: times reach it as float64 (exact whole seconds), not float32 (2026-11-26): the numbers of a
+    # trial trained before differ, so its records are not reused as this kind's
+    version = 2
     Options = RelativeTimeOptions
     ordered_only = True
     requires = frozenset({"timestamps"})
