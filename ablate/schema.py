@@ -109,6 +109,22 @@ UNKNOWN_KEY = "unknown_key"  # pydantic's extra_forbidden with a did-you-mean (S
 _UNKNOWN_KEY_TEXT = "unknown key; did you mean '{suggestion}'?"
 
 
+def errors_again(title: str, errors: list[dict]) -> ValidationError:
+    """A ValidationError of ``errors`` as :meth:`ValidationError.errors` returned them (locations
+    changed, say): a hinted unknown key is a custom error type, which pydantic rebuilds only from
+    its PydanticCustomError."""
+    out = [
+        {
+            **e,
+            "type": PydanticCustomError(UNKNOWN_KEY, _UNKNOWN_KEY_TEXT, e.get("ctx") or {"suggestion": "?"}),
+        }
+        if e["type"] == UNKNOWN_KEY
+        else e
+        for e in errors
+    ]
+    return ValidationError.from_exception_data(title, out)
+
+
 def _hinted(errors: list[dict], known: list[str]) -> list[dict]:
     """``errors`` with this level's unknown keys hinted and nested levels' hints kept."""
     out = []

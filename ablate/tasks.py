@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from . import stopping
 from .cache import file_digest
 from .components import BuildContext, Component, Options
+from .schema import errors_again
 
 
 def untagged(exc: ValidationError, at: tuple, tag: Any) -> ValidationError:
@@ -38,7 +39,7 @@ def untagged(exc: ValidationError, at: tuple, tag: Any) -> ValidationError:
         {**e, "loc": e["loc"][:n] + e["loc"][n + 1 :] if e["loc"][: n + 1] == (*at, tag) else e["loc"]}
         for e in exc.errors(include_url=False)
     ]
-    return ValidationError.from_exception_data(exc.title, errors)
+    return errors_again(exc.title, errors)
 
 
 Item = TypeVar("Item")
