@@ -342,7 +342,7 @@ def test_settings_travel_as_json_and_old_tags_still_read():
     }
     back = ReportSettings.from_json(json.dumps(old))
     assert back.metrics == ["ndcg@10", "hr@10"]
-    assert (back.ci, back.calibration) == ("smoothed-bootstrap-t", 200)
+    assert (back.ci, back.calibration) == ("smoothed-bootstrap-t", 1000)
     with pytest.raises(AblateError, match=r"^report.alpha: .*less than 1"):
         ReportSettings.from_json(json.dumps({**old, "alpha": 2}))
     # the equivalence level: the family's (default) or per comparison, a closed vocabulary
