@@ -129,4 +129,4 @@ def test_the_log_starts_with_the_plan_beats_during_trials_and_ends_with_the_verd
     assert any(line.startswith(("- mlp is ", "- mlp: ")) for line in out.splitlines())
     results = pd.read_csv(tmp_path / "runs" / "tiny" / "report" / "results.csv")
     at_cap = (results.best_epoch == results.epochs).any()  # the warning's first sign
-    assert ("warning: not converged: " in out) == (at_cap or "still rising" in out)
+    assert ("warning: not converged: " in out) == (at_cap or "still improving" in out)

@@ -685,8 +685,8 @@ def test_convergence_warnings_near_the_top_and_in_the_methods(tmp_path):
     top = md[: md.index("## Primary metric")]
     assert "- ⚠ not converged: gelu-mlp (seeds 0, 2: best epoch = last epoch 8 of 8)" in top
     assert (
-        "- ⚠ not converged: two-heads (validation ndcg@10 (mean over seeds) still rising at each of the last "
-        "3 evaluations)" in top
+        "- ⚠ not converged: two-heads (validation ndcg@10 (mean over seeds) still improving at each of "
+        "the last 3 evaluations)" in top
     )
     assert top.index("| variant | differs | seeds |") < top.index("⚠ not converged")
     methods = md[md.index("### Convergence") : md.index("### Costs")]
@@ -704,7 +704,7 @@ def test_convergence_warnings_near_the_top_and_in_the_methods(tmp_path):
     flags = not_converged(one, falling, low, ["base", "gelu-mlp", "post-norm", "two-heads"])
     assert [f.line("ndcg@10") for f in flags] == [
         "gelu-mlp (seed 2: best epoch = last epoch 8 of 8)",
-        "two-heads (validation ndcg@10 (mean over seeds) still rising at each of the last 3 evaluations)",
+        "two-heads (validation ndcg@10 (mean over seeds) still improving at each of the last 3 evaluations)",
     ]
     # evaluated every 2 epochs, bare metric names: 4 evaluations are enough, 3 are not
     sparse = curves[(curves["epoch"] % 2 == 0) & (curves["metric"] == "valid.ndcg@10")]

@@ -6,7 +6,7 @@ Two signs, either one flags the variant:
 - best epoch at the cap: for some seed the best validation epoch (the state the test metrics come
   from) is the last epoch trained. Early stopping ends a trial only after ``patience`` evaluations
   without improvement, so this means the trial ran into ``train.epochs`` while still improving.
-- still rising: the validation primary metric, averaged over the variant's seeds at the epochs
+- still improving: the validation primary metric, averaged over the variant's seeds at the epochs
   every seed evaluated, improved at each of its last :data:`RISING` evaluations. A run of strict
   improvements rather than a fitted slope: a slope over the last epochs is positive for a curve that
   has flattened with noise around a slow drift, while three steps in a row in the mean of the seeds
@@ -22,7 +22,8 @@ import pandas as pd
 
 from ..stats import ReportSettings
 
-# Evaluations in a row, each better than the one before, that flag a curve as still rising.
+# Evaluations in a row, each better than the one before (higher, or lower for a lower-is-better
+# metric), that flag a curve as still improving.
 RISING = 3
 
 
@@ -49,7 +50,8 @@ class NotConverged:
                 signs.append(f"{label} {seeds}: best epoch = last epoch ({each})")
         if self.rising:
             signs.append(
-                f"validation {metric} (mean over seeds) still rising at each of the last {RISING} evaluations"
+                f"validation {metric} (mean over seeds) still improving at each of the last "
+                f"{RISING} evaluations"
             )
         return f"{self.variant} ({'; '.join(signs)})"
 
