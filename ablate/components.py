@@ -147,8 +147,9 @@ class TokenContext:
     ``valid`` is ``[b, n]`` bool, True at real tokens. Sequences are right-padded, so under
     causal use a real query never sees a padded key.
 
-    ``timestamps`` are float32 seconds relative to the first token of each row (absolute
-    epoch seconds lose ~64 s of precision in float32); only differences are meaningful.
+    ``timestamps`` are float64 seconds relative to the first token of each row (float32 would
+    round gaps between epoch-second times; the time kinds' buckets need them exact); only
+    differences are meaningful.
     Padded positions repeat the last real time.
 
     ``layout`` says how the blocks hold the residual stream between attentions: padded
@@ -160,8 +161,8 @@ class TokenContext:
     valid: Tensor
     causal: bool
     positions: Tensor  # [b, n] long: index within the sequence; in a set, the column (readout: 0)
-    timestamps: Tensor | None = None  # [b, n] float32 seconds (see above), where the data has them
-    # [b, n] float32 seconds, same origin: the time of the interaction each query's prediction is
+    timestamps: Tensor | None = None  # [b, n] float64 seconds (see above), where the data has them
+    # [b, n] float64 seconds, same origin: the time of the interaction each query's prediction is
     # for (its next token's; HSTU's and FuXi-α's request time), where the task provides it.
     request_times: Tensor | None = None
     # [b, n, w] raw per-token inputs before embedding (e.g. a channel's lookback window), for
