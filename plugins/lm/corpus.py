@@ -1,13 +1,18 @@
 """Documents of text: read from files, the interpreter's standard library or generated, and split
 into training and held-out text.
 
-A document is one text file, one JSON line or one parquet row. The held-out splits are the tail
-of the text by bytes (validation, then test, the document order kept), or files of their own; a
-document the cut falls inside is cut in two, so a single long file splits too.
+A document is one text file, one JSON line or one parquet row, named by where it came from
+(``dir/file.txt``, ``a.jsonl:12``, ``b.parquet#3``). The held-out splits are drawn across the corpus:
+the documents are put in the order of a hash of their names (a fixed shuffle that no file order,
+date or size decides) and validation and test are that order's tail by bytes (test last); a
+document the cut falls inside is cut in two, so a single long file splits too. Or they are files of
+their own. Each held-out split is then scored on a budget of bytes drawn evenly from all its
+documents (:func:`even_share`), not on its first document or two.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import sysconfig
@@ -29,7 +34,7 @@ SPLITS = ("train", "valid", "test")
 class Corpus:
     """Each split's documents, and where they came from (for the data summary)."""
 
-    splits: dict[str, list[str]]
+    splits: dict[str, list[str]]  # the documents' text; the held-out ones in their drawn order
     source: str
     facts: dict[str, str] = field(default_factory=dict)  # e.g. the Python version of stdlib text
 
@@ -47,7 +52,10 @@ def files_of(path: Path, pattern: str) -> list[Path]:
     return found
 
 
-def read_jsonl(path: Path, key: str, encoding: str | None) -> list[str]:
+Named = list[tuple[str, str]]  # (document name, text)
+
+
+def read_jsonl(path: Path, key: str, encoding: str | None) -> Named:
     docs = []
     # Lines end at "\n" only: JSON text may hold U+2028 and other characters str.splitlines cuts at.
     for line_no, line in enumerate(read_text(path, encoding).split("\n"), 1):
@@ -61,11 +69,11 @@ def read_jsonl(path: Path, key: str, encoding: str | None) -> list[str]:
         if not isinstance(text, str):
             what = "has no" if not isinstance(record, dict) or key not in record else "has a non-text"
             raise DataError(f"{path}:{line_no}: the record {what} {key!r} field; set data.text_field")
-        docs.append(text)
+        docs.append((f"{path.name}:{line_no}", text))
     return docs
 
 
-def read_parquet(path: Path, column: str) -> list[str]:
+def read_parquet(path: Path, column: str) -> Named:
     import pyarrow.parquet as pq  # pandas' parquet engine; imported when a parquet file is read
 
     read_bytes(path)  # missing / empty / a folder: the shared one-line messages
@@ -80,21 +88,24 @@ def read_parquet(path: Path, column: str) -> list[str]:
     for row, text in enumerate(values):
         if not isinstance(text, str):
             raise DataError(f"{path}: row {row} of column {column!r} is not text ({type(text).__name__})")
-    return values
+    return [(f"{path.name}#{row}", text) for row, text in enumerate(values)]
 
 
-def read_documents(path: Path, pattern: str, key: str, encoding: str | None) -> list[str]:
-    """Every document of a file or folder: ``.jsonl`` lines, ``.parquet`` rows, other files whole."""
-    docs: list[str] = []
+def read_documents(path: Path, pattern: str, key: str, encoding: str | None) -> Named:
+    """Every document of a file or folder, named: ``.jsonl`` lines, ``.parquet`` rows, other files
+    whole (a folder's files by their path inside it)."""
+    docs: Named = []
     for file in files_of(path, pattern):
         stopping.check()
+        prefix = file.relative_to(path).parent.as_posix() + "/" if path.is_dir() else ""
         if file.suffix == ".jsonl":
-            docs += read_jsonl(file, key, encoding)
+            found = read_jsonl(file, key, encoding)
         elif file.suffix == ".parquet":
-            docs += read_parquet(file, key)
+            found = read_parquet(file, key)
         else:
-            docs.append(read_text(file, encoding))
-    docs = [d for d in docs if d]
+            found = [(file.name, read_text(file, encoding))]
+        docs += [(f"{prefix}{name}".removeprefix("./"), text) for name, text in found]
+    docs = [d for d in docs if d[1]]
     if not docs:
         raise DataError(f"{path}: holds no text (every document is empty)")
     return docs
@@ -159,28 +170,59 @@ def cut_tail(docs: list[str], fraction: float) -> tuple[list[str], list[str]]:
     return head, tail
 
 
-def split(docs: list[str], valid: float | list[str], test: float | list[str]) -> dict[str, list[str]]:
-    """Training, validation and test documents: a fraction is cut from the tail (test last), a
-    list of documents is that split's own text."""
-    rest = docs
+def drawn(docs: Named) -> list[str]:
+    """The documents' text in the order of a hash of their names: a shuffle fixed by the names
+    alone, so the held-out tail of it is drawn across the whole corpus."""
+    key = {name: hashlib.blake2b(name.encode(), digest_size=8).digest() for name, _ in docs}
+    return [text for name, text in sorted(docs, key=lambda d: key[d[0]])]
+
+
+def even_share(docs: list[str], budget: int) -> list[str]:
+    """At most ``budget`` bytes of ``docs`` drawn evenly from every document: each gives the same
+    fraction of its bytes, one passage starting at a point a hash of its text picks (characters
+    kept whole). ``docs`` within the budget come back as they are."""
+    sizes = [len(d.encode()) for d in docs]
+    if sum(sizes) <= budget:
+        return docs
+    fraction, passages = budget / sum(sizes), []
+    for doc, size in zip(docs, sizes, strict=True):
+        take = int(fraction * size)
+        if take == 0:
+            continue
+        point = int.from_bytes(hashlib.blake2b(doc.encode(), digest_size=8).digest(), "big")
+        start = point % (size - take + 1)
+        passage = doc.encode()[start : start + take].decode(errors="ignore")  # cut characters dropped
+        if passage:
+            passages.append(passage)
+    return passages
+
+
+def split(docs: Named, valid: float | list[str], test: float | list[str]) -> dict[str, list[str]]:
+    """Training, validation and test documents: a fraction is cut from the tail of the documents
+    in their drawn order (:func:`drawn`; test last), a list of documents is that split's own text."""
+    rest = drawn(docs)
     if isinstance(test, float):
         rest, test = cut_tail(rest, test)
     if isinstance(valid, float):
         total = sum(len(d.encode()) for d in rest)
-        rest, valid = cut_tail(rest, valid * sum(len(d.encode()) for d in docs) / max(total, 1))
+        whole = sum(len(d.encode()) for _, d in docs)
+        rest, valid = cut_tail(rest, valid * whole / max(total, 1))
     return {"train": rest, "valid": valid, "test": test}
 
 
 def synthetic_corpus(data: SyntheticData, base: Path, valid: float, test: float) -> Corpus:
-    return Corpus(split(synthetic_documents(data), valid, test), f"synthetic(seed={data.seed})")
+    docs = [(f"synthetic/{i}", d) for i, d in enumerate(synthetic_documents(data))]
+    return Corpus(split(docs, valid, test), f"synthetic(seed={data.seed})")
 
 
 def stdlib_corpus(data: StdlibData, base: Path, valid: float, test: float) -> Corpus:
     files = stdlib_files(data)
-    docs = [d for d in (read_text(f) for f in files) if d]
-    total = sum(len(d.encode()) for d in docs)
+    root = Path(sysconfig.get_paths()["stdlib"])
+    docs = [(f.relative_to(root).as_posix(), d) for f, d in ((f, read_text(f)) for f in files) if d]
+    total = sum(len(d.encode()) for _, d in docs)
     if data.max_bytes is not None and total > data.max_bytes:
-        docs = cut_tail(docs, 1.0 - data.max_bytes / total)[0]
+        kept = cut_tail([d for _, d in docs], 1.0 - data.max_bytes / total)[0]
+        docs = [(name, text) for (name, _), text in zip(docs, kept, strict=False)]
     facts = {"python": stdlib_version(), "stdlib files": str(len(files))}
     return Corpus(split(docs, valid, test), f"the standard library's {data.pattern}", facts)
 
@@ -192,9 +234,10 @@ def file_corpus(data: FileData, base: Path, valid: float, test: float) -> Corpus
     for name in ("valid", "test"):
         given = getattr(data, f"{name}_path")
         if given is not None:
-            own[name] = read_documents(
+            found = read_documents(
                 base / Path(given).expanduser(), data.pattern, data.text_field, data.encoding
             )
+            own[name] = [text for _, text in found]
     return Corpus(split(docs, own.get("valid", valid), own.get("test", test)), str(path))
 
 

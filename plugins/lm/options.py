@@ -85,11 +85,12 @@ class LMOptions(TaskOptions):
     tokenizer: TokenizerOptions = BytesTokenizer()
     # Tokens a training window predicts (it reads window + 1: inputs and the next token of each).
     window: int = Field(256, ge=2)
-    # Held-out tail of the text (by bytes, after the training part): validation, then test.
+    # Held-out text by bytes, drawn across the documents (the tail of their order by a hash of
+    # their names; see .corpus): validation, then test.
     valid_fraction: float = Field(0.05, gt=0.0, lt=0.5)
     test_fraction: float = Field(0.05, gt=0.0, lt=0.5)
-    # Each held-out split is scored on its first eval_bytes bytes only (the same text whatever the
-    # tokenizer, so bits per byte compare across tokenizers).
+    # Each held-out split is scored on eval_bytes bytes of it, drawn evenly from all its documents
+    # (the same text whatever the tokenizer, so bits per byte compare across tokenizers).
     eval_bytes: int = Field(1 << 18, ge=64)
     # Training windows per epoch, drawn afresh each epoch; None: every window once.
     windows_per_epoch: int | None = Field(None, ge=1)

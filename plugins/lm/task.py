@@ -18,7 +18,7 @@ from ablate.tasks import Evaluation, Task, data_file_problem
 
 from . import evaluation
 from .batches import Batch, Tokens, train_batches, windows_of
-from .corpus import DATA_FILES, SPLITS, cut_tail, load_corpus
+from .corpus import DATA_FILES, SPLITS, even_share, load_corpus
 from .model import LMModel, padded_layout
 from .options import LMOptions, LossOptions
 from .vocab import make_tokenizer
@@ -44,6 +44,9 @@ class LMTask(Task):
 
     Options = LMOptions
     LossOptions = LossOptions
+    # 2: held-out documents drawn across the corpus by a hash of their names, and the evaluation
+    # budget taken evenly from each (1: the tail of the name order, scored from its start).
+    version = 2
 
     options: LMOptions
 
@@ -76,10 +79,9 @@ class LMTask(Task):
         splits, sizes = {}, {}
         for name in SPLITS:
             docs = corpus.splits[name]
+            if name != "train":
+                docs = even_share(docs, opts.eval_bytes)  # the budget drawn from every held-out document
             total = sum(len(d.encode()) for d in docs)
-            if name != "train" and total > opts.eval_bytes:
-                docs = cut_tail(docs, 1.0 - opts.eval_bytes / total)[0]
-                total = sum(len(d.encode()) for d in docs)
             splits[name], sizes[name] = windows_of(tokenizer.encode(docs), opts.window), total
         train = splits["train"]
         if train.predictions < opts.window:

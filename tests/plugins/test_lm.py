@@ -31,6 +31,7 @@ from ablate_plugins.lm import (
     make_tokenizer,
     windows_of,
 )
+from ablate_plugins.lm.corpus import even_share
 from ablate_plugins.lm.options import BPETokenizer, BytesTokenizer, FileData, FileTokenizer
 
 TEXT = "Héllo wörld, the cat sat on the mat. 日本語のテキスト.\n" * 6
@@ -74,8 +75,52 @@ def test_jsonl_and_parquet_documents_and_separate_held_out_files(tmp_path):
     assert len(jsonl.splits["train"]) + len(jsonl.splits["valid"]) + len(jsonl.splits["test"]) >= 6
     own = FileData(path="b.parquet", text_field="body", valid_path="v.txt", test_path="t.txt")
     corpus = load_corpus(own, tmp_path, 0.1, 0.1)
-    assert corpus.splits["train"] == [r["text"] for r in rows]  # nothing cut off: the held-out text is given
+    # nothing cut off: the held-out text is given (the documents in their drawn order)
+    assert sorted(corpus.splits["train"]) == sorted(r["text"] for r in rows)
     assert corpus.splits["test"] == ["held out test text\n" * 4]
+
+
+def test_held_out_documents_are_drawn_across_the_corpus_by_a_hash_of_their_names(tmp_path):
+    """Not the tail of the name order: the held-out files are the tail of the order of their names'
+    hashes, the same on every read; the evaluation budget comes from every held-out document."""
+    import hashlib
+
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    texts = {f"{i:02d}.txt": f"document {i:02d}: " + "words of text " * 40 + "\n" for i in range(20)}
+    for name, text in texts.items():
+        (folder / name).write_text(text)
+    corpus = load_corpus(FileData(path="texts"), tmp_path, 0.1, 0.1)
+    by_hash = sorted(texts, key=lambda n: hashlib.blake2b(n.encode(), digest_size=8).digest())
+    size = len(texts["00.txt"].encode())  # every document has the same size: two whole ones a split
+    assert corpus.splits["test"] == [texts[n] for n in by_hash[-2:]]
+    assert corpus.splits["valid"] == [texts[n] for n in by_hash[-4:-2]]
+    assert sorted(corpus.splits["train"]) == sorted(texts[n] for n in by_hash[:-4])
+    assert by_hash[-4:] != sorted(texts)[-4:] and 20 * size * 0.1 == 2 * size
+    assert load_corpus(FileData(path="texts"), tmp_path, 0.1, 0.1).splits == corpus.splits
+    # The budget: each of the 2 test documents gives a quarter of its bytes, one passage of it.
+    data = task(
+        tmp_path,
+        data={"path": "texts"},
+        window=16,
+        valid_fraction=0.1,
+        test_fraction=0.1,
+        eval_bytes=size // 2,
+    ).load()
+    assert data.splits["test"].documents == 2 and data.bytes["test"] == 2 * (size // 4)
+    test_text = bytes(data.splits["test"].ids[data.splits["test"].nbytes > 0].tolist()).decode()
+    for name in by_hash[-2:]:  # a passage of each test document
+        assert any(texts[name][k : k + 20] in test_text for k in range(0, size - 20))
+
+
+def test_even_share_takes_the_same_fraction_of_every_document():
+    docs = ["a" * 1000, "b" * 300, "c" * 100, "日本語" * 40]  # 1,760 bytes
+    share = even_share(docs, 440)
+    assert [s[0] for s in share[:3]] == ["a", "b", "c"]
+    assert [len(s) for s in share[:3]] == [250, 75, 25]  # a quarter of each
+    assert 87 <= len(share[3].encode()) <= 90 and len(share[3].encode()) % 3 == 0  # whole characters
+    assert share[3] in "日本語" * 40 and even_share(docs[:2], 5000) == docs[:2]
+    assert even_share(docs, 440) == share  # the same passages every time
 
 
 @pytest.mark.parametrize(
