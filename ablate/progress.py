@@ -6,6 +6,7 @@ store instead of a trial loop of its own (:class:`StoreWatch`)."""
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from pathlib import Path
 from statistics import mean
 
@@ -59,6 +60,7 @@ class TrialLog:
         self.total = self.done = 0
         self.walls: list[float] = []  # of the trials trained while watching
         self.copied_walls: list[float] = []  # of trials copied (--reuse): the donors', until one is trained
+        self.last_line = time.monotonic()  # when this log last said something
 
     def plan(self, total: int, done: int) -> None:
         self.total, self.done = total, done
@@ -78,22 +80,22 @@ class TrialLog:
         (self.copied_walls if copied else self.walls).append(wall)
         eta = self._show(eta)
         value = summary.get(f"test.{self.metric}")
-        self._say(trial_line(self.done, self.total, what, self.metric, value, wall, eta))
+        self.say(trial_line(self.done, self.total, what, self.metric, value, wall, eta))
 
     def failed(self, what: str, reason: str, eta: float | None = None) -> None:
         self.done += 1
         eta = self._show(eta)
         left = max(self.total - self.done, 0)
         later = f"  ETA {duration(eta)}" if eta is not None and left else ""
-        self._say(f"trial {self.done}/{self.total} failed: {what}: {reason}  {left} left{later}")
+        self.say(f"trial {self.done}/{self.total} failed: {what}: {reason}  {left} left{later}")
 
     def searched(self, what: str, summary: dict[str, float], wall: float | None = None) -> None:
         value = summary.get(f"valid.{self.metric}")
         shown = f"  valid {self.metric} {value:.4f}" if value is not None else ""
-        self._say(f"search trial done: {what}{shown}{f'  wall {wall:.1f} s' if wall else ''}")
+        self.say(f"search trial done: {what}{shown}{f'  wall {wall:.1f} s' if wall else ''}")
 
     def search_failed(self, what: str, reason: str) -> None:
-        self._say(f"search trial failed: {what}: {reason}")
+        self.say(f"search trial failed: {what}: {reason}")
 
     def _show(self, eta: float | None) -> float | None:
         """Advance the bar and show the ETA (the given one, else mean wall time × trials left)."""
@@ -103,9 +105,10 @@ class TrialLog:
         self.bars.update(self.task, completed=self.done, eta=shown)
         return eta
 
-    def _say(self, line: str) -> None:
+    def say(self, line: str) -> None:
         if not self.quiet:
             say(line)
+            self.last_line = time.monotonic()
 
 
 class BarReporter(Reporter):
@@ -176,10 +179,14 @@ class BarReporter(Reporter):
 
 class StoreWatch:
     """The parent of ``ablate run --workers N``: its trial bar and lines follow the shared store
-    (each poll reads it once more), since the trials train in the worker processes."""
+    (each poll reads it once more), since the trials train in the worker processes. In a log, a
+    heartbeat line per running trial (its last finished epoch, as the worker reported it to the
+    store) once :data:`HEARTBEAT_S` has passed without a line."""
 
     def __init__(self, study: Study, stores: Stores, bars: Progress, quiet: bool, workers: int):
         self.study, self.stores = study, stores
+        self.heartbeat = not quiet and bars.disable
+        self.running: list[optuna.trial.FrozenTrial] = []  # final trials in flight, as last read
         self.possible = {(v, s) for v in study.variants for s in study.spec.seed_list}
         self.storage = stores.storage()  # one handle: a journal is then read incrementally, not replayed
         self.log = TrialLog(study, bars, quiet, label=f"trials ({workers} workers)")
@@ -208,22 +215,61 @@ class StoreWatch:
                 self.log.searched(f"{variant} · {r.searched}/{r.search_budget} search trials", {})
                 self.searched[variant] = r.searched
         self._plan(rows)
+        self._beat()
+
+    def _beat(self) -> None:
+        """Heartbeat lines, in a log, once :data:`HEARTBEAT_S` has passed since the last line."""
+        now = time.monotonic()
+        if not self.heartbeat or now - self.log.last_line < HEARTBEAT_S:
+            return
+        epochs, metric = self.study.spec.train.epochs, self.log.metric
+        lines = [
+            f"running {variant} · seed {seed}: {_where(t, epochs, metric)}"
+            for t in self.running
+            for variant, seed in [key_of(t)]
+        ]
+        if not lines and self.log.done >= self.log.total:
+            return  # all done: the trial lines said so
+        done = f"{self.log.done}/{self.log.total} trials done"
+        for line in lines or [f"waiting: {done}, no final trial in flight (workers starting or searching)"]:
+            self.log.say(line)
 
     def _plan(self, rows) -> None:
         total = sum(r.planned for r in rows.values())  # a sequential design's total grows with its looks
         self.log.plan(total, sum(r.done + r.failed for r in rows.values()))
 
     def _complete(self) -> dict[tuple, optuna.trial.FrozenTrial]:
-        """(variant, seed) → its complete final trial."""
+        """(variant, seed) → its complete final trial; the final trials running (live) kept in
+        ``running``."""
         names = {s.study_name for s in optuna.get_all_study_summaries(self.storage)}
         if self.study.name not in names:
             return {}
         queue = optuna.load_study(study_name=self.study.name, storage=self.storage)
-        return {
-            key_of(t): t
-            for t in queue.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        trials = [
+            t
+            for t in queue.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
             if key_of(t) in self.possible
-        }
+        ]
+        self.running = sorted(
+            (t for t in trials if t.state == TrialState.RUNNING and self.stores.is_live(t)),
+            key=lambda t: t.number,
+        )
+        return {key_of(t): t for t in trials if t.state == TrialState.COMPLETE}
+
+
+def _where(trial: optuna.trial.FrozenTrial, epochs: int, metric: str) -> str:
+    """How far a running trial is: its last reported epoch (and validation value), and for how long
+    it has trained."""
+    reported = trial.intermediate_values
+    last = max(reported, default=None)
+    where = (
+        f"in epoch 1/{epochs}"
+        if last is None
+        else f"epoch {last}/{epochs} done, valid {metric} {reported[last]:.4f}"
+    )
+    if trial.datetime_start is None:
+        return where
+    return f"{where} ({duration((datetime.now() - trial.datetime_start).total_seconds())} into the trial)"
 
 
 def status_report(study: Study, stores: Stores) -> tuple[Table, list[str]]:
