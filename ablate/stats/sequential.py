@@ -9,7 +9,8 @@ Error rates: a group-sequential design per comparison, planned to the maximum of
 Its boundaries come from the joint distribution of the looks (:mod:`.boundaries`): Lan–DeMets
 α-spending, ``f(t)`` of the look's seeds over ``max`` (O'Brien–Fleming-type
 ``2 − 2Φ(z_{1−α/2}/√t)`` per side by default, or Pocock-type ``α·ln(1 + (e−1)·t)``), and a
-look reads its paired t-test at the boundary's nominal level. Better / worse: two-sided
+look reads its paired t-test at a nominal level set so that the looks' t-tests together spend α as
+planned (at 2 degrees of freedom the normal boundaries' levels overshoot). Better / worse: two-sided
 boundaries at the comparison's share of α; equivalent: each of the two one-sided tests (TOST)
 against one-sided boundaries at its equivalence share, so a difference at the margin is called
 equivalent at some look with chance at most that share. Across the variants the shares come
@@ -99,12 +100,12 @@ class SequentialSeeds(Strict):
         return [b - a for a, b in zip([0.0, *spent[:-1]], spent, strict=True)]
 
     def nominal(self, level: float, sides: int = 2) -> list[float]:
-        """Each look's nominal level of the design at overall ``level`` (two-sided, or one-sided
-        for each of the two one-sided equivalence tests): from its boundaries (:mod:`.boundaries`)."""
-        from .boundaries import nominal_levels
+        """Each look's nominal level for its paired t-test, of the design at overall ``level``
+        (two-sided, or one-sided for each of the two one-sided equivalence tests): the t-tests of
+        the looks together spend the design's α (:func:`.boundaries.t_nominal_levels`)."""
+        from .boundaries import t_nominal_levels
 
-        info = tuple(float(n) for n in self.looks())
-        return list(nominal_levels(info, self.spending, float(level), sides))
+        return list(t_nominal_levels(tuple(self.looks()), self.spending, float(level), sides))
 
     def describe(self) -> str:
         """One line for ``validate``, ``status`` and the report."""
