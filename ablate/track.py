@@ -47,6 +47,7 @@ for _name in ("mlflow", "alembic"):
 ROLE = "ablate.role"
 PARENT = "mlflow.parentRunId"
 UNITS_ARTIFACT = "units/test.csv"
+TRAINED_WITH = "trained_with.json"  # a trial run's settings as its fingerprint hashes them (JSON)
 STUDY_ARTIFACT = "study.resolved.yaml"  # the validated study, overrides applied
 REPORT_FOLDER = "report"  # where the parent run keeps the written report
 REPORT_FILES = ("md", "html", "csv", "comparisons", "tex")  # of write_report's paths

@@ -17,6 +17,7 @@ from tiny_study import tiny_spec
 
 import ablate
 from ablate.drive import Stores, progress
+from ablate.drive.ledger import fingerprint_of
 from ablate.drive.reuse import TRIAL_SUFFIX
 from ablate.results import load_results
 from ablate.study import load_study
@@ -144,6 +145,9 @@ def test_trial_files_outlive_the_store(donor, write_study, cli, tmp_path, monkey
     kept = [tuple(f.split("-")[:2]) for f in files]
     assert kept == [("base", "seed0"), ("base", "seed1"), ("mlp", "seed0"), ("mlp", "seed1")]
     written = {p.name: p.read_bytes() for p in (tmp_path / "kept").iterdir()}
+    for content in written.values():  # each record keeps the settings its fingerprint hashes
+        record = json.loads(gzip.decompress(content))
+        assert fingerprint_of(record["trained_with"]) == record["fingerprint"]
     code, _, err = cli("report", donor_study, "--trials", tmp_path / "kept")  # again: the same bytes
     assert code == 0 and written == {p.name: p.read_bytes() for p in (tmp_path / "kept").iterdir()}, err
     shutil.rmtree(donor_dir)
@@ -186,6 +190,36 @@ def test_trial_files_outlive_the_store(donor, write_study, cli, tmp_path, monkey
         record = json.load(handle)
     assert record["study"] == "taker" and record["trained_in"].startswith("donor in ")
     assert record["trained_in"].endswith(f"run {before[('base', 0)]['run_id']}")
+
+
+def test_a_record_whose_settings_were_altered_is_trained_instead(donor, write_study, cli, tmp_path):
+    """A trial file whose settings were edited under the fingerprint its name keeps (base seed 0:
+    two heads) and a store's trial run whose kept settings were edited (mlp seed 0: another width)
+    are refused in one line each, the search going on to the next place: base is copied from the
+    store, where it is intact, and mlp, found nowhere else, is trained."""
+    donor_dir, donor = donor
+    code, _, err = cli("report", tmp_path / "donor.yaml", "--trials", tmp_path / "kept")
+    assert code == 0, err
+    (path,) = (tmp_path / "kept").glob(f"base-seed0-*{TRIAL_SUFFIX}")
+    record = json.loads(gzip.decompress(path.read_bytes()))
+    record["trained_with"]["model"]["attention"][0]["options"]["heads"] = 2
+    path.write_bytes(gzip.compress(json.dumps(record).encode()))
+    next((tmp_path / "kept").glob(f"mlp-seed0-*{TRIAL_SUFFIX}")).unlink()
+    runs = donor.results.set_index(["variant", "seed"])["run_id"]
+    (kept,) = (donor_dir / "artifacts").rglob(f"{runs[('mlp', 0)]}/artifacts/trained_with.json")
+    kept.write_text(kept.read_text().replace('"dim": 16', '"dim": 24'))
+
+    taker = write_study({"name": "taker", "report": FAST_REPORT, "seeds": [0]}, name="taker.yaml")
+    code, _, err = cli("run", taker, "--quiet", "--reuse", tmp_path / "kept", "--reuse", donor_dir)
+    assert code == 0, err
+    warned = [line for line in err.splitlines() if line.startswith("warning: not reused")]
+    assert len(warned) == 2 and all("its own settings hash to " in line for line in warned), err
+    assert "(model.attention.0.options.heads 2 there, 1 here)" in warned[0]
+    assert "(model.dim 24 there, 16 here)" in warned[1]
+    assert all(line.endswith("; training it instead") for line in warned)
+    got = load_results(f"sqlite:///{tmp_path / 'runs/taker/mlflow.db'}", "taker").results.set_index("variant")
+    assert got.loc["base", "reused_from"].endswith(f"run {runs[('base', 0)]}")  # from the store
+    assert pd.isna(got.loc["mlp", "reused_from"])  # trained
 
 
 def test_a_trials_folder_that_cannot_be_written_is_one_line(donor, cli, tmp_path):

@@ -365,8 +365,7 @@ class Driver:
             tags[f"ablate.{DATA_DIGEST}"] = self.data_digest
         run_id = self.execution.start_run(job, cfg, tags, cfg.params)
         trial.set_user_attr("mlflow_run_id", run_id)
-        wanted = fingerprints(cfg.study, job.variant)
-        donor = self.donors.find(wanted, job.seed, self.data_digest) if self.donors else None
+        donor = self.donors.find_for(cfg.study, job.variant, job.seed, self.data_digest)
         outcome = donor.copy_into(self.tracker, run_id, self._parameters(cfg, job.variant)) if donor else None
         reused = outcome is not None
         if reused:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import math
 import os
 import shutil
@@ -32,9 +33,9 @@ from ..preflight import preflight
 from ..registry import COMPONENT_SLOTS
 from ..study import Study, Variant
 from ..tasks import TrialReporter
-from ..track import Tracker
+from ..track import TRAINED_WITH, Tracker
 from ..train import Checkpoint, TrialFailed, TrialResult, resolve_device, seed_everything, train_trial
-from .ledger import INTERRUPTED, fingerprint, fingerprints
+from .ledger import INTERRUPTED, fingerprint_of, fingerprints, trained_with
 
 if TYPE_CHECKING:  # pragma: no cover
     from .driver import Reporter
@@ -178,13 +179,14 @@ class Execution:
         index, value = job.index
         self.tracker.close_unfinished(job.variant, value, role=job.role, key=index)
         self.tracker.open_study(self.parent)  # a resumed study's run is RUNNING again
+        settings = trained_with(cfg.study, job.variant)  # kept with the run: a reuse checks its fingerprint
         tags = {
             "variant": job.variant,
             "seed": str(job.seed),
             "differs": cfg.variant.differs_from(base),
             "device": self.device.type,
             "ablate.worker": self.worker_id,
-            "ablate.fingerprint": fingerprint(cfg.study, job.variant),
+            "ablate.fingerprint": fingerprint_of(settings),
             **extra_tags,
             **{f"component.{s}": label for s, label in cfg.variant.components().items()},
         }
@@ -199,7 +201,9 @@ class Execution:
             **{f"search.{k}": v for k, v in params.items()},
             **(cfg.matched.record() if cfg.matched else {}),
         }
-        return self.tracker.start_trial(self.parent, job.stem("/"), tags, run_params, role=job.role)
+        run_id = self.tracker.start_trial(self.parent, job.stem("/"), tags, run_params, role=job.role)
+        self.tracker.attach_text(run_id, json.dumps(settings, sort_keys=True, default=str), TRAINED_WITH)
+        return run_id
 
     def checkpoint(self, job: Job, study: Study) -> Checkpoint:
         """Where the trial keeps its mid-training state, signed with what it trains."""

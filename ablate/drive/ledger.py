@@ -104,7 +104,7 @@ def fingerprint(study: Study, variant: str) -> str:
     model spelt three ways is one fingerprint, and a changed default or a kind's new
     ``version`` is another. Adding a variant or a seed keeps existing trials valid; changing
     what they were trained with does not."""
-    return _digest(trained_with(study, variant))
+    return fingerprint_of(trained_with(study, variant))
 
 
 def trained_with(study: Study, variant: str) -> dict[str, Any]:
@@ -167,7 +167,7 @@ def legacy_fingerprint(study: Study, variant: str) -> str:
         "task": task,
         "metrics": study.metrics,
     }
-    return _digest(content)
+    return fingerprint_of(content)
 
 
 # The version every kind had when legacy fingerprints were made (before kinds had versions).
@@ -197,10 +197,12 @@ def search_fingerprint(study: Study, variant: str) -> str:
 def search_fingerprints(study: Study, variant: str) -> tuple[str, ...]:
     """:func:`fingerprints` for a search trial: what its variant trains with, and the search."""
     search = {"search": study.spec.search.model_dump(), "match": study.spec.match_params}
-    return tuple(dict.fromkeys(_digest({"base": base, **search}) for base in fingerprints(study, variant)))
+    bases = fingerprints(study, variant)
+    return tuple(dict.fromkeys(fingerprint_of({"base": base, **search}) for base in bases))
 
 
-def _digest(content: dict[str, Any]) -> str:
+def fingerprint_of(content: dict[str, Any]) -> str:
+    """The fingerprint of settings as :func:`trained_with` gives them (or a trial record keeps them)."""
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

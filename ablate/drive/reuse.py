@@ -9,6 +9,13 @@ trial file (:data:`TRIAL_SUFFIX`) written from one; its curves, best-epoch metri
 results, costs and provenance are copied into this study's run, tagged :data:`REUSED_TAG` with
 where they came from. Search trials are never reused.
 
+A donor is checked before anything of it is copied: the fingerprint and seed its record holds
+against the name it was found by, its numbers for being finite, and — a record made since trial
+runs keep them (:data:`~ablate.track.TRAINED_WITH`) — the fingerprint recomputed from the settings it
+was trained with against that name and this study's trial; an older record without them, its
+parameter count against this trial's model. A donor that fails one is refused in one line and the
+trial trained.
+
 Trial files are what keeps finished trials when the machine holding the store is lost: gzipped
 JSON, one per trial, small enough to commit beside the report.
 """
@@ -19,12 +26,13 @@ import gzip
 import json
 import math
 import re
+import tempfile
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -33,14 +41,21 @@ from ..track import (
     PROVENANCE_TAGS,
     REUSED_TAG,
     ROLE,
+    TRAINED_WITH,
     Tracker,
     default_uri,
+    flat_params,
     open_client,
     read_units,
     tracking_problem,
     trial_metrics,
 )
 from ..train import TrialResult
+from .ledger import fingerprint_of, trained_with
+from .ledger import fingerprints as fingerprints_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..study import Study
 
 # A donor's tags that say how its numbers were made (code, resumption, batch size), carried over.
 CARRIED_TAGS = (*PROVENANCE_TAGS, "ablate.oom_retry", "ablate.resumed_from_epoch", "ablate.data_digest")
@@ -65,6 +80,28 @@ class Donor(ABC):
     @abstractmethod
     def data_digest(self) -> str | None:
         """The digest of the data it was trained on; None where it was not recorded."""
+
+    @abstractmethod
+    def settings(self) -> dict[str, Any] | None:
+        """What it was trained with, as its record keeps it (:func:`~.ledger.trained_with`); None
+        for a record made before records kept it."""
+
+    def settings_problem(
+        self, filed_as: str, wanted: Sequence[str], ours: dict[str, Any] | None
+    ) -> str | None:
+        """Why its own settings say it is not the trial it is filed as (``filed_as``: the fingerprint
+        its name or tag gives, one of ``wanted``, this study's trial's), or None; where they differ
+        from this study's (``ours``) the first difference is named."""
+        own = self.settings()
+        if own is None:  # an older record: its name, seed, parameter count and numbers are checked
+            return None
+        if not isinstance(own, dict):
+            return f"its settings are a {type(own).__name__}, not a mapping"
+        recomputed = fingerprint_of(own)
+        if recomputed == filed_as and recomputed in wanted:
+            return None
+        where = f" ({_difference(own, ours)})" if ours is not None else ""
+        return f"its own settings hash to {recomputed}, not {filed_as} it is filed as{where}"
 
     def copy_into(self, tracker: Tracker, run_id: str, parameters: int | None = None) -> TrialResult | None:
         """Log the donor's per-epoch curves and carried tags into ``run_id``; return its result (its
@@ -108,6 +145,13 @@ class StoredTrial(Donor):
     def data_digest(self) -> str | None:
         return self.run.data.tags.get("ablate.data_digest")
 
+    def settings(self) -> dict[str, Any] | None:
+        run_id = self.run.info.run_id
+        if not any(item.path == TRAINED_WITH for item in self.client.list_artifacts(run_id)):
+            return None
+        with tempfile.TemporaryDirectory() as tmp:
+            return json.loads(Path(self.client.download_artifacts(run_id, TRAINED_WITH, tmp)).read_text())
+
     def read(self) -> tuple[TrialResult, dict[str, str]]:
         final, curves = trial_metrics(self.client, self.run)
         run_id = self.run.info.run_id
@@ -145,6 +189,9 @@ class StoredTrial(Donor):
             "curves": result.curves,
             "per_unit": result.per_unit.to_dict(orient="split", index=False),
         }
+        settings = self.settings()
+        if settings is not None:  # what the fingerprint hashes: a reuse recomputes it
+            record["trained_with"] = settings
         folder.mkdir(parents=True, exist_ok=True)
         # Python's float repr: every value reads back exactly. No time stamp in the gzip header:
         # writing an unchanged trial again gives the same bytes (a clean git diff).
@@ -167,6 +214,9 @@ class FiledTrial(Donor):
     @property
     def data_digest(self) -> str | None:
         return self.record.get("tags", {}).get("ablate.data_digest")
+
+    def settings(self) -> dict[str, Any] | None:
+        return self.record.get("trained_with")
 
     def read(self) -> tuple[TrialResult, dict[str, str]]:
         split = self.record["per_unit"]
@@ -209,37 +259,42 @@ class Donors:
     def __bool__(self) -> bool:
         return bool(self.sources)
 
-    def find(self, fingerprints: Sequence[str], seed: int, data_digest: str | None = None) -> Donor | None:
+    def find_for(self, study: Study, variant: str, seed: int, data_digest: str | None = None) -> Donor | None:
+        """:meth:`find` for a final trial of ``variant`` in ``study`` (its fingerprints and settings)."""
+        if not self.sources:
+            return None
+        return self.find(fingerprints_of(study, variant), seed, data_digest, trained_with(study, variant))
+
+    def find(
+        self,
+        fingerprints: Sequence[str],
+        seed: int,
+        data_digest: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> Donor | None:
         """The first finished trial with one of these fingerprints (the trial's current one first,
         then those older stores and trial files carry: :func:`~.ledger.fingerprints`) and this
-        seed, trained on these data (``data_digest``; a donor recorded before digests were is
-        taken as trained on them), or None."""
+        seed that passes the checks (:meth:`_refusal`; ``settings``: this trial's, to name how a
+        refused one differs), or None. A candidate refused is named in one line; the search goes on."""
         for source in self.sources:
             try:
-                found = self._first_in(source, fingerprints, seed)
+                for fingerprint in fingerprints:
+                    for found in self._candidates(source, fingerprint, seed):
+                        problem = _refusal(found, fingerprint, fingerprints, data_digest, settings)
+                        if problem is None:
+                            return found
+                        warn(f"not reused ({found.source}): {problem}")
             except Exception as exc:  # noqa: BLE001 - a place gone unreadable costs a training, not the study
                 warn(f"--reuse {source} not searched: {first_line(exc)}")
-                continue
-            other = found.data_digest if found is not None else None
-            if other is not None and data_digest is not None and other != data_digest:
-                warn(f"not reused ({found.source}): trained on other data ({other}, these are {data_digest})")
-                continue
-            if found is not None:
-                return found
         return None
 
-    def _first_in(self, source: str, fingerprints: Sequence[str], seed: int) -> Donor | None:
-        for fingerprint in fingerprints:
-            found = (
-                self._in_store(source, fingerprint, seed)
-                if "://" in source
-                else self._in_folder(Path(source), fingerprint, seed)
-            )
-            if found is not None:
-                return found
-        return None
+    def _candidates(self, source: str, fingerprint: str, seed: int) -> Iterator[Donor]:
+        if "://" in source:
+            yield from self._in_store(source, fingerprint, seed)
+        else:
+            yield from self._in_folder(Path(source), fingerprint, seed)
 
-    def _in_store(self, uri: str, fingerprint: str, seed: int) -> Donor | None:
+    def _in_store(self, uri: str, fingerprint: str, seed: int) -> list[Donor]:
         client = self._clients.setdefault(uri, open_client(uri))
         names = {e.experiment_id: e.name for e in client.search_experiments()}
         wanted = (
@@ -247,12 +302,12 @@ class Donors:
             f" and tags.`{ROLE}` = 'trial' and attributes.status = 'FINISHED'"
         )
         runs = names and client.search_runs(
-            list(names), filter_string=wanted, max_results=1, order_by=["attributes.start_time ASC"]
+            list(names), filter_string=wanted, max_results=10, order_by=["attributes.start_time ASC"]
         )
-        return StoredTrial(client, uri, names[runs[0].info.experiment_id], runs[0]) if runs else None
+        return [StoredTrial(client, uri, names[run.info.experiment_id], run) for run in runs or ()]
 
     @staticmethod
-    def _in_folder(folder: Path, fingerprint: str, seed: int) -> Donor | None:
+    def _in_folder(folder: Path, fingerprint: str, seed: int) -> Iterator[Donor]:
         for path in sorted(folder.glob(f"*{_file_tail(seed, fingerprint)}")):
             with gzip.open(path, "rt", encoding="utf-8") as handle:
                 record = json.load(handle)
@@ -267,8 +322,39 @@ class Donors:
                     f"{fingerprint} seed {seed} (renamed or altered)"
                 )
                 continue
-            return FiledTrial(path, record)
-        return None
+            yield FiledTrial(path, record)
+
+
+def _refusal(
+    donor: Donor,
+    filed_as: str,
+    wanted: Sequence[str],
+    data_digest: str | None,
+    settings: dict[str, Any] | None,
+) -> str | None:
+    """Why ``donor``, found under fingerprint ``filed_as`` (one of this trial's, ``wanted``), is not
+    this trial's to copy, or None: trained on other data (``data_digest``; a donor recorded before
+    digests were is taken as trained on these), or settings of its own that hash to another
+    fingerprint (:meth:`Donor.settings_problem`). Its numbers are checked as it is read."""
+    other = donor.data_digest
+    if other is not None and data_digest is not None and other != data_digest:
+        return f"trained on other data ({other}, these are {data_digest})"
+    try:
+        problem = donor.settings_problem(filed_as, wanted, settings)
+    except Exception as exc:  # noqa: BLE001 - a damaged record costs a training, never the study
+        problem = f"its settings cannot be read: {first_line(exc)}"
+    return None if problem is None else f"{problem}; training it instead"
+
+
+def _difference(own: dict[str, Any], ours: dict[str, Any]) -> str:
+    """The first setting where a donor's own settings differ from this trial's, and how many more."""
+    mine, theirs = flat_params(own), flat_params(ours)
+    keys = [k for k in sorted(mine.keys() | theirs.keys()) if mine.get(k) != theirs.get(k)]
+    if not keys:
+        return "the same settings as this trial's"
+    first = keys[0]
+    more = f", and {len(keys) - 1} more" if len(keys) > 1 else ""
+    return f"{first} {mine.get(first, 'unset')} there, {theirs.get(first, 'unset')} here{more}"
 
 
 def write_trials(tracking_uri: str, experiment: str, folder: Path) -> tuple[list[Path], int]:
