@@ -59,8 +59,10 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
     seen: dict[tuple[str, int], int] = {}
     for run in runs:
         tags = run.data.tags
-        # The best state's validation metrics, test metrics and costs; the curves of valid.* and train.loss.
-        metrics, trial_curves = trial_metrics(tracker.client, run, ("valid.", "train.loss") if curves else ())
+        # The best state's validation metrics, test metrics and costs; the curves of valid.*, train.loss
+        # and the gradient norms.
+        keys = ("valid.", "train.loss", "train.grad_norm") if curves else ()
+        metrics, trial_curves = trial_metrics(tracker.client, run, keys)
         variant, seed = tags.get("variant"), int(tags.get("seed", -1))
         row = {
             "variant": variant,

@@ -230,6 +230,7 @@ class Trainer:
         self.scheduler = LR_SCHEDULES[self.train.lr_schedule](self.optimizer, self.train.epochs)
         self.autocast = training_autocast(self.train.precision, device)
         self.tokens = 0  # real tokens stepped on, for the tokens/s cost column
+        self.grad_norm: Tensor | None = None  # the last step's gradient norm before clipping
 
     @classmethod
     def start(cls, study: Study, variant: Variant, seed: int, data: Any, device: torch.device) -> Trainer:
@@ -256,8 +257,12 @@ class Trainer:
         )
         if not torch.isfinite(loss):
             return loss
+        # The gradients' total L2 norm before clipping (clipping computes it; else one reduction).
         if self.train.grad_clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train.grad_clip)
+            self.grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train.grad_clip)
+        else:
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            self.grad_norm = torch.nn.utils.get_total_norm(grads) if grads else None
         self.optimizer.step()
         self.tokens += self.study.task.batch_tokens(batch)
         return loss
@@ -317,6 +322,14 @@ class Progress:
         return cls(**{f.name: state[f.name] for f in fields(cls) if f.name in state})
 
 
+def grad_norm_curves(norms: list[Tensor]) -> dict[str, float]:
+    """An epoch's gradient norms before clipping as curve points: their mean and their maximum."""
+    if not norms:
+        return {}
+    stacked = torch.stack(norms)
+    return {"train.grad_norm": float(stacked.mean()), "train.grad_norm_max": float(stacked.max())}
+
+
 def _patience(train: Any, stage: int) -> int:
     """Evaluations without improvement that end training stage ``stage``."""
     second = train.second_stage
@@ -368,12 +381,14 @@ def train_trial(
     with PeakMemory(device) as memory:
         for epoch in range(progress.epoch + 1, train.epochs + 1):
             model.train()
-            t0, losses, lr = time.perf_counter(), [], trainer.lr
+            t0, losses, norms, lr = time.perf_counter(), [], [], trainer.lr
             for batch in trainer.batches(data):
                 loss = trainer.step(batch)
                 if not torch.isfinite(loss):
                     raise TrialFailed(f"loss became {loss.item()} at epoch {epoch}")
                 losses.append(loss)
+                if trainer.grad_norm is not None:
+                    norms.append(trainer.grad_norm.detach().float())
                 stopping.check()  # SIGTERM / Ctrl-C stop here, between steps
                 if on_step:
                     on_step()
@@ -381,6 +396,7 @@ def train_trial(
             progress.epoch = epoch
             task.on_epoch_end(model, epoch)
             logged = {"train.loss": float(torch.stack(losses).mean())} if losses else {}
+            logged.update(grad_norm_curves(norms))
             if trainer.scheduler is not None:
                 logged["train.lr"] = lr
             if train.second_stage is not None:

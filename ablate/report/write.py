@@ -28,6 +28,7 @@ from .convergence import NotConverged, not_converged, warning_lines
 from .document import Element, to_html, to_markdown
 from .factorial import factorial_elements
 from .figures import cd_figure, cost_figure, cost_time, curves_figure, pairwise_figure, strip_figure
+from .gradnorms import CAPTION, grad_norm_elements, grad_norm_figure
 from .methods import calibration, methods_elements
 from .overview import overview_latex, overview_legend, overview_rows
 from .sequential import sequential_elements
@@ -327,6 +328,8 @@ def render(
             f"Validation {settings.primary} (and training loss, when logged) "
             "per epoch: mean over seeds, band ± 1 sd.",
         )
+    elements += grad_norm_elements(curves, names)  # [] when no gradient norms were logged
+    figure("grad_norms", grad_norm_figure(curves, names, fig_dir / "grad_norms.png"), CAPTION)
 
     has_curves = curve_path is not None
     tested_pairs = int(pairs["p"].notna().sum())
