@@ -14,9 +14,9 @@ from torch import Tensor, nn
 from ablate.components import BuildContext
 from ablate.errors import DataError
 from ablate.jagged import Jagged
-from ablate.tasks import Evaluation, Task, data_file_problem
+from ablate.tasks import Baseline, Evaluation, Task, data_file_problem
 
-from . import evaluation
+from . import baselines, evaluation
 from .batches import Batch, Tokens, train_batches, windows_of
 from .corpus import DATA_FILES, SPLITS, even_share, load_corpus
 from .model import LMModel, padded_layout
@@ -36,6 +36,7 @@ class LMData:
     source: str
     bytes: dict[str, int]  # text bytes per split (held-out: the evaluation budget)
     facts: dict[str, str] = field(default_factory=dict)
+    bos: int = 256  # the document-start id (never a target)
 
 
 class LMTask(Task):
@@ -96,7 +97,9 @@ class LMTask(Task):
                     f"{corpus.source}: the {SPLIT_NAMES[name]} split holds no text to score; raise "
                     f"task.{name}_fraction or give data.{name}_path"
                 )
-        data = LMData(splits, tokenizer.vocab_size, tokenizer.kind, corpus.source, sizes, corpus.facts)
+        data = LMData(
+            splits, tokenizer.vocab_size, tokenizer.kind, corpus.source, sizes, corpus.facts, tokenizer.bos
+        )
         log.info("lm data: %s", self.data_summary(data))
         return data
 
@@ -111,6 +114,21 @@ class LMTask(Task):
         per_token = data.bytes["train"] / max(data.splits["train"].predictions, 1)
         summary["bytes per token (train)"] = round(per_token, 3)
         return summary
+
+    def baselines(self, data: LMData, metrics: list[str]) -> list[Baseline]:
+        return baselines.trivial(
+            data.splits["train"], data.splits["test"], data.vocab_size, data.bos, metrics
+        )
+
+    def protocol(self, metrics: list[str]) -> str:
+        return (
+            "Validation and test text are drawn across the documents (the tail of their order by a hash of "
+            f"their names: {self.options.valid_fraction:.0%} and {self.options.test_fraction:.0%} of the "
+            f"bytes), each scored on at most {self.options.eval_bytes:,} bytes taken evenly from all its "
+            f"documents. A test unit is a window of at most {self.options.window} predicted tokens, read "
+            "with no context before it; loss is the mean cross-entropy per token (nats), perplexity its "
+            "exponential, bits per byte the summed cross-entropy over the bytes the tokens cover, in bits."
+        )
 
     def max_len(self, data: LMData) -> int:
         return self.options.window

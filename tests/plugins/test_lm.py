@@ -321,3 +321,22 @@ def test_the_readme_two_line_task_section_validates_on_a_txt_folder(tmp_path, wr
     code, out, err = cli("validate", study)
     assert code == 0, err
     assert "tokenizer bytes" in out and "train documents 4" in out
+
+
+def test_trivial_baselines_by_hand(tmp_path):
+    """Uniform: 8 bits a byte with byte tokens. Unigram: training byte counts + 1 over the 256
+    byte values (the document start is never a target), scored on the test text."""
+    (tmp_path / "train.txt").write_text("aaab")
+    (tmp_path / "v.txt").write_text("ab")
+    (tmp_path / "t.txt").write_text("abcé")  # é: two bytes, one token each
+    lm = task(tmp_path, data={"path": "train.txt", "valid_path": "v.txt", "test_path": "t.txt"}, window=2)
+    data = lm.load()
+    found = {b.name: b.values for b in lm.baselines(data, ["loss", "perplexity", "bpb"])}
+    assert found["uniform"]["bpb"] == pytest.approx(8.0)
+    assert found["uniform"]["loss"] == pytest.approx(math.log(256))
+    total = 4 + 256  # a×3, b×1, plus one for each of the 256 byte values
+    nll = -(math.log(4 / total) + math.log(2 / total) + math.log(1 / total) + 2 * math.log(1 / total))
+    assert found["unigram"]["loss"] == pytest.approx(nll / 5)
+    assert found["unigram"]["perplexity"] == pytest.approx(math.exp(nll / 5))
+    assert found["unigram"]["bpb"] == pytest.approx(nll / (5 * math.log(2)))
+    assert "drawn across the documents" in lm.protocol(["bpb"])
