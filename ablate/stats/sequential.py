@@ -62,9 +62,8 @@ class SequentialSeeds(Strict):
     max: int
     step: int = Field(1, ge=1)
     # O'Brien–Fleming-type: at 3 % noise it needs fewer trials than the fixed design of equal power
-    # (0.62–0.99× under an effect, benchmarks/sequential.py), and its false better / worse rate
-    # stays at α with 3-seed first looks (A/A, 4,000 studies: 5.0 %, 4.8 %), where Pocock-type's
-    # early looks at 2 degrees of freedom overshoot (5.7 % ± 0.7)
+    # (0.62–0.99× under an effect, benchmarks/sequential.py); Pocock-type costs more with three
+    # comparisons (0.90–1.33×)
     spending: SPENDING.field = "obrien_fleming"
 
     @field_validator("initial")
