@@ -2,7 +2,8 @@
 
 * :func:`read_text` — a file's text: a folder, an empty or binary file, bytes that are not in the
   declared encoding (UTF-8 unless ``encoding`` says otherwise) each stop with one line, the last
-  naming the ``encoding`` option; ``.gz`` files are decompressed.
+  naming the ``encoding`` option; ``.gz`` files are decompressed, and a zip archive holding one
+  data file is read from the archive (no unpacking by hand).
 * :func:`read_records` — delimited records (CSV / TSV / any separator) with the file line each one
   starts on, blank lines skipped, every record checked to have as many fields as the header.
 * :data:`Encoding`, :data:`Separator` — the option types the loaders share, checked when the study
@@ -21,6 +22,7 @@ import gzip
 import io
 import os
 import re
+import zipfile
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +38,8 @@ from ablate.errors import DataError
 CHECK_EVERY = 1 << 14  # records between stop-request checks
 BINARY_PROBE = 1 << 16  # bytes looked at for NUL bytes
 GZIP_MAGIC = b"\x1f\x8b"
+ZIP_MAGIC = b"PK\x03\x04"
+COMMENT_MARKS = "|#%"  # what starts a comment line in UCI (|), shell-style (#) and ARFF (%) files
 
 
 def _known_encoding(name: str | None) -> str | None:
@@ -66,14 +70,16 @@ Separator = Annotated[str, Field(min_length=1), AfterValidator(_usable_separator
 
 
 def read_bytes(path: Path) -> bytes:
-    """The file's bytes (decompressed for ``.gz``); a missing, unreadable or empty file, or a
-    folder, raises one line naming it."""
+    """The file's bytes (decompressed for ``.gz``; for a zip archive, its one data file's); a
+    missing, unreadable or empty file, or a folder, raises one line naming it."""
     if path.is_dir():
         raise DataError(f"{path}: is a folder, not a data file")
     try:
         raw = path.read_bytes()
         if path.suffix == ".gz":
             raw = _gunzip(path, raw, physical_memory() // 4)
+        elif raw.startswith(ZIP_MAGIC) or path.suffix == ".zip":
+            raw = _unzip(path, raw, physical_memory() // 4)
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
     except (OSError, EOFError, zlib.error) as exc:
@@ -93,6 +99,43 @@ def _gunzip(path: Path, raw: bytes, limit: int) -> bytes:
     if len(text) > limit:
         raise DataError(
             f"{path}: decompresses to more than {size(limit)} (a quarter of this machine's memory); not read"
+        )
+    return text
+
+
+def _unzip(path: Path, raw: bytes, limit: int) -> bytes:
+    """The one data file of a zip archive (folders, ``__MACOSX/`` and hidden files aside), refused
+    past ``limit`` bytes as :func:`_gunzip` refuses; an archive of several files names them."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(raw))
+    except zipfile.BadZipFile as exc:
+        raise DataError(f"{path}: not a readable zip archive ({exc})") from None
+    members = [
+        info
+        for info in archive.infolist()
+        if not info.is_dir()
+        and not info.filename.startswith("__MACOSX/")
+        and not Path(info.filename).name.startswith(".")
+    ]
+    if len(members) != 1:
+        names = [m.filename for m in members]
+        held = f"{len(names)} files ({_listed(names)})" if names else "no data file"
+        raise DataError(
+            f"{path}: a zip archive holding {held}; a loader reads a zip that holds one data file: "
+            f"unzip the one you want and give its path"
+        )
+    info = members[0]
+    try:
+        with archive.open(info) as member:
+            text = member.read(limit + 1)
+    except RuntimeError as exc:  # an encrypted member
+        raise DataError(f"{path}: cannot read {info.filename} from the archive: {exc}") from None
+    except (zipfile.BadZipFile, NotImplementedError) as exc:  # a bad CRC; a compression zipfile lacks
+        raise DataError(f"{path}: cannot read {info.filename} from the archive: {exc}") from None
+    if len(text) > limit:
+        raise DataError(
+            f"{path}: {info.filename} decompresses to more than {size(limit)} (a quarter of this "
+            f"machine's memory); not read"
         )
     return text
 
@@ -170,11 +213,19 @@ def _csv_records(path: Path, text: str, sep: str):
 
 
 def read_records(
-    path: Path, text: str, sep: str = ",", header: bool = True, names: Sequence[str] | None = None
+    path: Path,
+    text: str,
+    sep: str = ",",
+    header: bool = True,
+    names: Sequence[str] | None = None,
+    comment: str | None = None,
+    comment_option: bool = False,
 ) -> Records:
     """Split ``text`` into records. With ``header`` the first non-blank record names the columns;
     without, ``names`` does (or, without names, the first record's field numbers 0, 1, …). Every
-    record must have as many fields as there are columns."""
+    record must have as many fields as there are columns. A record whose first field starts with
+    ``comment`` is skipped; where the caller has a ``data.comment`` option (``comment_option``), a
+    record of too few fields that starts with a comment mark says to set it."""
     split = _csv_records(path, text, sep) if len(sep) == 1 else _split_lines(text, sep)
     columns = list(names) if names is not None else None
     rows, lines, header_line = [], [], 0
@@ -184,6 +235,8 @@ def read_records(
         if not fields or (len(fields) == 1 and not fields[0].strip()):
             continue  # a blank line
         fields = [f.strip() for f in fields]
+        if comment is not None and fields[0].startswith(comment):
+            continue
         if columns is None and not header:
             columns = list(range(len(fields)))  # no header, no names: 0-based column numbers
         elif columns is None:
@@ -191,9 +244,10 @@ def read_records(
             _check_header(path, start, columns, sep)
             continue
         if len(fields) != len(columns):
+            hint = _comment_hint(fields, columns, sep) if comment_option else ""
             raise DataError(
                 f"{path}:{start}: expected {len(columns)} fields ({_listed(columns)}); "
-                f"got {len(fields)}{_separator_hint(fields, sep)}"
+                f"got {len(fields)}{hint or _separator_hint(fields, sep)}"
             )
         rows.append(fields)
         lines.append(start)
@@ -228,6 +282,15 @@ def _numeric(name: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _comment_hint(fields: list[str], columns: list, sep: str) -> str:
+    """A short record opening with a comment mark (UCI's ``|``, ``#``, ``%``) other than the
+    separator: a comment line, most likely."""
+    mark = fields[0][:1]
+    if mark in COMMENT_MARKS and mark != sep and len(fields) < len(columns):
+        return f" (a comment line? set data.comment: {mark!r} to skip lines that start with it)"
+    return ""
 
 
 def _separator_hint(fields: list[str], sep: str) -> str:

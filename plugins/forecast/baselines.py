@@ -75,12 +75,26 @@ def trivial(series: Series, metrics: list[str], period: int | None) -> list[Base
     return found
 
 
-def protocol_text(split: str, ratios: tuple[float, float, float], lookback: int, horizon: int) -> str:
-    """The split, the windows, and the scale MSE / MAE are computed on."""
+def protocol_text(
+    split: str,
+    ratios: tuple[float, float, float],
+    lookback: int,
+    horizon: int,
+    rows: tuple[int, int] | None = None,
+) -> str:
+    """The split, the windows, and the scale MSE / MAE are computed on; ``rows``: (rows the splits
+    use, rows in the file), where the data were read."""
     if split in ("ett_hour", "ett_minute"):
+        used = (
+            f"rows 1–{rows[0]:,} of the file's {rows[1]:,}, the {rows[1] - rows[0]:,} later rows unused"
+            if rows is not None and rows[1] > rows[0]
+            else f"rows 1–{rows[0]:,}, the whole file"
+            if rows is not None
+            else "later rows unused"
+        )
         how = (
             "the ETT split: the first 12 months train, the next 4 validate, the 4 after test (30-day "
-            "months; later rows unused)"
+            f"months; {used})"
         )
     else:
         shares = " / ".join(f"{r:.0%}" for r in ratios)

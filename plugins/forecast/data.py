@@ -28,6 +28,7 @@ from ablate_plugins.text_files import CHECK_EVERY, Records, read_records, read_t
 
 SPLITS = ("train", "valid", "test")
 MONTH_ROWS = {"ett_hour": 30 * 24, "ett_minute": 30 * 24 * 4}  # rows per 30-day "month"
+RATIO_DEFAULT = (0.7, 0.1, 0.2)  # train / valid / test shares of split: ratio
 
 
 @dataclass
@@ -46,10 +47,16 @@ class Series:
     source: str
     lookback: int
     horizon: int
+    file_rows: int = 0  # rows read, before a split that leaves later rows unused (the ETT splits)
 
     @property
     def num_channels(self) -> int:
         return self.values.shape[1]
+
+    @property
+    def unused_rows(self) -> int:
+        """Rows read but in no split: those after the ETT splits' 20 months."""
+        return max(self.file_rows - len(self.values), 0)
 
     def windows(self, split: str) -> int:
         """How many (input, target) windows ``split`` holds."""
@@ -63,8 +70,9 @@ class Series:
 
     def describe(self) -> str:
         sizes = ", ".join(f"{s} {self.windows(s)}" for s in SPLITS)
+        unused = f" ({self.unused_rows} later rows of the file unused)" if self.unused_rows else ""
         return (
-            f"{self.source}: {self.values.shape[0]} rows × {self.num_channels} channels; "
+            f"{self.source}: {self.values.shape[0]} rows{unused} × {self.num_channels} channels; "
             f"windows (lookback {self.lookback}, horizon {self.horizon}): {sizes}"
         )
 
@@ -171,12 +179,30 @@ def synthetic(channels: int, rows: int, period: int, noise: float, seed: int) ->
 # Splits and normalisation
 
 
-def scheme_for(path: Path, split: str) -> str:
-    """``auto`` → ``ett_hour`` for ETTh*, ``ett_minute`` for ETTm* files, else ``ratio``."""
-    if split != "auto":
-        return split
+def ett_scheme(path: Path) -> str | None:
+    """``ett_hour`` for ETTh* files, ``ett_minute`` for ETTm* files, else None."""
     name = path.name.lower()
-    return "ett_hour" if name.startswith("etth") else "ett_minute" if name.startswith("ettm") else "ratio"
+    return "ett_hour" if name.startswith("etth") else "ett_minute" if name.startswith("ettm") else None
+
+
+def scheme_for(path: Path, split: str) -> str:
+    """``auto`` → the ETT split for ETTh* / ETTm* files (:func:`ett_scheme`), else ``ratio``."""
+    return split if split != "auto" else ett_scheme(path) or "ratio"
+
+
+def ett_elsewhere(path: Path, scheme: str, rows: int) -> str | None:
+    """Why an ETT split on a file not named as an ETT file deserves a warning (its fixed 20 months
+    leave later rows unused), or None."""
+    if scheme not in MONTH_ROWS or ett_scheme(path) is not None:
+        return None
+    used = 20 * MONTH_ROWS[scheme]
+    if rows <= used:
+        return None
+    return (
+        f"{path}: data.split {scheme} is the ETT benchmark's fixed split (12 / 4 / 4 months of 30 days): "
+        f"it uses the first {used} of the file's {rows} rows and leaves the {rows - used} later rows "
+        f"unused; split: ratio splits every row ({', '.join(f'{r:g}' for r in RATIO_DEFAULT)} by time)"
+    )
 
 
 def split_borders(
@@ -212,7 +238,7 @@ def prepare(
     horizon: int,
 ) -> Series:
     """Normalise with the training rows' statistics only and check every split has a window."""
-    end = max(e for _, e in borders.values())
+    end, rows = max(e for _, e in borders.values()), len(raw)
     raw = raw[:end]
     start, stop = borders["train"]
     mean = raw[start:stop].mean(axis=0)
@@ -227,6 +253,7 @@ def prepare(
         source=source,
         lookback=lookback,
         horizon=horizon,
+        file_rows=rows,
     )
     for split in SPLITS:
         if series.windows(split) < 1:

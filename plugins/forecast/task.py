@@ -10,11 +10,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ablate.components import BuildContext
+from ablate.errors import warn
 from ablate.tasks import Baseline, Evaluation, Task
 
 from . import baselines, evaluation
 from .batches import Batch, train_batches
-from .data import Series, prepare, read_csv, scheme_for, split_borders, synthetic
+from .data import Series, ett_elsewhere, prepare, read_csv, scheme_for, split_borders, synthetic
 from .model import ForecastModel
 from .options import CsvData, ForecastOptions, LossOptions
 
@@ -50,7 +51,10 @@ class ForecastTask(Task):
         if isinstance(data, CsvData):
             path = self.data_path()
             raw, channels = read_csv(path, data.date_column, data.channels, data.encoding, data.sep)
-            borders = split_borders(len(raw), scheme_for(path, data.split), opts.lookback, data.ratios)
+            scheme = scheme_for(path, data.split)
+            if problem := ett_elsewhere(path, scheme, len(raw)):
+                warn(problem)  # the rows it uses are in validate's data line and the report's Methods
+            borders = split_borders(len(raw), scheme, opts.lookback, data.ratios)
             source = str(path)
         else:
             raw = synthetic(data.channels, data.rows, data.period, data.noise, data.seed)
@@ -71,9 +75,14 @@ class ForecastTask(Task):
         period = getattr(self.options.data, "period", None) or baselines.DAY_ROWS.get(self._split())
         return baselines.trivial(data, metrics, period)
 
-    def protocol(self, metrics: list[str]) -> str:
+    def protocol(self, metrics: list[str], data: Series | None = None) -> str:
         opts = self.options
-        return baselines.protocol_text(self._split(), opts.data.ratios, opts.lookback, opts.horizon)
+        rows = (len(data.values), data.file_rows) if data is not None and data.file_rows else None
+        return baselines.protocol_text(self._split(), opts.data.ratios, opts.lookback, opts.horizon, rows)
+
+    def reference(self, data: Series, metrics: list[str]) -> dict:
+        """The base's baselines, with a protocol that counts the rows the split uses."""
+        return {**super().reference(data, metrics), "protocol": self.protocol(metrics, data)}
 
     def values_width(self) -> int:
         return self.options.lookback
@@ -82,6 +91,8 @@ class ForecastTask(Task):
         """Channels and timesteps, and per split its timesteps (validation and test rows include the
         lookback they read) and (input, target) windows, the evaluation units."""
         summary: dict[str, int | float | str] = {"channels": data.num_channels, "timesteps": len(data.values)}
+        if data.unused_rows:  # an ETT split's later rows
+            summary["timesteps unused"] = f"{data.unused_rows} of the file's {data.file_rows}"
         for split, (start, end) in data.borders.items():
             summary[f"{split} timesteps"] = end - start
         summary.update({f"{split} windows": data.windows(split) for split in data.borders})

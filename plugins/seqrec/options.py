@@ -109,8 +109,33 @@ class TableData(FileData):
         return self
 
 
+class JsonLinesData(FileData):
+    """JSON lines: one JSON object per line, one interaction each, its fields named by key (the
+    Amazon Reviews format, optionally ``.gz``; Amazon 2018: ``user: reviewerID, item: asin,
+    timestamp: unixReviewTime, rating: overall``; 2023: ``user: user_id, item: parent_asin,
+    timestamp: timestamp, timestamp_unit: ms, rating: rating``). Other keys are ignored."""
+
+    format: Literal["jsonl"]
+    user: str = "user_id"  # RecBole's atomic-file names
+    item: str = "item_id"
+    timestamp: str | None = None
+    # What the timestamps count: seconds, or milliseconds (Amazon 2023), read as seconds.
+    timestamp_unit: Literal["s", "ms"] = "s"
+    rating: str | None = None
+    min_rating: float | None = None
+
+    @model_validator(mode="after")
+    def _rating(self) -> JsonLinesData:
+        if self.min_rating is not None and self.rating is None:
+            raise ValueError("min_rating needs a rating key: set 'rating'")
+        if self.timestamp is None and "timestamp_unit" in self.model_fields_set:
+            raise ValueError("timestamp_unit needs a timestamp key: set 'timestamp'")
+        return self
+
+
 DataOptions = Annotated[
-    SyntheticData | MovieLensData | UserItemData | UserLinesData | TableData, Field(discriminator="format")
+    SyntheticData | MovieLensData | UserItemData | UserLinesData | TableData | JsonLinesData,
+    Field(discriminator="format"),
 ]
 
 

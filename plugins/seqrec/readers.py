@@ -5,6 +5,7 @@
 * :func:`read_user_item` — SASRec's ``user item`` lines, chronological per user.
 * :func:`read_user_lines` — one line per user: ``user i1 i2 …`` (S3-Rec / ICLRec).
 * :func:`read_table` — CSV / TSV with configurable user / item / rating / timestamp columns.
+* :func:`read_json_lines` — one JSON object per line, one interaction each (Amazon Reviews).
 
 Every reader takes ``encoding`` (:func:`ablate_plugins.text_files.read_text`) and ``ids``
 (:mod:`.ids`); a problem stops it with one line naming the file and line. Integer-id files of the
@@ -14,6 +15,7 @@ whitespace formats are parsed by pandas in one pass; any other file line by line
 from __future__ import annotations
 
 import io
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -220,6 +222,73 @@ def _table_fail(records: Records, wanted: dict[str, str | int]) -> Callable[[str
         return DataError(f"{records.where(row)}: {name} column {wanted[name]!r} holds {value!r}, {why}")
 
     return fail
+
+
+# ---------------------------------------------------------------------------------------
+# JSON lines
+
+MS_PER_S = 1000.0
+
+
+def read_json_lines(
+    path: Path,
+    user: str = "user_id",
+    item: str = "item_id",
+    timestamp: str | None = None,
+    timestamp_unit: str = "s",
+    rating: str | None = None,
+    min_rating: float | None = None,
+    k_core: int | None = None,
+    remap: bool = True,
+    encoding: str | None = None,
+    ids: str = "auto",
+) -> Interactions:
+    """One JSON object per line, one interaction each: ``user`` / ``item`` (and ``timestamp`` /
+    ``rating``) name its keys. An id is a string or an integer; a timestamp or rating a number.
+    A line that is not a JSON object, or lacks a key, stops the load naming its line."""
+    if min_rating is not None and rating is None:
+        raise DataError(f"{path}: min_rating needs a rating key (set 'rating')")
+    wanted = {"user": user, "item": item, "timestamp": timestamp, "rating": rating}
+    wanted = {k: v for k, v in wanted.items() if v is not None}
+    columns: dict[str, list[str]] = {name: [] for name in wanted}
+    lines: list[int] = []
+    for number, line in enumerate(io.StringIO(read_text(path, encoding), newline=""), start=1):
+        if not number % CHECK_EVERY:
+            stopping.check()
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{number}: not JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(record, dict):
+            got = {"list": "array", "str": "string", "int": "number", "float": "number"}.get(
+                type(record).__name__, type(record).__name__
+            )
+            raise DataError(f"{path}:{number}: expected one JSON object per line; got a JSON {got}")
+        for name, key in wanted.items():
+            if key not in record:
+                keys = ", ".join(list(record)[:12])
+                raise DataError(f"{path}:{number}: no key {key!r} for {name} (keys: {keys}); set data.{name}")
+            value = record[key]
+            if isinstance(value, (dict, list, bool)) or value is None:
+                shown = json.dumps(value)[:40]
+                raise DataError(f"{path}:{number}: {name} key {key!r} holds {shown}, not a string or number")
+            columns[name].append(str(value))
+        lines.append(number)
+    if not lines:
+        raise DataError(f"{path}: no interactions (the file is empty)")
+    values = {name: np.array(column, dtype=object) for name, column in columns.items()}
+
+    def fail(name: str, row: int, why: str) -> DataError:
+        held = values[name][row]
+        return DataError(f"{path}:{lines[row]}: {name} key {wanted[name]!r} holds {held!r}, {why}")
+
+    kinds = {name: ID if name in ("user", "item") else NUMBER for name in wanted}
+    frame = _columns(values, kinds, ids, remap, fail)
+    if "timestamp" in frame and timestamp_unit == "ms":
+        frame["timestamp"] = frame["timestamp"] / MS_PER_S
+    return sequences(frame, str(path), Filters(min_rating, k_core, remap))
 
 
 def read_catalogue(path: Path) -> np.ndarray:

@@ -21,8 +21,23 @@ from .cache import cached
 from .data import Interactions, synthetic, with_catalogue
 from .evaluation import evaluate
 from .model import SeqRecModel, padded_layout
-from .options import FileData, MovieLensData, SeqRecOptions, TableData, UserItemData, UserLinesData
-from .readers import read_catalogue, read_movielens, read_table, read_user_item, read_user_lines
+from .options import (
+    FileData,
+    JsonLinesData,
+    MovieLensData,
+    SeqRecOptions,
+    TableData,
+    UserItemData,
+    UserLinesData,
+)
+from .readers import (
+    read_catalogue,
+    read_json_lines,
+    read_movielens,
+    read_table,
+    read_user_item,
+    read_user_lines,
+)
 
 # Each file format's reader, called with the format's options (less ``format`` / ``path``).
 READERS = {
@@ -30,6 +45,7 @@ READERS = {
     UserItemData: read_user_item,
     UserLinesData: read_user_lines,
     TableData: read_table,
+    JsonLinesData: read_json_lines,
 }
 # The sampled protocol draws its negatives once per split with these seeds: every epoch,
 # variant and seed is ranked against the same candidates.
@@ -52,7 +68,7 @@ class SeqRecTask(Task):
 
     def features(self) -> frozenset[str]:
         data = self.options.data
-        if isinstance(data, TableData):
+        if isinstance(data, (TableData, JsonLinesData)):
             has_time = data.timestamp is not None
         elif isinstance(data, FileData):
             has_time = isinstance(data, MovieLensData)

@@ -72,7 +72,7 @@ def _split(rows: FileRows, index: np.ndarray) -> RawSplit:
 
 def _read_file(path: Path, data: CsvData) -> FileRows:
     text = read_text(path, data.encoding)
-    records = read_records(path, text, data.sep, data.header, data.columns)
+    records = read_records(path, text, data.sep, data.header, data.columns, data.comment, comment_option=True)
     absent = [c for c in data.declared() if c not in records.header]
     if absent:
         raise DataError(
@@ -97,9 +97,19 @@ def _read_file(path: Path, data: CsvData) -> FileRows:
         if data.categorical
         else np.empty((n, 0), dtype=object)
     )
-    y = parsed[data.target] if data.task_type == "regression" else labels(data.target)
+    y = parsed[data.target] if data.task_type == "regression" else _unsuffixed(labels(data.target), data)
     feature_na = np.column_stack([is_na[c] for c in (*data.numeric, *data.categorical)])
     return FileRows(records, nums, cats, y, feature_na, is_na[data.target])
+
+
+def _unsuffixed(labels: np.ndarray, data: CsvData) -> np.ndarray:
+    """Class labels with ``data.label_suffix`` removed where they end with it."""
+    suffix = data.label_suffix
+    if suffix is None:
+        return labels
+    out = labels.copy()
+    out[:] = [v[: -len(suffix)] if isinstance(v, str) and v.endswith(suffix) else v for v in labels]
+    return out
 
 
 def _numbers(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 
 from ablate.components import Options
 from ablate.tasks import TaskOptions
@@ -49,6 +49,21 @@ class CsvData(Options):
     valid: str | None = None  # a file of validation rows, laid out as `path`
     test: str | None = None  # a file of test rows, laid out as `path`
     split_column: str | None = None  # a column whose value in each row is train, valid or test
+    # Lines whose first field starts with this are skipped in every file (UCI's adult.test opens
+    # with the line "|1x3 Cross validator": comment: "|").
+    comment: str | None = Field(None, min_length=1, max_length=1)
+    # Removed from the end of each target label that ends with it (UCI's adult.test writes ">50K."
+    # and "<=50K." for adult.data's ">50K" and "<=50K": label_suffix: ".").
+    label_suffix: str | None = Field(None, min_length=1)
+
+    # Options added after fingerprints by meaning, at the value that reads the files as before: a
+    # trial's fingerprint leaves them out there (a file they change failed to load without them).
+    LATER: ClassVar[dict[str, Any]] = {"comment": None, "label_suffix": None}
+
+    @model_serializer(mode="wrap")
+    def _later_left_out(self, handler: Any) -> dict[str, Any]:
+        dumped = handler(self)
+        return {k: v for k, v in dumped.items() if not (k in self.LATER and v == self.LATER[k])}
 
     @model_validator(mode="after")
     def _columns(self) -> CsvData:
@@ -61,6 +76,10 @@ class CsvData(Options):
             raise ValueError(f"the target '{self.target}' is also declared as a feature")
         if any(r <= 0 for r in self.ratios) or abs(sum(self.ratios) - 1.0) > 1e-6:
             raise ValueError(f"ratios must be three positive shares summing to 1 (got {self.ratios})")
+        if self.label_suffix is not None and self.task_type == "regression":
+            raise ValueError("label_suffix is for class labels; a regression target is a number")
+        if self.comment is not None and self.comment in (self.sep, '"'):
+            raise ValueError(f"comment {self.comment!r} would also split or quote fields; use another mark")
         self._check_layout()
         self._check_splits()
         return self

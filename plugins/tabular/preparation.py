@@ -170,9 +170,10 @@ def prepare(
         def encode_y(part: RawSplit) -> np.ndarray:
             unseen = [i for i, v in enumerate(part.y) if v not in label_index]
             if unseen:
+                label = part.y[unseen[0]]
                 raise DataError(
-                    f"{part.where[unseen[0]]}: target class {part.y[unseen[0]]!r} never occurs in the "
-                    f"training rows (they hold {found(labels)})"
+                    f"{part.where[unseen[0]]}: target class {label!r} never occurs in the "
+                    f"training rows (they hold {found(labels)}){_suffix_hint(label, labels)}"
                 )
             return np.array([label_index[v] for v in part.y], dtype=np.int64)
 
@@ -201,6 +202,18 @@ def prepare(
     if notes:
         log.warning("%s", table.describe())
     return table
+
+
+def _suffix_hint(label: object, labels: list) -> str:
+    """Where ``label`` is a training label plus a suffix (UCI's adult.test: ``">50K."``), the
+    option that removes it."""
+    if not isinstance(label, str):
+        return ""
+    stem = max((t for t in labels if isinstance(t, str) and t and label.startswith(t)), key=len, default=None)
+    if stem is None or stem == label:
+        return ""
+    suffix = label[len(stem) :]
+    return f"; it is {stem!r} with {suffix!r} added: data.label_suffix: {suffix!r} removes it"
 
 
 def _check_classes(raw: RawTable, labels: list, rows: int) -> None:
