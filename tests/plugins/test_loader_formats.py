@@ -254,3 +254,13 @@ def test_an_ett_split_on_another_series_is_said_in_a_warning_the_summary_and_the
     loaded = whole.load()
     assert loaded.unused_rows == 0 and "timesteps unused" not in whole.data_summary(loaded)
     assert "by time, 70% / 10% / 20% of the rows" in whole.reference(loaded, ["mse"])["protocol"]
+
+
+def test_run_on_an_archive_it_cannot_read_stops_before_any_store(tmp_path, write_study, cli):
+    """As tests/test_drive.py's bad rating: bad data is one line and exit 2, no store left behind."""
+    _zip(tmp_path / "two.zip", {"u.data": b"1\t2\t3\t4\n", "u.item": b"2|x\n"})
+    study = write_study(replace={"task.data": {"format": "movielens", "path": "two.zip"}})
+    code, _, err = cli("run", study, "--quiet")
+    assert code == 2 and err.count("\n") == 1 and "two.zip: a zip archive holding 2 files" in err, err
+    output = tmp_path / "runs" / "tiny"
+    assert not (output / "mlflow.db").exists() and not (output / "optuna.journal").exists()
