@@ -16,7 +16,6 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 import ablate
 
@@ -43,6 +42,7 @@ from .console import (
     progress_bars,
     say_error,
     usage_line,
+    variants_table,
 )
 from .data import app as data_app
 from .errors import AblateError, first_line
@@ -254,12 +254,8 @@ def validate(
     n, design = len(study.variants), study.spec.sequential
     seeds = [len(study.spec.seed_list)] if design is None else [design.initial, design.max]
     span = lambda times: " to ".join(str(times * k) for k in seeds)  # noqa: E731
-    table = Table(title=f"{study.name}: {n} variants × {span(1)} seeds = {span(n)} trials")
-    for column in ("variant", *next(iter(study.variants.values())).components(), "size (training memory)"):
-        table.add_column(column)
-    for name, variant in study.variants.items():
-        table.add_row(*(escape(c) for c in (name, *variant.components().values(), sizes[name].describe())))
-    out.print(table)
+    title = f"{study.name}: {n} variants × {span(1)} seeds = {span(n)} trials"
+    out.print(variants_table(study, sizes, title))
     summary = ", ".join(f"{label} {value}" for label, value in study.task.data_summary(data).items())
     out.print(f"data: {summary or 'loaded'}", markup=False, highlight=False, soft_wrap=True)
     largest = max(sizes.values(), key=lambda size: size.memory)

@@ -7,6 +7,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -15,6 +16,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.table import Table
 from rich.text import Text
 
 # Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
@@ -55,6 +57,32 @@ def print_resolved(study) -> None:
 
     text = yaml.safe_dump(study.spec.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
     out.print(text, markup=False, highlight=False, soft_wrap=True, end="")
+
+
+def variants_table(study, sizes: dict, title: str) -> Table:
+    """``ablate validate``'s table: each variant's components, shape and size; for a task that
+    trains a model of its own (``Task.runs_trials``), where none of those apply, each variant's
+    ``model.config`` instead, the task's options (its callable) under the table."""
+    if study.task.runs_trials:
+        options = study.task.options.model_dump(mode="json", exclude_defaults=True)
+        given = ", ".join(f"{key}: {value}" for key, value in options.items())
+        table = Table("variant", "config", title=title, caption=f"task {study.task.kind_name()}: {given}")
+        for name, variant in study.variants.items():
+            table.add_row(escape(name), escape(_flow(variant.spec.config)))
+        return table
+    table = Table("variant", *next(iter(study.variants.values())).components(), "size (training memory)")
+    table.title = title
+    for name, variant in study.variants.items():
+        table.add_row(*(escape(c) for c in (name, *variant.components().values(), sizes[name].describe())))
+    return table
+
+
+def _flow(config: dict, prefix: str = "") -> str:
+    """A nested configuration on one line: ``width: 16, optim.lr: 0.01``."""
+    return ", ".join(
+        _flow(value, f"{prefix}{key}.") if isinstance(value, dict) and value else f"{prefix}{key}: {value}"
+        for key, value in config.items()
+    )
 
 
 def say_error(message: str) -> None:

@@ -8,6 +8,11 @@ dict, its keys the study's own), ``seed`` the trial's seed and ``reporter`` a
 final metrics: ``{"valid.acc": …, "test.acc": …}``, or a plain name (``{"acc": …}``) for a
 number that is both (one held-out split). Everything else — variants, grids, search, seeds,
 workers, tracking, the report — is ablate's as for any task.
+
+A trial's fingerprint covers the callable's code (:func:`local_modules`): the file defining it and
+the local Python code beside it — its whole top-level package, or for a script or a module outside
+a package the ``.py`` files and packages in its folder. Installed libraries, data and other files
+it reads are not covered: ``version:`` (any value) is the study's way to say they changed.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import sys
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -34,6 +39,10 @@ class FunctionOptions(Options):
     callable: str = Field(pattern=r"^[^:]+:[A-Za-z_][A-Za-z0-9_.]*$")
     # Metrics where lower is better (loss, error); every other metric is higher-is-better.
     lower_is_better: list[str] = []
+    # Any value: changed, every trial trains again (what the fingerprint does not see changed).
+    version: int | str | None = None
+
+    ADDED_LATER: ClassVar[dict[str, Any]] = {"version": None}
 
 
 class FunctionTask(Task):
@@ -62,6 +71,8 @@ class FunctionTask(Task):
         else:
             if not script.is_file():
                 raise FileNotFoundError(f"no script {script}")
+            if str(script.parent) not in sys.path:  # its own modules import, as `python train.py` runs it
+                sys.path.append(str(script.parent))
             # One module per script path, registered so that what it defines pickles (workers, tools).
             module_name = f"ablate_function_{hashlib.sha256(str(script).encode()).hexdigest()[:12]}"
             spec = importlib.util.spec_from_file_location(module_name, script)
@@ -95,7 +106,7 @@ class FunctionTask(Task):
         return None
 
     def code_digest(self) -> str | None:
-        """The callable's name with its source file's content: a changed script trains again."""
+        """The callable's name with its code's content (:func:`source_digest`): changed, it trains again."""
         _ = self.function
         return self._code
 
@@ -124,12 +135,41 @@ class FunctionTask(Task):
         return 1
 
 
+# Folders of installed libraries: a module there is covered alone, not with its neighbours.
+INSTALLED = frozenset({"site-packages", "dist-packages"})
+
+
 def source_digest(name: str, function: Any) -> str:
-    """A digest of ``name`` and the content of the file that defines ``function`` (the name alone
-    for one without a source file, such as a built-in)."""
+    """A digest of ``name`` and the content of the callable's code (:func:`local_modules`; the name
+    alone for one without a source file, such as a built-in). The files are named relative to
+    their folder: a study moved elsewhere keeps its fingerprints."""
     try:
         source = inspect.getsourcefile(inspect.unwrap(function))
     except TypeError:
         source = None
-    content = file_digest(Path(source)) if source and Path(source).is_file() else ""
+    if not source or not Path(source).is_file():
+        return hashlib.sha256(f"{name}\0".encode()).hexdigest()[:16]
+    # The defining file's digest first, as before local modules were covered: a callable alone in
+    # its folder keeps the fingerprint it had then.
+    others = local_modules(Path(source))
+    content = file_digest(Path(source)) + "".join(f"\0{rel}\0{file_digest(path)}" for rel, path in others)
     return hashlib.sha256(f"{name}\0{content}".encode()).hexdigest()[:16]
+
+
+def local_modules(file: Path) -> list[tuple[str, Path]]:
+    """The local code a callable's source ``file`` may import, each file as (its name relative to
+    the folder searched, its path), in name order: inside a package (a folder with ``__init__.py``),
+    every ``.py`` file of its top-level package; otherwise the ``.py`` files beside it and those of
+    the packages beside it. A module installed alone (in ``site-packages``) is covered alone."""
+    file = file.resolve()
+    folder = file.parent
+    if (folder / "__init__.py").is_file():
+        while (folder.parent / "__init__.py").is_file():
+            folder = folder.parent
+        found = folder.rglob("*.py")
+    elif folder.name in INSTALLED:
+        found = iter(())
+    else:
+        packages = [p for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").is_file()]
+        found = [*folder.glob("*.py"), *(f for package in packages for f in package.rglob("*.py"))]
+    return sorted({(f.relative_to(folder).as_posix(), f) for f in found if f.is_file() and f != file})

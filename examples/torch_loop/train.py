@@ -39,14 +39,15 @@ def train(config: dict, seed: int, reporter) -> dict[str, float]:
     x, y = x.to(reporter.device), y.to(reporter.device)
     train_x, train_y = x[:cut_valid], y[:cut_valid]
 
+    generator = torch.Generator().manual_seed(seed)  # batch order varies with the seed
     first_epoch = 1
-    state = reporter.resume_state()  # a run stopped mid-trial continues here
+    state = reporter.resume_state()  # a run stopped mid-trial continues here, exactly
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])  # the next epoch's batch order, as if never stopped
         first_epoch = state["epoch"] + 1
 
-    generator = torch.Generator().manual_seed(seed)  # batch order varies with the seed
     for epoch in range(first_epoch, config["epochs"] + 1):
         model.train()
         losses = []
@@ -61,8 +62,14 @@ def train(config: dict, seed: int, reporter) -> dict[str, float]:
         reporter.report(epoch, {"train.loss": sum(losses) / len(losses), "valid.acc": valid_acc})
         if reporter.should_prune():  # a search's pruner stopped this trial
             break
-        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
-        reporter.save_state(state)
+        reporter.save_state(
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "generator": generator.get_state(),
+                "epoch": epoch,
+            }
+        )
 
     return {
         "valid.acc": accuracy(model, x[cut_valid:cut_test], y[cut_valid:cut_test]),
