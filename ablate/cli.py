@@ -135,9 +135,11 @@ def run(
     if print_config:
         return print_resolved(study)
     _warn_duplicates(study)
+    jobs = slurm.settings(launcher, study, partition, time, mem, cpus, gpus_per_task, account, sbatch)
     if several(study):  # task.data lists data sets: a study each, then the across-data-set report
         with stopping.stop_signals(), _resumable(study_file, False, overrides):
-            args = (quiet, retry_failed, workers, storage, tracking_uri, gpus, reuse, rebuild_queue, launcher)
+            placing = None if gpus is None and per_gpu is None else (gpus, per_gpu)  # per data set
+            args = (quiet, retry_failed, workers, storage, tracking_uri, placing, reuse, rebuild_queue, jobs)
             raise typer.Exit(1 if run_across(study, output, reports, *args) else 0)
     placement = None
     if gpus is not None or per_gpu is not None:
@@ -149,7 +151,6 @@ def run(
             err.print(placement.describe(), markup=False, highlight=False, soft_wrap=True)
     with stopping.stop_signals(), _resumable(study_file, False, overrides):  # `kill` or Ctrl-C: a clean stop
         arguments = (output, reports, quiet, retry_failed, workers, storage, tracking_uri, placement, reuse)
-        jobs = slurm.settings(launcher, study, partition, time, mem, cpus, gpus_per_task, account, sbatch)
         ran = run_and_report(study, *arguments, rebuild_queue=rebuild_queue, slurm=jobs)
     if ran.failed:
         raise typer.Exit(1)
@@ -331,8 +332,8 @@ def report(
         raise AblateError(f"--trials {trials}: {problem}")
     if study_file is not None:
         study = load_study(study_file, check_files=False, overrides=overrides or ())
-        if several(study):  # each data set's report, then the across-data-set report
-            return report_across(study, output, reports, tracking_uri)
+        if several(study):  # each data set's trials and report, then the across-data-set report
+            return report_across(study, output, reports, tracking_uri, trials)
         stores = Stores.for_study(study, output, tracking_uri)
         out_dir = reports / study.name if reports else stores.output_dir / "report"
         check_folders(study, stores, output, reports, out_dir, trains=False)
@@ -377,25 +378,12 @@ def compare(
 def status(
     study_file: StudyArg, overrides: OverridesArg = None, output: OutputOpt = None, storage: StorageOpt = None
 ) -> None:
-    """Trials done / running / failed / left per variant (and search progress), with an ETA."""
-    from .drive import Stores, plan
-    from .drive.recovery import check_stores
-    from .progress import status_report
+    """Trials done / running / failed / left per variant (and search progress), with an ETA;
+    for a study over several data sets, each data set's and the across-data-set step."""
+    from .across import show_status
     from .study import load_study
 
-    study = load_study(study_file, check_files=False, overrides=overrides or ())
-    stores = Stores.for_study(study, output, storage=storage)
-    check_stores(study, stores)  # says what `run` would say of a lost store
-    if not stores.started():
-        design = study.spec.sequential
-        first = f" at the first look, up to {len(study.variants) * design.max}" if design else ""
-        out.print(f"{study.name}: not started ({len(plan(study))} trials planned{first})")
-        return
-    table, lines = status_report(study, stores)
-    out.print(table)
-    for line in lines:
-        out.print(line, markup=False, highlight=False, soft_wrap=True)
-    slurm.show_jobs(stores.output_dir)  # `ablate run --launcher slurm`'s jobs: state and log
+    show_status(load_study(study_file, check_files=False, overrides=overrides or ()), output, storage)
 
 
 app.command("cancel")(slurm.cancel_command)

@@ -166,6 +166,7 @@ class Row:
     seeds: str
     trials: str
     trial_count: float | None  # for the compute column
+    short: str = ""  # the question without this study's numbers (the total over data sets)
 
 
 def _fixed_rows(
@@ -181,9 +182,11 @@ def _fixed_rows(
     rows = []
     n = seeds_for_difference(effect, sd, level)
     say = lambda k: ("> 10,000", "—", None) if k is None else (str(k), str(k * variants), k * variants)  # noqa: E731
-    rows.append(Row("fixed seeds", "better / worse at Δ = effect: 80% power", *say(n)))
+    question = "better / worse at Δ = effect: 80% power"
+    rows.append(Row("fixed seeds", question, *say(n), short=question))
     n = seeds_for_equivalence(sd, margin, level=eq_level)
-    rows.append(Row("fixed seeds", "equivalent at Δ = 0: 80% chance", *say(n)))
+    question = "equivalent at Δ = 0: 80% chance"
+    rows.append(Row("fixed seeds", question, *say(n), short=question))
     if seeds is not None and seeds >= 2:
         power = difference_power(seeds, effect, sd, level)
         equivalent = equivalence_power(seeds, 0.0, sd, margin, eq_level)
@@ -194,6 +197,7 @@ def _fixed_rows(
                 str(seeds),
                 str(seeds * variants),
                 seeds * variants,
+                "power at Δ = effect; equivalent at Δ = 0",
             )
         )
     return rows
@@ -214,17 +218,24 @@ def _sequential_rows(
     effect_run = simulate_sequential(s, [sign * effect] + [0.0] * (m - 1), sd, mean, simulations, seed=1)
     better = Verdict.BETTER if sign > 0 else Verdict.WORSE
     rows = []
-    for run, question in (
+    for run, question, short in (
         (
             null,
             f"every Δ = 0: equivalent {null.share(Verdict.EQUIVALENT):.0%}; any false better / worse "
             f"{null.any_share(Verdict.BETTER, Verdict.WORSE):.1%}",
+            "every Δ = 0",
         ),
-        (effect_run, f"one Δ = effect: {better} {effect_run.share(better, column=0):.0%} (power)"),
+        (
+            effect_run,
+            f"one Δ = effect: {better} {effect_run.share(better, column=0):.0%} (power)",
+            "one Δ = effect",
+        ),
     ):
         trials = float(run.trials.mean() + extra * run.seeds.max(axis=1).mean())
         rows.append(
-            Row(label, question, f"{run.seeds[:, 0].mean():.1f} (mean)", f"{trials:.1f} (mean)", trials)
+            Row(
+                label, question, f"{run.seeds[:, 0].mean():.1f} (mean)", f"{trials:.1f} (mean)", trials, short
+            )
         )
     power = effect_run.share(better, column=0)
     short = f"its maximum of {design.max} seeds gives {power:.0%} power at Δ = effect: raise seeds.max"
@@ -283,6 +294,16 @@ def assumptions(s: ReportSettings, effect: str | None, sd: str | None, found: Pi
     return Assumptions(effect_u, margin_u, sd_u, mean, lines)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """One study's plan: its title, the lines of its assumptions, its rows and the pilot's wall time."""
+
+    title: str
+    lines: list[str]
+    rows: list[Row]
+    wall: float | None
+
+
 def show_plan(
     study_file: Path,
     overrides: list[str],
@@ -291,10 +312,10 @@ def show_plan(
     pilot: Path | None,
     simulations: int,
 ) -> None:
-    """Print the plan of ``study_file``'s design (see the module docstring)."""
-    from rich.table import Table
-
-    from .console import duration, out
+    """Print the plan of ``study_file``'s design (see the module docstring); for a study over
+    several data sets, each data set's (a ``--pilot`` folder of such a study gives each its own
+    noise) and the totals over them."""
+    from .across import per_dataset, several
     from .study import load_study
 
     if (sd is None) == (pilot is None):
@@ -302,11 +323,35 @@ def show_plan(
             "give the noise, one of --sd S (the sd of a seed's paired difference) or --pilot PATH"
         )
     study = load_study(study_file, check_files=False, overrides=overrides)
+    if not several(study):
+        _show(plan_of(study, effect, sd, pilot, simulations))
+        return
+    plans = {}
+    for label, sub in per_dataset(study, check_files=False).items():
+        plans[label] = plan_of(
+            sub, effect, sd, None if pilot is None else _pilot_of(pilot, label, sub.name), simulations
+        )
+        _show(plans[label])
+    _show_total(study.name, plans)
+
+
+def _pilot_of(pilot: Path, label: str, name: str) -> Path:
+    """A data set's pilot in a ``--pilot`` folder of a study over several data sets: its output
+    folder (``<output>/<data set>``) or its report (``<reports>/<study>/<study>.<data set>``);
+    else the pilot given, for every data set."""
+    for inside in (pilot / label, pilot / name):
+        if inside.is_dir():
+            return inside
+    return pilot
+
+
+def plan_of(study, effect: str | None, sd: str | None, pilot: Path | None, simulations: int) -> Plan:
+    """The plan of one study's design."""
     s = study.report_settings()
     m = len([v for v in s.variants if v != s.baseline and v not in s.duplicates])
     if not m:
         raise AblateError(
-            f"{study_file}: no variant is compared with the baseline {s.baseline!r}: nothing to plan"
+            f"{study.path}: no variant is compared with the baseline {s.baseline!r}: nothing to plan"
         )
     found = None if pilot is None else read_pilot(pilot, study.name, s.baseline, s.primary)
     a = assumptions(s, effect, sd, found)
@@ -331,12 +376,55 @@ def show_plan(
     wall = None if found is None else found.wall_s
     if wall is not None:
         lines.append(f"compute: trials × the pilot's mean wall time, {wall:.3g} s a trial, one worker")
-    table = Table(title=f"{study.name}: plan for {s.primary}", title_justify="left")
+    return Plan(f"{study.name}: plan for {s.primary}", lines, rows, wall)
+
+
+def _show(plan: Plan) -> None:
+    from rich.table import Table
+
+    from .console import duration, out
+
+    wall = plan.wall
+    table = Table(title=plan.title, title_justify="left")
     for column in ("design", "question", "seeds per variant", "trials", *(["compute"] if wall else [])):
         table.add_column(column, justify="left" if column in ("design", "question") else "right")
-    for r in rows:
+    for r in plan.rows:
         cost = [duration(r.trial_count * wall) if r.trial_count is not None else "—"] if wall else []
         table.add_row(r.design, r.question, r.seeds, r.trials, *cost)
-    for line in lines:
+    for line in plan.lines:
         out.print(line, markup=False, highlight=False, soft_wrap=True)
     out.print(table)
+
+
+def _show_total(name: str, plans: dict[str, Plan]) -> None:
+    """The trials (and compute, where every data set's pilot gave a wall time) summed over the data
+    sets, per row of the design; and what the across-data-set verdict can say with this many."""
+    from rich.table import Table
+
+    from .console import duration, out
+
+    walls = [p.wall for p in plans.values()]
+    timed = all(w is not None for w in walls)
+    table = Table(title=f"{name}: total over {len(plans)} data sets", title_justify="left")
+    columns = ("design", "question", *(f"trials: {label}" for label in plans), "trials", "compute")
+    for column in columns[: len(columns) - (not timed)]:
+        table.add_column(column, justify="left" if column in ("design", "question") else "right")
+    for rows in zip(*(p.rows for p in plans.values()), strict=True):
+        counts = [r.trial_count for r in rows]
+        known = all(c is not None for c in counts)
+        total = f"{sum(counts):,.{0 if all(float(c).is_integer() for c in counts) else 1}f}" if known else "—"
+        cost = duration(sum(c * w for c, w in zip(counts, walls, strict=True))) if known and timed else "—"
+        table.add_row(
+            rows[0].design, rows[0].short, *(r.trials for r in rows), total, *([cost] if timed else [])
+        )
+    out.print(table)
+    k = len(plans)
+    verdicts = "generalises / varies / unknown" if k >= 3 else "only varies or unknown"
+    out.print(
+        f"across data sets: the verdict pools the {k} data sets' relative effects (random effects, HKSJ "
+        f"interval with {k - 1} df, prediction interval with {k - 2} df): with {k} it can say {verdicts}"
+        + ("; list at least 3 data sets for 'generalises'" if k < 3 else ""),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )

@@ -288,16 +288,18 @@ def show_jobs(output_dir: Path) -> None:
 def cancel_command(study_file: StudyArg, overrides: OverridesArg = None, output: OutputOpt = None) -> None:
     """Cancel the SLURM jobs `ablate run --launcher slurm` submitted for a study; their trials
     in flight are queued again for the next run."""
+    from .across import each_study
     from .drive import Stores
     from .study import load_study
 
     study = load_study(study_file, check_files=False, overrides=overrides or ())
-    output_dir = Stores.for_study(study, output).output_dir
-    jobs = [job["id"] for job in recorded(output_dir)]
-    if not jobs:
-        out.print(f"{study.name}: no SLURM jobs recorded in {output_dir / JOBS_FILE}", markup=False)
-        return
-    stopped = cancel(jobs)
-    out.print(
-        f"{study.name}: cancelled {len(stopped)} of {len(jobs)} SLURM job(s) {' '.join(stopped)}".strip()
-    )
+    for each, where in each_study(study, output):  # several data sets: each data set's jobs
+        output_dir = Stores.for_study(each, where).output_dir
+        jobs = [job["id"] for job in recorded(output_dir)]
+        if not jobs:
+            out.print(f"{each.name}: no SLURM jobs recorded in {output_dir / JOBS_FILE}", markup=False)
+            continue
+        stopped = cancel(jobs)
+        out.print(
+            f"{each.name}: cancelled {len(stopped)} of {len(jobs)} SLURM job(s) {' '.join(stopped)}".strip()
+        )

@@ -122,8 +122,8 @@ def test_ranks_over_datasets_are_friedmans_with_datasets_as_blocks():
     assert ranks["statistic"] == pytest.approx(chi2)
 
 
-def _tiny_registry(folder, monkeypatch, names=("tiny-a", "tiny-b")):
-    """Two tiny one-line-per-user data sets in a mirror at ``folder``, named in the registry."""
+def _tiny_registry(folder, monkeypatch, names=("tiny-a", "tiny-b", "tiny-c")):
+    """Tiny one-line-per-user data sets in a mirror at ``folder``, named in the registry."""
     import hashlib
 
     entries = {}
@@ -151,40 +151,135 @@ def _tiny_registry(folder, monkeypatch, names=("tiny-a", "tiny-b")):
     monkeypatch.setenv(datasets.MIRROR_ENV, str(folder))
 
 
-def test_a_study_over_two_datasets_trains_each_and_reports_across(write_study, cli, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory):
+    """An MLflow store with no experiment, at the installed MLflow's schema. MLflow makes a new
+    SQLite store by running its ~140 Alembic migrations (4–5 s on a loaded 2-core machine): the
+    test makes one and copies it where each data set's store goes, the run then fills each."""
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("store") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+def _rows(out: str, first: str) -> list[list[str]]:
+    """The cells of the table rows of ``out`` (rich's box drawing) whose first cell is ``first``."""
+    cells = [[c.strip() for c in line.strip("│ ").split("│")] for line in out.splitlines() if "│" in line]
+    return [c for c in cells if c[0] == first]
+
+
+def test_a_study_over_two_datasets_trains_each_and_reports_across(
+    write_study, cli, tmp_path, monkeypatch, empty_store
+):
+    """validate, plan, status, run, report (--trials) of a study over two data sets; run's
+    --gpus and --launcher slurm go through each data set's study in turn."""
+    import shutil
+
+    from ablate import gpus, running, slurm
+
+    monkeypatch.setenv("COLUMNS", "250")  # no table cell cut short
     _tiny_registry(tmp_path / "mirror", monkeypatch)
     study = write_study(
         {
             "task": {"max_len": 8},
             "train": {"epochs": 1},
             "metrics": {"also": []},
-            "report": {"calibration": 0, "bootstrap": 200},  # the per-data-set statistics are not under test
+            # the per-data-set statistics are not under test; an absolute margin for --sd
+            "report": {"calibration": 0, "bootstrap": 200, "margin": 0.01},
         },
         replace={"task.data": ["tiny-a", {"name": "tiny-b", "k_core": 2}]},
     )
+    runs = tmp_path / "runs" / "tiny"
     code, out, err = cli("validate", study)
+    assert code == 0 and out.count(": valid") == 2, err
+    # Before the run: each data set's study not started, the across-data-set step waiting.
+    code, out, err = cli("status", study)
     assert code == 0, err
-    assert out.count(": valid") == 2
-    code, out, err = cli("run", study, "--reports", tmp_path / "paper")
+    assert "tiny.tiny-a: not started (4 trials planned)" in out and "tiny.tiny-b: not started" in out
+    assert "across data sets: 0 of 2 data sets finished; across_datasets.md follows the last" in out
+    # The plan: each data set's, then the trials summed over them.
+    code, out, err = cli("plan", study, "--sd", "0.01", "--effect", "0.02")
+    assert code == 0, err
+    assert "tiny.tiny-a: plan for ndcg@10" in out and "tiny.tiny-b: plan for ndcg@10" in out
+    ours = _rows(out, "the study's 2 seeds")  # each data set's row, then the total's
+    assert [r[-2:] for r in ours[:2]] == [["2", "4"], ["2", "4"]] and ours[2][-3:] == ["4", "4", "8"]
+    assert "with 2 it can say only varies or unknown" in out
+    for name in ("tiny-a", "tiny-b"):  # where each data set's store goes: a copy of an empty one
+        (runs / name).mkdir(parents=True)
+        shutil.copy(empty_store, runs / name / "mlflow.db")
+    # Each data set's report is read, not drawn, until `ablate report` below draws them (their
+    # figures take most of a report's time); the across-data-set report is written from them.
+    drawn = {"md": tmp_path / "report.md", "html": tmp_path / "report.html"}
+    write_report = running.write_study_report
+    monkeypatch.setattr(running, "write_study_report", lambda uri, name, *_: (drawn, load_results(uri, name)))
+    code, out, err = cli("run", study)
     assert code == 0, err
     for name in ("tiny-a", "tiny-b"):  # each data set its own experiment: (variant, seed, data set)
-        got = load_results(f"sqlite:///{tmp_path / 'runs/tiny' / name / 'mlflow.db'}", f"tiny.{name}")
+        got = load_results(f"sqlite:///{runs / name / 'mlflow.db'}", f"tiny.{name}")
         assert sorted(zip(got.results["variant"], got.results["seed"], strict=True)) == [
             ("base", 0),
             ("base", 1),
             ("mlp", 0),
             ("mlp", 1),
         ]
-        assert (tmp_path / "paper" / "tiny" / f"tiny.{name}" / "report.md").exists()
-    md = (tmp_path / "paper" / "tiny" / "across_datasets.md").read_text()
-    assert "| mlp |" in md and "tiny-a:" in md and "tiny-b:" in md
-    table = pd.read_csv(tmp_path / "paper" / "tiny" / "across_datasets.csv")
+    table = pd.read_csv(runs / "report" / "across_datasets.csv")
     assert table["variant"].tolist() == ["mlp"] and table["datasets"].item() == 2
     assert "across data sets: mlp:" in out
-    # The reports again from the stores alone: each data set's, then the one across them.
-    (tmp_path / "paper" / "tiny" / "across_datasets.md").unlink()
-    code, out, err = cli("report", study, "--reports", tmp_path / "paper")
-    assert code == 0 and (tmp_path / "paper" / "tiny" / "across_datasets.md").read_text() == md, err
+    # Status after it: each data set done, the across-data-set report written; with a third data
+    # set listed (not run), two of three finished.
+    code, out, err = cli("status", study)
+    assert code == 0 and out.count("4/4 trials done") == 2, err
+    assert f"across data sets: every data set finished: {runs / 'report' / 'across_datasets.md'}" in out
+    code, out, err = cli("status", study, "task.data=[tiny-a,tiny-b,tiny-c]")
+    assert code == 0 and "tiny.tiny-c: not started" in out, err
+    assert "across data sets: 2 of 3 data sets finished (tiny-a, tiny-b)" in out
+    # A pilot folder of such a study gives each data set its own noise.
+    code, out, err = cli("plan", study, "--pilot", runs)
+    assert code == 0, err
+    for name in ("tiny-a", "tiny-b"):
+        assert f"in {runs / name}" in out
+    # The reports from the stores alone, elsewhere: each data set's and its trial files, then the
+    # one across them, with the same numbers.
+    monkeypatch.setattr(running, "write_study_report", write_report)
+    code, out, err = cli("report", study, "--reports", tmp_path / "paper", "--trials", tmp_path / "trials")
+    assert code == 0, err
+    assert "trials of tiny-a: 4 file(s)" in err and "trials of tiny-b: 4 file(s)" in err
+    files = sorted(p.name for p in (tmp_path / "trials").iterdir())
+    assert len(files) == 8 and len({f.rsplit("-", 1)[1] for f in files}) == 4  # 2 fingerprints × 2 variants
+    for name in ("tiny-a", "tiny-b"):
+        assert (tmp_path / "paper" / "tiny" / f"tiny.{name}" / "report.md").exists()
+    md = (tmp_path / "paper" / "tiny" / "across_datasets.md").read_text()
+    assert "| mlp |" in md and "[tiny-a](tiny.tiny-a/report.md)" in md
+    assert "| tiny-a: —; tiny-b: — |" in md  # 2 seeds: no verdict on either data set
+    again = pd.read_csv(tmp_path / "paper" / "tiny" / "across_datasets.csv")
+    pd.testing.assert_frame_equal(again, table)
+    # --launcher slurm and --gpus: each data set's workers in turn (nothing is left to train).
+    calls = []
+    monkeypatch.setattr(running, "write_study_report", lambda uri, name, *_: (drawn, load_results(uri, name)))
+
+    def jobs(study, stores, workers, quiet, settings, *rest):
+        calls.append((study.name, workers, settings.partition))
+        return 4, []
+
+    monkeypatch.setattr(slurm, "run_jobs", jobs)
+    code, _, err = cli("run", study, "--launcher", "slurm", "--partition", "p", "-w", "3")
+    assert code == 0 and calls == [("tiny.tiny-a", 3, "p"), ("tiny.tiny-b", 3, "p")], err
+    slurm.record(runs / "tiny-b", [("17", "log", "errors")])  # as a submission of tiny-b's jobs would
+    monkeypatch.setattr(slurm, "cancel", lambda ids: ids)
+    code, out, err = cli("cancel", study)
+    assert code == 0 and "tiny.tiny-a: no SLURM jobs recorded" in out, err
+    assert "tiny.tiny-b: cancelled 1 of 1 SLURM job(s) 17" in out
+
+    def workers(study, stores, count, quiet, retry_failed, placed, donors):
+        calls.append((study.name, count, placed.devices))
+        return 4, []
+
+    monkeypatch.setattr(gpus, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(running, "_run_workers", workers)
+    code, _, err = cli("run", study, "--gpus", "all", "--per-gpu", "2")
+    assert code == 0 and calls[2:] == [("tiny.tiny-a", 4, ("0", "1")), ("tiny.tiny-b", 4, ("0", "1"))], err
+    pd.testing.assert_frame_equal(pd.read_csv(runs / "report" / "across_datasets.csv"), table)
 
 
 def test_a_list_of_datasets_names_them(write_study, cli, tmp_path, monkeypatch):
@@ -196,7 +291,7 @@ def test_a_list_of_datasets_names_them(write_study, cli, tmp_path, monkeypatch):
             ["tiny-a", {"format": "user_lines", "path": "x.txt"}],
             "task.data.1: a list of data sets holds names",
         ),
-        (["tiny-c"], "unknown data set 'tiny-c'"),
+        (["tiny-d"], "unknown data set 'tiny-d'"),
     ]:
         code, _, err = cli("validate", write_study(replace={"task.data": data}))
         assert code == 2 and said in err and len(err.strip().splitlines()) == 1, err

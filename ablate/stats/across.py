@@ -142,17 +142,17 @@ def across_datasets(
         for name, results in per_dataset.items():
             e, var, _ = dataset_effect(results, metric, variant, baseline)
             compared = comparisons[name].set_index("variant")
-            verdict = str(compared.at[variant, "verdict"]) if variant in compared.index else "—"
-            named.append(f"{name}: {verdict if verdict != 'nan' else '—'}")
+            verdict = compared.at[variant, "verdict"] if variant in compared.index else None
+            verdict = verdict if isinstance(verdict, str) and verdict else "—"  # none: too few seeds
+            named.append(f"{name}: {verdict}")
             verdicts.append(verdict)
             if variant in compared.index and baseline in compared.index:
-                margins.append(
-                    float(compared.at[variant, "margin"]) / abs(float(compared.at[baseline, "mean"]))
-                )
+                margin = float(compared.at[variant, "margin"]) / abs(float(compared.at[baseline, "mean"]))
+                margins += [margin] if math.isfinite(margin) else []
             if not math.isnan(e) and var > 0:
                 effects.append(e)
                 variances.append(var)
-        row: dict = {"margin": float(np.nanmean(margins)) if margins else math.nan}
+        row: dict = {"margin": float(np.mean(margins)) if margins else math.nan}
         if len(effects) >= 2:
             row |= pool(np.array(effects), np.array(variances), alpha)
         verdict = across_verdict(row, verdicts, higher_is_better, alpha)
