@@ -32,7 +32,7 @@ rotations (:func:`ablate.blocks.with_bias`, as a block applies them).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -56,24 +56,16 @@ B, N, D, W = 2, 6, 8, 6  # rows, tokens, width, raw values per token
 PADDED = 2  # padded tokens at the end of the second row
 SEED = 0
 ATOL = 1e-5
-# The slot each base class fills.
-SLOT_BASES: dict[str, type[Component]] = {
-    "attention": Attention,
-    "ffn": FeedForward,
-    "norm": Norm,
-    "connection": Connection,
-    "bias": BiasChannel,
-}
 POSITION_WISE = frozenset({"ffn", "norm", "connection"})  # slots whose output at a token is its own
 # Defaults too large for d = 8 and n = 6 tokens, where a kind has the option.
 SMALL = {"heads": 2, "streams": 2, "experts": 3, "top_k": 2, "hidden": 8, "buckets": 16}
 
 
 def slot_of(cls: type) -> str:
-    for slot, base in SLOT_BASES.items():
-        if isinstance(cls, type) and issubclass(cls, base):
+    for slot, filled in SLOTS.items():
+        if isinstance(cls, type) and issubclass(cls, filled.base):
             return slot
-    raise TypeError(f"{cls!r} subclasses none of {', '.join(b.__name__ for b in SLOT_BASES.values())}")
+    raise TypeError(f"{cls!r} subclasses none of {', '.join(f.base.__name__ for f in SLOTS.values())}")
 
 
 def small_options(cls: type[Component], given: Options | dict | None = None) -> Options:
@@ -151,24 +143,68 @@ class Harness(nn.Module):
         self.options = small_options(cls, options)
         self.ctx = context(cls, self.options)
         self.kind = cls(self.options, self.ctx)
-        fixed = torch.Generator().manual_seed(SEED + 1)  # the callers' own fixed maps
-        if self.slot == "connection":
-            self.stem = cls.stem(self.options, self.ctx)
-            self.register_buffer("branch", torch.randn(D, D, generator=fixed) / D**0.5)
-        if self.slot == "bias":
-            self.probe = _Probe(getattr(self.options, "heads", 2), fixed)
+        self.caller = SLOTS[self.slot].caller(self)
 
     def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:
-        kind = self.kind
-        if self.slot == "attention":
-            return kind(x, tokens)
-        if self.slot == "ffn":
-            return kind(x, tokens.valid)
-        if self.slot == "norm":
-            return kind(x)
-        if self.slot == "connection":
-            return self.stem.reduce(kind(self.stem.expand(x), lambda h: torch.tanh(h @ self.branch)))
+        return self.caller(self.kind, x, tokens)
+
+
+class _Attend(nn.Module):
+    def __init__(self, harness: Harness):
+        super().__init__()
+
+    def forward(self, kind: Attention, x: Tensor, tokens: TokenContext) -> Tensor:
+        return kind(x, tokens)
+
+
+class _Feed(_Attend):
+    def forward(self, kind: FeedForward, x: Tensor, tokens: TokenContext) -> Tensor:
+        return kind(x, tokens.valid)
+
+
+class _Normalise(_Attend):
+    def forward(self, kind: Norm, x: Tensor, tokens: TokenContext) -> Tensor:
+        return kind(x)
+
+
+class _Join(nn.Module):
+    """The connection's stem around it, and a fixed position-wise branch (no parameters)."""
+
+    def __init__(self, harness: Harness):
+        super().__init__()
+        self.stem = harness.cls.stem(harness.options, harness.ctx)
+        fixed = torch.Generator().manual_seed(SEED + 1)
+        self.register_buffer("branch", torch.randn(D, D, generator=fixed) / D**0.5)
+
+    def forward(self, kind: Connection, x: Tensor, tokens: TokenContext) -> Tensor:
+        return self.stem.reduce(kind(self.stem.expand(x), lambda h: torch.tanh(h @ self.branch)))
+
+
+class _Bias(nn.Module):
+    """The channel's ``embed``, plus the probe attention under its logit bias and rotations."""
+
+    def __init__(self, harness: Harness):
+        super().__init__()
+        fixed = torch.Generator().manual_seed(SEED + 1)
+        self.probe = _Probe(getattr(harness.options, "heads", 2), fixed)
+
+    def forward(self, kind: BiasChannel, x: Tensor, tokens: TokenContext) -> Tensor:
         return kind.embed(x, tokens) + self.probe(x, with_bias(tokens, nn.ModuleList([kind])))
+
+
+@dataclass(frozen=True)
+class Slot:
+    base: type[Component]  # the class a kind of the slot subclasses
+    caller: type[nn.Module]  # calls the kind as the block does: (kind, x, tokens) -> [b, n, d]
+
+
+SLOTS = {
+    "attention": Slot(Attention, _Attend),
+    "ffn": Slot(FeedForward, _Feed),
+    "norm": Slot(Norm, _Normalise),
+    "connection": Slot(Connection, _Join),
+    "bias": Slot(BiasChannel, _Bias),
+}
 
 
 def build(cls: type[Component], options: Options | dict | None = None, seed: int = SEED) -> Harness:

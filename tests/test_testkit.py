@@ -31,6 +31,7 @@ def test_every_installed_kind_passes_every_check(slot, kind):
 
 
 def test_the_kinds_checked_are_every_installed_one():
+    assert tuple(testkit.SLOTS) == registry.COMPONENT_SLOTS  # a caller for every slot
     assert len(INSTALLED) >= 25 and {"softmax", "moe", "mhc", "rel_time"} <= {kind for _, kind in INSTALLED}
 
 
