@@ -30,14 +30,13 @@ from ..study import Study
 from ..track import DATA_ARTIFACTS, DATA_SUMMARY, STUDY_ARTIFACT, Tracker, provenance
 from ..train import TrialResult, checkpoint_interval, resolve_device
 from .execution import Config, Execution, Failed, Job, Pruned, SearchJob, TaskData, checkpoint_path
+from .identity import check_data, data_digest
 from .ledger import (
     DATA_DIGEST,
     INTERRUPTED,
     Phase,
     Queue,
     check_changed,
-    check_data,
-    data_digest,
     drop_reason,
     failed_for_good,
     fingerprint,
@@ -179,7 +178,7 @@ class Driver:
             expected = search_fingerprints(study, variant)  # the current one first: new trials carry it
             place = f"search study '{queue.name}' in {self.stores.output_dir}"
             check_changed(trials, {variant: expected}, place)
-            check_data(trials, self.data_digest, place)
+            check_data(trials, study, self.data_digest, self.stores.output_dir, queue.name)
             done = taken(trials, self.retry_failed)
             points = grid_order(study) if study.spec.search.grid else None
             for slot in range(search_budget(study)):
@@ -191,7 +190,7 @@ class Driver:
         configs = {v: self.config(v) for v in study.variants}
         expected = {v: fingerprints(c.study, v) for v, c in configs.items() if c}
         check_changed(trials, expected, str(self.stores.output_dir))
-        check_data(trials, self.data_digest, str(self.stores.output_dir))
+        check_data(trials, study, self.data_digest, self.stores.output_dir)
         self._replan(trials)
         done = taken(trials, self.retry_failed)
         for variant, seed in self.planned:

@@ -267,36 +267,8 @@ def failed_for_good(trials: list[FrozenTrial], keys: Collection[Key]) -> set[Key
 
 
 # The Optuna user attribute (and, as ``ablate.data_digest``, the MLflow tag) naming the content of
-# the data a trial was trained on (:meth:`~ablate.tasks.Task.data_digest`).
+# the data a trial was trained on (:meth:`~ablate.tasks.Task.data_digest`; checked by :mod:`.identity`).
 DATA_DIGEST = "data_digest"
-
-
-def check_data(trials: list[FrozenTrial], digest: str | None, place: str) -> None:
-    """Stop when finished trials were trained on other data than the data files hold now (the
-    file was replaced or edited since): their numbers and new ones would share one report.
-    Trials recorded before digests were (no attribute) are taken as trained on these data."""
-    if digest is None:
-        return
-    other: dict[str, int] = {}
-    for t in trials:
-        seen = t.user_attrs.get(DATA_DIGEST)
-        if t.state == TrialState.COMPLETE and key_of(t) and seen not in (None, digest):
-            other[seen] = other.get(seen, 0) + 1
-    if other:
-        earlier = ", ".join(f"{n} on data {d}" for d, n in sorted(other.items()))
-        raise AblateError(
-            f"{place} holds finished trials trained on other data than task.data holds now ({earlier}; "
-            f"the data are now {digest}): the data file changed since; give a new --output folder to "
-            f"train on these data, or put the earlier file back to go on"
-        )
-
-
-def data_digest(study: Study) -> str | None:
-    """:meth:`~ablate.tasks.Task.data_digest`, a file that cannot be read named in one line."""
-    try:
-        return study.task.data_digest()
-    except OSError as exc:
-        raise AblateError(f"{study.path}: task.data: cannot read: {exc}") from None
 
 
 def check_changed(trials: list[FrozenTrial], expected: dict[str, Collection[str]], place: str) -> None:
