@@ -274,7 +274,7 @@ class Donors:
     ) -> Donor | None:
         """The first finished trial with one of these fingerprints (the trial's current one first,
         then those older stores and trial files carry: :func:`~.ledger.fingerprints`) and this
-        seed that passes the checks (:meth:`_refusal`; ``settings``: this trial's, to name how a
+        seed that passes the checks (:func:`_refusal`; ``settings``: this trial's, to name how a
         refused one differs), or None. A candidate refused is named in one line; the search goes on."""
         for source in self.sources:
             try:
