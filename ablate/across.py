@@ -10,17 +10,29 @@ set's study, then the across-data-set step."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
 from .console import err, out
 from .datasets import entry_override, label_of
+from .errors import AblateError
 from .study import Study, load_study
 
 
 def several(study: Study) -> bool:
     """Whether the study lists several data sets."""
     return study.dataset is not None and len(study.dataset.entries) > 1
+
+
+def one_dataset(study: Study, command: str) -> None:
+    """Refuse, in one line, a study over several data sets where ``command`` takes one study."""
+    if several(study):
+        first = shlex.join(dataset_overrides(study, study.dataset.entries[0])[len(study.overrides) :])
+        raise AblateError(
+            f"task.data lists data sets: {command} takes one data set's study (`{first}` for the first; "
+            f"`ablate run` runs them all)"
+        )
 
 
 def dataset_overrides(study: Study, entry: Any) -> list[str]:

@@ -195,6 +195,7 @@ def worker(
 ) -> None:
     """Take trials from a study's shared queue until none is left (start one per machine or GPU,
     all with the same --storage and --tracking-uri); writes no report (run `ablate report`)."""
+    from .across import one_dataset
     from .drive import Donors, Stores, run_study
     from .drive.recovery import check_stores
     from .progress import BarReporter
@@ -203,6 +204,7 @@ def worker(
 
     with stopping.stop_signals(), _resumable(study_file, quiet, overrides):  # it may read the data
         study = load_study(study_file, overrides=overrides or ())
+    one_dataset(study, "ablate worker")  # each data set's study has its own queue
     stores = Stores.for_study(study, output, tracking_uri, storage)
     stores.heartbeat_s, stores.grace_s = heartbeat, grace
     check_folders(study, stores, output)  # before any training

@@ -304,7 +304,7 @@ def test_a_list_of_datasets_names_them(write_study, cli, tmp_path, monkeypatch):
         assert code == 2 and said in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_the_notebook_call_takes_one_dataset(write_study, tmp_path, monkeypatch):
+def test_the_notebook_call_and_a_worker_take_one_dataset(write_study, cli, tmp_path, monkeypatch):
     import ablate
     from ablate.errors import AblateError
 
@@ -314,3 +314,7 @@ def test_the_notebook_call_takes_one_dataset(write_study, tmp_path, monkeypatch)
         AblateError, match=r"task.data lists data sets: ablate.run takes one \(task.data=NAME\)"
     ):
         ablate.run(study, quiet=True)
+    code, _, err = cli("worker", study)  # it would train the first data set under the study's name
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "ablate worker takes one data set's study (`'task.data=\"tiny-a\"' name=tiny.tiny-a`" in err
+    assert not (tmp_path / "runs").exists()
