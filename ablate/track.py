@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from . import emptystore
 from .errors import AblateError, first_line
 from .provenance import PROVENANCE_TAGS as PROVENANCE_TAGS  # re-exported: reuse carries them
 from .provenance import described
@@ -118,8 +119,7 @@ def tracking_problem(tracking_uri: str) -> str | None:
 
 
 def _probe(tracking_uri: str) -> None:
-    """Fail in seconds, with one line, on a tracking server that does not answer (MLflow's own
-    client would retry for minutes first)."""
+    """Fail in seconds, in one line, on a tracking server that does not answer (MLflow would retry)."""
     if not tracking_uri.startswith(("http://", "https://")):
         return
     try:
@@ -132,8 +132,8 @@ def _probe(tracking_uri: str) -> None:
 
 @contextmanager
 def _first_use(tracking_uri: str) -> Iterator[None]:
-    """Workers opening one SQLite store at once would each run MLflow's schema migrations
-    and collide ("duplicate column"); a file lock beside the database lets one go first."""
+    """Workers opening one SQLite store at once would each run MLflow's schema migrations and
+    collide ("duplicate column"): a lock beside it lets one go first. A new one is a copy."""
     if not tracking_uri.startswith("sqlite:///"):
         yield
         return
@@ -141,7 +141,10 @@ def _first_use(tracking_uri: str) -> Iterator[None]:
     db.parent.mkdir(parents=True, exist_ok=True)
     with open(db.with_name(db.name + ".lock"), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        made_here = not (db.exists() and db.stat().st_size) and not emptystore.seed(db)
         yield
+        if made_here:  # MLflow migrated a new store: kept, empty, for the next one (1.6 s each)
+            emptystore.keep(db)
 
 
 def _locked(exc: BaseException) -> bool:

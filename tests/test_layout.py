@@ -21,7 +21,7 @@ LAYERS = [
     {"search", "spec", "variants"},
     {"study", "sizes"},
     {"build", "match", "memory", "train", "parts", "folders", "preflight"},
-    {"track"},
+    {"track", "emptystore"},
     {"drive"},
     {"results", "report", "foreign"},
     {
