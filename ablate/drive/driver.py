@@ -22,6 +22,7 @@ from .. import match as matching
 from .. import stopping
 from ..errors import AblateError, StudyError
 from ..faults import fault_point
+from ..memory import frozen_before_trials
 from ..provenance import pin_threads
 from ..search import grid_order, search_budget, search_seed
 from ..sizes import trained_sizes
@@ -409,7 +410,7 @@ def run_study(
     has a ``search:`` section), or copy it from a donor (``donors``); returns what this
     process did."""
     data = read_data_first(study, stores)
-    with stores.worker() as worker_id:
+    with stores.worker() as worker_id, frozen_before_trials():
         driver = Driver(study, stores, reporter, retry_failed, worker_id=worker_id, donors=donors, data=data)
         try:
             summary = driver.run(wait_for_others=wait_for_others)
