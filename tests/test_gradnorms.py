@@ -75,8 +75,8 @@ def test_report_table_by_hand():
     curves = pd.DataFrame(rows, columns=["variant", "seed", "epoch", "metric", "value"])
     table = grad_norm_rows(curves, ["b", "a"])
     # a: per-seed means 1.5 and 3.5 → 2.5 ± sd(1.5, 3.5) = 1.414; last epoch (1.0 + 3.0) / 2 = 2.0
-    assert table[1] == ["a", "2.5 ± 1.41", "2", "5", "0 of 4"]
-    assert table[0] == ["b", "0.75", "0.5", "6", "1 of 2"]  # 6.0 ≥ 10 × 0.5: a spike
+    assert table[1] == ["a", "2.50 ± 1.41", "2.00", "5.00", "0 of 4"]
+    assert table[0] == ["b", "0.750", "0.500", "6.00", "1 of 2"]  # 6.0 ≥ 10 × 0.5: a spike
     assert grad_norm_elements(curves[curves["metric"] == "valid.bpb"], ["a"]) == []
 
 

@@ -52,10 +52,10 @@ def grad_norm_rows(curves: pd.DataFrame | None, names: list[str]) -> list[list[s
         v = wide[wide["variant"] == variant]
         per_seed = v.groupby("seed")[MEAN].mean()
         last = v[v["epoch"] == v.groupby("seed")["epoch"].transform("max")][MEAN].mean()
-        sd = f" ± {per_seed.std(ddof=1):.3g}" if len(per_seed) > 1 else ""
+        sd = f" ± {per_seed.std(ddof=1):#.3g}" if len(per_seed) > 1 else ""
         spikes = f"{int((v[PEAK] >= 10 * v[MEAN]).sum())} of {len(v)}" if PEAK in v else "—"
-        peak = f"{v[PEAK].max():.3g}" if PEAK in v else "—"
-        rows.append([variant, f"{per_seed.mean():.3g}{sd}", f"{last:.3g}", peak, spikes])
+        peak = f"{v[PEAK].max():#.3g}" if PEAK in v else "—"
+        rows.append([variant, f"{per_seed.mean():#.3g}{sd}", f"{last:#.3g}", peak, spikes])
     return rows
 
 
