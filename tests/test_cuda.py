@@ -50,8 +50,15 @@ TINY = {
         "train.batch_size=32",
     ],
     "tabular": ["task.data={format: synthetic, rows: 300, seed: 0}", "train.batch_size=64"],
+    "lm": [
+        "task.data={format: synthetic, documents: 16, words: 60, seed: 0}",
+        "task.window=32",
+        "task.eval_bytes=1024",
+        "task.windows_per_epoch=16",
+        "train.batch_size=8",
+    ],
 }
-SCHEDULE = ["train.eval_every=1", "train.patience=null"]
+SCHEDULE = ["train.eval_every=1", "train.patience=null", "train.second_stage=null"]
 
 
 def tiny_study(path: Path, epochs: int = 1, *extra: str) -> Study:
