@@ -786,3 +786,39 @@ def test_cpu_time_beside_wall_time(tmp_path):
     assert "against CPU time per trial" in cost and "cost_quality.png" in cost
     plain = write_report(results, None, None, settings(calibration=0), tmp_path / "wall")["md"]
     assert "against wall time per trial" in plain.read_text(encoding="utf-8")
+
+
+def test_seeds_stopped_early_do_not_make_the_mean_look_unfinished():
+    """Early stopping ends seeds at different epochs: the mean over the epochs every seed evaluated
+    then ends where the shortest stopped, while the others were still climbing. Only seeds that
+    trained as long as the study's longest trial count for the rising sign."""
+    climb = [0.10, 0.20, 0.30, 0.32, 0.34, 0.36, 0.37, 0.365, 0.36, 0.355]
+    stops = {"base": [6, 10, 10], "early": [4, 6, 8]}  # epochs trained per seed; the study's longest: 10
+    rows, crows = [], []
+    for v, ends in stops.items():
+        for s, end in enumerate(ends):
+            best = end - 2  # early stopping: two evaluations without improvement after the best
+            rows.append(
+                {
+                    "variant": v,
+                    "seed": s,
+                    "differs": v,
+                    "test.ndcg@10": 0.3 + 0.001 * s,
+                    "epochs": end,
+                    "best_epoch": best,
+                    "wall_s": 1.0,
+                }
+            )
+            crows += [
+                {"variant": v, "seed": s, "epoch": e + 1, "metric": "valid.ndcg@10", "value": climb[e]}
+                for e in range(end)
+            ]
+    results, curves = pd.DataFrame(rows), pd.DataFrame(crows)
+    s = settings(calibration=0)
+    # every seed's curve, cut at the shortest (4 epochs), rises 3 times in a row: the old sign fired
+    assert all(np.diff(climb[:4]) > 0)
+    assert not_converged(results, curves, s, ["base", "early"]) == []
+    # the seeds that ran the full 10 epochs still rising at the end: flagged
+    rising = curves.assign(value=curves["value"] + np.where(curves["epoch"] > 7, curves["epoch"] * 0.01, 0))
+    flags = not_converged(results, rising, s, ["base", "early"])
+    assert [(f.variant, f.rising) for f in flags] == [("base", True)]

@@ -6,11 +6,13 @@ Two signs, either one flags the variant:
 - best epoch at the cap: for some seed the best validation epoch (the state the test metrics come
   from) is the last epoch trained. Early stopping ends a trial only after ``patience`` evaluations
   without improvement, so this means the trial ran into ``train.epochs`` while still improving.
-- still improving: the validation primary metric, averaged over the variant's seeds at the epochs
-  every seed evaluated, improved at each of its last :data:`RISING` evaluations. A run of strict
-  improvements rather than a fitted slope: a slope over the last epochs is positive for a curve that
-  has flattened with noise around a slow drift, while three steps in a row in the mean of the seeds
-  are unlikely once it is flat.
+- still improving: the validation primary metric, averaged over the variant's seeds that trained as
+  long as the study's longest trial, improved at each of its last :data:`RISING` evaluations. A run of
+  strict improvements rather than a fitted slope: a slope over the last epochs is positive for a
+  curve that has flattened with noise around a slow drift, while three steps in a row in the mean of
+  the seeds are unlikely once it is flat. A seed that stopped before another trial of the study did
+  was stopped by early stopping (its patience ran out below the epoch cap): it settled, and its
+  curve, cut where it stopped, must not make the others' mean look unfinished.
 """
 
 from __future__ import annotations
@@ -66,19 +68,35 @@ def _at_cap(results: pd.DataFrame, variant: str) -> dict[int, int]:
     return {int(s): int(n) for s, n in sorted(zip(rows["seed"][hit], last[hit], strict=True))}
 
 
-def validation_curve(curves: pd.DataFrame | None, settings: ReportSettings, variant: str) -> pd.Series:
-    """The validation primary metric per evaluated epoch, mean over the variant's seeds, at the
-    epochs every one of its seeds evaluated (empty: no curve logged)."""
+def validation_curve(
+    curves: pd.DataFrame | None, settings: ReportSettings, variant: str, seeds: set[int] | None = None
+) -> pd.Series:
+    """The validation primary metric per evaluated epoch, mean over the variant's seeds (those in
+    ``seeds`` when given), at the epochs every one of them evaluated (empty: no curve logged)."""
     if curves is None or curves.empty:
         return pd.Series(dtype=float)
     names = {settings.primary, f"valid.{settings.primary}"}
     c = curves[(curves["variant"].astype(str) == variant) & curves["metric"].astype(str).isin(names)]
+    if seeds is not None:
+        c = c[pd.to_numeric(c["seed"], errors="coerce").isin(seeds)]
     if c.empty:
         return pd.Series(dtype=float)
     grid = c.assign(value=pd.to_numeric(c["value"], errors="coerce")).pivot_table(
         index="epoch", columns="seed", values="value", aggfunc="last"
     )
     return grid.dropna().mean(axis=1).sort_index()
+
+
+def _longest_seeds(results: pd.DataFrame, variant: str) -> set[int] | None:
+    """The variant's seeds that trained as many epochs as the study's longest trial (None: epochs
+    not recorded, every seed counts); the others were stopped early."""
+    if "epochs" not in results.columns:
+        return None
+    epochs = pd.to_numeric(results["epochs"], errors="coerce")
+    if epochs.isna().all():
+        return None
+    rows = (results["variant"].astype(str) == variant) & (epochs == epochs.max())
+    return {int(s) for s in results["seed"][rows]}
 
 
 def _rising(curve: pd.Series, higher: bool) -> bool:
@@ -95,7 +113,9 @@ def not_converged(
     higher = settings.higher(settings.primary)
     found = []
     for v in names:
-        flag = NotConverged(v, _at_cap(results, v), _rising(validation_curve(curves, settings, v), higher))
+        seeds = _longest_seeds(results, v)
+        rising = seeds != set() and _rising(validation_curve(curves, settings, v, seeds), higher)
+        flag = NotConverged(v, _at_cap(results, v), rising)
         if flag.at_cap or flag.rising:
             found.append(flag)
     return found
@@ -112,9 +132,11 @@ def method_text(flags: list[NotConverged], settings: ReportSettings, has_curves:
         "A variant is flagged not converged when, for any of its seeds, the best validation epoch (the "
         "state its test metrics come from) is the last epoch trained — early stopping ends a trial only "
         "after `patience` evaluations without improvement, so the trial ran into `train.epochs` while "
-        f"still improving — or when its validation {settings.primary}, averaged over its seeds, was "
-        f"better at each of its last {RISING} evaluations than at the one before (a run of "
-        "improvements rather than a fitted slope, which stays positive on a flat but noisy curve)."
+        f"still improving — or when its validation {settings.primary}, averaged over its seeds that "
+        f"trained as long as the study's longest trial, was better at each of its last {RISING} "
+        "evaluations than at the one before (a run of improvements rather than a fitted slope, which "
+        "stays positive on a flat but noisy curve; a seed that stopped sooner was stopped by early "
+        "stopping, so it settled)."
     )
     if not has_curves:
         text += " No validation curves were logged: only the best epoch was checked."
