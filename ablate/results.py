@@ -20,7 +20,16 @@ from .stats import ReportSettings
 from .tasks import BASELINES_ARTIFACT
 from .track import REUSED_TAG, Tracker, read_units, trial_metrics
 
-COST_KEYS = ("params", "tokens_per_s", "peak_memory_mb", "wall_s", "cpu_s", "epochs", "best_epoch")
+COST_KEYS = (
+    "params",
+    "tokens_per_s",
+    "peak_memory_mb",
+    "wall_s",
+    "cpu_s",
+    "train_gflop",
+    "epochs",
+    "best_epoch",
+)
 # How the report's cost columns were measured (stores written before CPU time was: wall time only).
 WALL_NOTE = "wall time is elapsed time on a possibly shared machine"
 CPU_NOTE = (
@@ -33,6 +42,13 @@ PASSIVE_CPU_NOTE = (
     "waiting threads asleep (OMP_WAIT_POLICY=PASSIVE, set by ablate before torch loads), so time spent "
     "waiting for a core is not counted, though contention for caches on a loaded machine still is (the "
     "README's 'Costs under load' measures it) — compare CPU time across variants trained at different loads"
+)
+# Trials that counted their training FLOPs (ablate.flops).
+FLOP_NOTE = (
+    "train GFLOP is the floating-point work of the trial's training steps — matrix products and "
+    "attention, forward and backward, counted over one step by torch's FlopCounterMode, per token, "
+    "times the tokens it trained on; elementwise work, the optimiser and evaluation left out — which no "
+    "machine load changes: the cost to compare across variants, runs and machines"
 )
 
 
@@ -121,6 +137,8 @@ def _meta(tracker: Tracker, results: pd.DataFrame) -> dict:
     passive = any("OMP_WAIT_POLICY=PASSIVE" in value for _, value in meta.get("conditions", []))
     cpu_note = PASSIVE_CPU_NOTE if passive else CPU_NOTE
     meta["cost_note"] = f"{WALL_NOTE}; {cpu_note}" if measured_cpu else WALL_NOTE
+    if "train_gflop" in results and results["train_gflop"].notna().any():
+        meta["cost_note"] += f"; {FLOP_NOTE}"
     if "reused_from" in results:
         copied = results[results["reused_from"].notna()]
         meta["reused"] = list(zip(copied["variant"], copied["seed"], copied["reused_from"], strict=True))

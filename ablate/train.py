@@ -11,14 +11,11 @@ measurements (parameters, training tokens/s, peak memory, wall and CPU time).
 from __future__ import annotations
 
 import copy
-import json
 import math
-import os
 import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,9 +25,10 @@ from torch import Tensor, nn
 
 from . import stopping
 from .build import build_backbone, count_parameters
+from .checkpoints import CHECKPOINT_ENV, Checkpoint, checkpoint_interval, checkpoint_summaries  # noqa: F401 - their home was here
 from .components import end_stage
-from .errors import AblateError
 from .faults import fault_point
+from .flops import flops_per_token
 from .memory import PeakMemory
 from .parts import backward_parts
 from .schedules import LR_SCHEDULES, build_optimizer
@@ -51,17 +49,20 @@ class TrialResult:
     peak_memory_mb: float = 0.0
     wall_s: float = 0.0
     cpu_s: float = 0.0  # the process's CPU seconds (all threads): comparable across machine loads
+    train_gflop: float | None = None  # training steps' FLOPs (ablate.flops): the same at any load
     epochs: int = 0
     best_epoch: int = 0
     resumed_from: int = 0  # the epoch a checkpoint brought this trial to (0: trained from scratch)
 
     def costs(self) -> dict[str, float]:
+        flops = {} if self.train_gflop is None else {"train_gflop": self.train_gflop}
         return {
             "params": float(self.params),
             "tokens_per_s": self.tokens_per_s,
             "peak_memory_mb": self.peak_memory_mb,
             "wall_s": self.wall_s,
             "cpu_s": self.cpu_s,
+            **flops,
             "epochs": float(self.epochs),
             "best_epoch": float(self.best_epoch),
         }
@@ -103,81 +104,6 @@ def seeded_model(
 
 
 EpochCallback = Callable[[int, dict[str, float]], None]
-
-
-@dataclass
-class Checkpoint:
-    """Where one trial keeps its mid-training state, so a worker that dies (a killed session,
-    a lost machine) costs at most ``every_s`` seconds of training, not the whole trial.
-
-    The state is written at the end of an epoch once ``every_s`` seconds have passed since the
-    last write (atomically: a temporary file renamed over the old one) and holds everything the
-    rest of the training depends on — model, optimiser, learning-rate schedule, the batch
-    generator's and the global random states, early-stopping state and stage, curves — so a
-    resumed trial continues exactly as the uninterrupted one would have. ``signature`` names what
-    the trial trains (the study's fingerprint, seed, batch size): a checkpoint with another
-    signature is ignored."""
-
-    path: Path
-    signature: str
-    every_s: float = 120.0
-
-    def load(self) -> dict[str, Any] | None:
-        try:
-            # weights_only: tensors and plain values only, so a planted file cannot run code.
-            state = torch.load(self.path, map_location="cpu", weights_only=True)
-        except Exception:  # noqa: BLE001 - missing, torn, foreign or not plain data: train from scratch
-            return None
-        return state if isinstance(state, dict) and state.get("signature") == self.signature else None
-
-    @property
-    def summary_path(self) -> Path:
-        """A few bytes beside the state for ``ablate status``: epoch reached, epochs planned."""
-        return self.path.with_suffix(".json")
-
-    def save(self, state: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
-        torch.save({**state, "signature": self.signature}, partial)
-        os.replace(partial, self.path)
-        summary = {"epoch": state["epoch"], "epochs": state["epochs"], "saved": time.time()}
-        if state.get("wall_s"):  # the trial's seconds so far: `ablate status` estimates a trial's length
-            summary["wall_s"] = state["wall_s"]
-        partial.write_text(json.dumps(summary))
-        os.replace(partial, self.summary_path)
-
-    def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
-        self.summary_path.unlink(missing_ok=True)
-
-
-def checkpoint_summaries(folder: Path) -> dict[str, dict[str, float]]:
-    """``{file stem: {"epoch", "epochs", "saved", "wall_s" (where known)}}`` of the checkpoints
-    in ``folder``."""
-    found = {}
-    for path in sorted(folder.glob("*.json")):
-        try:
-            found[path.stem] = json.loads(path.read_text())
-        except (OSError, ValueError):  # being replaced, or torn: skip it this time
-            continue
-    return found
-
-
-CHECKPOINT_ENV = "ABLATE_CHECKPOINT_S"
-
-
-def checkpoint_interval() -> float:
-    """Seconds between checkpoints: ``$ABLATE_CHECKPOINT_S`` (0: after every epoch), else 120."""
-    text = os.environ.get(CHECKPOINT_ENV, "").strip()
-    if not text:
-        return 120.0
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not math.isfinite(value) or value < 0:
-        raise AblateError(f"{CHECKPOINT_ENV}={text!r}: expected a number of seconds ≥ 0")
-    return value
 
 
 def _random_states(generator: torch.Generator) -> dict[str, Any]:
@@ -354,8 +280,12 @@ def train_trial(
     task, train = study.task, study.spec.train
     primary = study.metrics[0]
     sign = 1.0 if task.metric_higher_is_better(primary) else -1.0
-    start, cpu_start = time.perf_counter(), time.process_time()
     try:
+        # A probe trainer's counted step, before the trial seeds its own build and draws (flops.py).
+        probe = Trainer.start(study, variant, seed, data, device)
+        per_token = flops_per_token(probe, probe.batches(data))
+        del probe
+        start, cpu_start = time.perf_counter(), time.process_time()
         trainer = Trainer.start(study, variant, seed, data, device)
     except torch.OutOfMemoryError:
         raise  # the driver retries at half batch size
@@ -442,6 +372,7 @@ def train_trial(
     result.curves = progress.curves
     result.epochs, result.best_epoch = progress.epoch, progress.best_epoch
     result.tokens_per_s = trainer.tokens / progress.train_time if progress.train_time > 0 else 0.0
+    result.train_gflop = per_token * trainer.tokens / 1e9
     result.peak_memory_mb = max(earlier_peak, memory.mb)
     result.wall_s = earlier_wall + time.perf_counter() - start
     result.cpu_s = earlier_cpu + time.process_time() - cpu_start

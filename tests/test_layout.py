@@ -20,7 +20,7 @@ LAYERS = [
     {"stats"},
     {"search", "spec", "variants"},
     {"study", "sizes"},
-    {"build", "match", "memory", "train", "parts", "folders", "preflight"},
+    {"build", "match", "memory", "flops", "checkpoints", "train", "parts", "folders", "preflight"},
     {"track", "emptystore"},
     {"drive"},
     {"results", "report", "foreign"},

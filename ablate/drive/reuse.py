@@ -243,6 +243,7 @@ def _result(final: dict[str, float], curves: list, per_unit: pd.DataFrame) -> Tr
         peak_memory_mb=final.get("peak_memory_mb", 0.0),
         wall_s=final.get("wall_s", 0.0),
         cpu_s=final.get("cpu_s", 0.0),
+        train_gflop=final.get("train_gflop"),
         epochs=int(final.get("epochs", 0)),
         best_epoch=int(final.get("best_epoch", 0)),
     )

@@ -272,10 +272,14 @@ def _logged(frame: pd.DataFrame, column: str) -> bool:
     return column in frame.columns and pd.to_numeric(frame[column], errors="coerce").notna().any()
 
 
+def _every(frame: pd.DataFrame, column: str) -> bool:
+    return column in frame.columns and pd.to_numeric(frame[column], errors="coerce").notna().all()
+
+
 def cost_time(results: pd.DataFrame) -> tuple[str | None, str]:
     """The time the cost figure plots: CPU time when every trial logged it (it does not grow when
     other work shares the machine), else wall time; (None, …) when neither was logged."""
-    if "cpu_s" in results.columns and pd.to_numeric(results["cpu_s"], errors="coerce").notna().all():
+    if _every(results, "cpu_s"):
         return "cpu_s", "CPU s per trial"
     return ("wall_s" if _logged(results, "wall_s") else None), "wall s per trial"
 
@@ -283,12 +287,13 @@ def cost_time(results: pd.DataFrame) -> tuple[str | None, str]:
 def cost_figure(
     results: pd.DataFrame, cmp: list[ComparisonRow], settings: ReportSettings, names: list[str], path: Path
 ) -> Path | None:
-    """Cost vs. quality, one point per variant: x the mean time per trial (± sd) and the parameter
-    count, y the primary metric's mean ± sd over seeds. The time is CPU time where it was logged
-    (:func:`cost_time`)."""
+    """Cost vs. quality, one point per variant: x the training FLOPs where every trial counted them,
+    the mean time per trial (± sd) and the parameter count, y the primary metric's mean ± sd over
+    seeds. The time is CPU time where it was logged (:func:`cost_time`)."""
     frame = results.assign(variant=results["variant"].astype(str))
-    clock = cost_time(results)
-    costs = [(c, label) for c, label in (clock, ("params", "parameters")) if c and _logged(frame, c)]
+    work = ("train_gflop", "training GFLOP per trial") if _every(results, "train_gflop") else (None, "")
+    panels = (work, cost_time(results), ("params", "parameters"))
+    costs = [(c, label) for c, label in panels if c and _logged(frame, c)]
     if not costs:
         return None
     quality = {r.variant: r for r in cmp}

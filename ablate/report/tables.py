@@ -19,6 +19,7 @@ COSTS = [
     ("peak_memory_mb", "peak memory MB", "{:,.1f}"),
     ("wall_s", "wall s", "{:,.1f}"),
     ("cpu_s", "CPU s", "{:,.1f}"),
+    ("train_gflop", "train GFLOP", "{:,.1f}"),
     ("epochs", "epochs", "{:,.1f}"),
 ]
 

@@ -292,6 +292,8 @@ def render(
             Element("p", "How the costs were measured: Methods, Costs."),
         ]
         clock = "CPU time" if cost_time(results)[0] == "cpu_s" else "wall time"
+        if "train_gflop" in results and pd.to_numeric(results["train_gflop"], errors="coerce").notna().all():
+            clock = f"training GFLOP (the same at any machine load), {clock}"
         figure(
             "cost_quality",
             cost_figure(results, primary, settings, names, fig_dir / "cost_quality.png"),
