@@ -34,7 +34,8 @@ class Interrupt(BaseException):
 def _train(study, data, variant="base", checkpoint=None, stop_at=None, seen=None):
     def on_epoch(epoch, logged):
         if seen is not None:
-            seen.append((epoch, {k: v.clone() for k, v in model_of[0].state_dict().items()}))
+            # the last model built is the trial's (a probe build counts its FLOPs first: ablate.flops)
+            seen.append((epoch, {k: v.clone() for k, v in model_of[-1].state_dict().items()}))
         if epoch == stop_at:
             raise Interrupt
 
