@@ -9,7 +9,10 @@ is counted is matrix products and convolutions, softmax attention included (torc
 for its fused CPU form: registered here with torch's own SDPA counts); elementwise work, the
 optimiser and evaluation are not. The step runs with ablate's fused kernels in their torch forms
 (:func:`~ablate.fastpaths.fast_paths` off: the counter sees torch operators only) and on one
-thread (a dispatch mode sees only its own thread's operators; micro-batches run in threads).
+thread (a dispatch mode sees only its own thread's operators; micro-batches run in threads),
+on the CPU whatever device the trial trains on: on an H100 the same tiny study counted 3.3–3.9 %
+more on CUDA (2026-11-26), where attention runs through SDPA's fused kernels and their formulas
+count flash attention's recomputed product; on the CPU a figure is the same on every machine.
 """
 
 from __future__ import annotations

@@ -281,8 +281,9 @@ def train_trial(
     primary = study.metrics[0]
     sign = 1.0 if task.metric_higher_is_better(primary) else -1.0
     try:
-        # A probe trainer's counted step, before the trial seeds its own build and draws (flops.py).
-        probe = Trainer.start(study, variant, seed, data, device)
+        # A probe trainer's counted step, before the trial seeds its own build and draws; on the CPU
+        # whatever the trial's device, so that the figure is the same on every machine (flops.py).
+        probe = Trainer.start(study, variant, seed, data, torch.device("cpu"))
         per_token = flops_per_token(probe, probe.batches(data))
         del probe
         start, cpu_start = time.perf_counter(), time.process_time()
