@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.flop_counter import (
     FlopCounterMode,
+    flop_registry,
     register_flop_formula,
     sdpa_backward_flop_count,
     sdpa_flop_count,
@@ -36,16 +37,23 @@ if TYPE_CHECKING:
 aten = torch.ops.aten
 
 
-@register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu)
 def _sdpa_cpu_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
     return sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
-@register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu_backward)
 def _sdpa_cpu_backward_flop(
     grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs
 ) -> int:
     return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+# A later torch may count these itself (registering twice raises): ours only where it does not.
+for _op, _formula in (
+    (aten._scaled_dot_product_flash_attention_for_cpu, _sdpa_cpu_flop),
+    (aten._scaled_dot_product_flash_attention_for_cpu_backward, _sdpa_cpu_backward_flop),
+):
+    if _op not in flop_registry:
+        register_flop_formula(_op)(_formula)
 
 
 def counted_flops(step: Any) -> int:
