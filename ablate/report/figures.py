@@ -276,6 +276,11 @@ def _every(frame: pd.DataFrame, column: str) -> bool:
     return column in frame.columns and pd.to_numeric(frame[column], errors="coerce").notna().all()
 
 
+def cost_work(results: pd.DataFrame) -> tuple[str | None, str]:
+    """The training FLOPs the cost figure plots first, when every trial counted them (ablate.flops)."""
+    return ("train_gflop", "training GFLOP per trial") if _every(results, "train_gflop") else (None, "")
+
+
 def cost_time(results: pd.DataFrame) -> tuple[str | None, str]:
     """The time the cost figure plots: CPU time when every trial logged it (it does not grow when
     other work shares the machine), else wall time; (None, …) when neither was logged."""
@@ -291,8 +296,7 @@ def cost_figure(
     the mean time per trial (± sd) and the parameter count, y the primary metric's mean ± sd over
     seeds. The time is CPU time where it was logged (:func:`cost_time`)."""
     frame = results.assign(variant=results["variant"].astype(str))
-    work = ("train_gflop", "training GFLOP per trial") if _every(results, "train_gflop") else (None, "")
-    panels = (work, cost_time(results), ("params", "parameters"))
+    panels = (cost_work(results), cost_time(results), ("params", "parameters"))
     costs = [(c, label) for c, label in panels if c and _logged(frame, c)]
     if not costs:
         return None

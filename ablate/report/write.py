@@ -27,7 +27,15 @@ from .cells import isnan
 from .convergence import NotConverged, not_converged, warning_lines
 from .document import Element, to_html, to_markdown
 from .factorial import factorial_elements
-from .figures import cd_figure, cost_figure, cost_time, curves_figure, pairwise_figure, strip_figure
+from .figures import (
+    cd_figure,
+    cost_figure,
+    cost_time,
+    cost_work,
+    curves_figure,
+    pairwise_figure,
+    strip_figure,
+)
 from .gradnorms import CAPTION, grad_norm_elements, grad_norm_figure
 from .methods import calibration, methods_elements
 from .overview import overview_latex, overview_legend, overview_rows
@@ -292,7 +300,7 @@ def render(
             Element("p", "How the costs were measured: Methods, Costs."),
         ]
         clock = "CPU time" if cost_time(results)[0] == "cpu_s" else "wall time"
-        if "train_gflop" in results and pd.to_numeric(results["train_gflop"], errors="coerce").notna().all():
+        if cost_work(results)[0]:
             clock = f"training GFLOP (the same at any machine load), {clock}"
         figure(
             "cost_quality",
