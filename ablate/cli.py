@@ -46,7 +46,17 @@ from .console import (
 )
 from .data import app as data_app
 from .errors import AblateError, first_line
-from .options import OnlyOpt, OutputOpt, OverridesArg, ReportsOpt, ReuseOpt, StorageOpt, StudyArg, TrackingOpt
+from .options import (
+    OnlyOpt,
+    OutputOpt,
+    OverridesArg,
+    ReportsOpt,
+    ReuseOlderOpt,
+    ReuseOpt,
+    StorageOpt,
+    StudyArg,
+    TrackingOpt,
+)
 from .overrides import command_line
 from .planning import EffectOpt, PilotOpt, SdOpt, SimulationsOpt, show_plan
 
@@ -109,6 +119,7 @@ def run(
         int | None, typer.Option(min=1, help="Trials at once per GPU.", show_default="as many fit: measured")
     ] = None,
     reuse: ReuseOpt = None,
+    reuse_older_kinds: ReuseOlderOpt = False,
     rebuild_queue: Annotated[bool, typer.Option("--rebuild-queue", help=REBUILD_HELP)] = False,
     launcher: slurm.LauncherOpt = slurm.Launcher.local,
     partition: slurm.PartitionOpt = None,
@@ -125,6 +136,7 @@ def run(
     resuming where it stopped, then write the report. A comma sweep (train.lr=1e-3,3e-3) runs
     the study once per value, each its own study named <name>.lr_0.001."""
     from .across import run_across, several
+    from .drive import Donors
     from .running import each_point, run_and_report
     from .study import load_study
 
@@ -135,6 +147,7 @@ def run(
     if print_config:
         return print_resolved(study)
     _warn_duplicates(study)
+    reuse = Donors(reuse or (), older_kinds=True) if reuse_older_kinds else reuse  # on to every worker
     jobs = slurm.settings(launcher, study, partition, time, mem, cpus, gpus_per_task, account, sbatch)
     if several(study):  # task.data lists data sets: a study each, then the across-data-set report
         with stopping.stop_signals(), _resumable(study_file, False, overrides):
@@ -192,6 +205,7 @@ def worker(
         ),
     ] = 120,
     reuse: ReuseOpt = None,
+    reuse_older_kinds: ReuseOlderOpt = False,
 ) -> None:
     """Take trials from a study's shared queue until none is left (start one per machine or GPU,
     all with the same --storage and --tracking-uri); writes no report (run `ablate report`)."""
@@ -209,7 +223,7 @@ def worker(
     stores.heartbeat_s, stores.grace_s = heartbeat, grace
     check_folders(study, stores, output)  # before any training
     check_stores(study, stores)  # a store lost beside the other: one line, nothing retrained
-    donors = Donors(reuse or ())
+    donors = Donors(reuse or (), reuse_older_kinds)
     with stopping.stop_signals(), _resumable(study_file, quiet, overrides), progress_bars(quiet) as bars:
         stop_with_parent()
         summary = run_study(study, stores, BarReporter(study, bars, quiet), retry_failed, donors=donors)

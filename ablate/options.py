@@ -47,6 +47,14 @@ ReuseOpt = Annotated[
         show_default=False,
     ),
 ]
+ReuseOlderOpt = Annotated[
+    bool,
+    typer.Option(
+        "--reuse-older-kinds",
+        help="With --reuse: also copy trials trained under an earlier version of a kind they use (a report "
+        "written again with today's statistics, nothing retrained; Methods names them), and train none.",
+    ),
+]
 TrackingOpt = Annotated[
     str | None,
     typer.Option(

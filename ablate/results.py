@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .drive.ledger import OLDER_KINDS_TAG
 from .errors import AblateError
 from .stats import ReportSettings
 from .tasks import BASELINES_ARTIFACT
@@ -92,6 +93,7 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
             **{k: _number(v) for k, v in run.data.params.items() if k.startswith(("search.", "match."))},
             **{k: v for k, v in metrics.items() if k.startswith(("test.", "valid."))},
             **({"reused_from": tags[REUSED_TAG]} if REUSED_TAG in tags else {}),
+            **({"trained_under": tags[OLDER_KINDS_TAG]} if OLDER_KINDS_TAG in tags else {}),
         }
         if (variant, seed) in seen:  # should not happen; keep the newest, say so
             warnings.warn(f"two finished runs for {variant} seed {seed}; using the newest", stacklevel=2)
@@ -142,6 +144,9 @@ def _meta(tracker: Tracker, results: pd.DataFrame) -> dict:
     if "reused_from" in results:
         copied = results[results["reused_from"].notna()]
         meta["reused"] = list(zip(copied["variant"], copied["seed"], copied["reused_from"], strict=True))
+    if "trained_under" in results:  # copied under --reuse-older-kinds
+        older = results[results["trained_under"].notna()]
+        meta["older_kinds"] = list(zip(older["variant"], older["seed"], older["trained_under"], strict=True))
     parent = tracker.parent_run()
     if parent is not None:  # where the study's records are, and what the report places them against
         run = parent.info

@@ -55,7 +55,7 @@ def run_and_report(
     storage: str | None = None,
     tracking_uri: str | None = None,
     gpus: GpuPlan | None = None,
-    reuse: Sequence[str | Path] | None = None,
+    reuse: Sequence[str | Path] | Donors | None = None,
     rebuild_queue: bool = False,
     slurm: SlurmSpec | None = None,
     silent: bool = False,
@@ -64,7 +64,8 @@ def run_and_report(
     ``<reports>/<study>/`` when ``reports`` is given, else to ``report/`` in the study's output
     folder). A stop request (SIGTERM, Ctrl-C) ends it with ``KeyboardInterrupt`` once trials in
     flight are recorded. ``reuse``: other studies' output folders, tracking URIs or folders of trial
-    files whose finished trials with the same fingerprint and seed are copied, not trained.
+    files whose finished trials with the same fingerprint and seed are copied, not trained (or the
+    :class:`~ablate.drive.Donors` made of them).
     ``rebuild_queue``: a lost journal is rebuilt from the tracking records first
     (:func:`~ablate.drive.recovery.check_stores`). ``slurm``: the workers are SLURM jobs with
     these settings (:mod:`ablate.slurm`). ``quiet``: no progress bars or lines; ``silent``
@@ -79,7 +80,8 @@ def run_and_report(
     rebuilt = check_stores(study, stores, rebuild_queue)  # a store lost beside the other: one line
     if rebuilt and not silent:
         err.print(f"rebuilt: {rebuilt} finished trial(s) of the queue from the tracking records")
-    donors = Donors(reuse or ())  # a --reuse folder without a store is refused before any training
+    # A --reuse folder without a store is refused before any training (by the CLI's Donors, or here).
+    donors = reuse if isinstance(reuse, Donors) else Donors(reuse or ())
     if not quiet:  # at once: a log is not silent until the first trial ends
         say(plan_line(study, stores, out_dir, workers))
     if slurm is not None:
@@ -164,6 +166,8 @@ def worker_command(study: Study, stores: Stores, retry_failed: bool, donors: Don
         cmd.append("--retry-failed")
     for source in donors.sources if donors else ():
         cmd += ["--reuse", source]
+    if donors and donors.older_kinds:
+        cmd.append("--reuse-older-kinds")
     return cmd
 
 

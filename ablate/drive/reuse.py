@@ -51,14 +51,15 @@ from ..track import (
     trial_metrics,
 )
 from ..train import TrialResult
-from .ledger import fingerprint_of, trained_with
+from .ledger import OLDER_FINGERPRINT_TAG, OLDER_KINDS_TAG, fingerprint_of, trained_with
 from .ledger import fingerprints as fingerprints_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..study import Study
 
-# A donor's tags that say how its numbers were made (code, resumption, batch size), carried over.
+# A donor's tags that say how its numbers were made (code, resumption, batch size, kind versions), carried.
 CARRIED_TAGS = (*PROVENANCE_TAGS, "ablate.oom_retry", "ablate.resumed_from_epoch", "ablate.data_digest")
+CARRIED_TAGS += (OLDER_KINDS_TAG, OLDER_FINGERPRINT_TAG)
 TRIAL_SUFFIX = ".trial.json.gz"  # <variant>-seed<k>-<fingerprint>.trial.json.gz
 TRIAL_FORMAT = 1
 RUN_SEPARATOR = ", run "  # a donor's source ends with it and the run that trained it
@@ -80,6 +81,11 @@ class Donor(ABC):
     @abstractmethod
     def data_digest(self) -> str | None:
         """The digest of the data it was trained on; None where it was not recorded."""
+
+    @property
+    @abstractmethod
+    def filed_as(self) -> str:
+        """The fingerprint it was trained under, which names it."""
 
     @abstractmethod
     def settings(self) -> dict[str, Any] | None:
@@ -145,8 +151,15 @@ class StoredTrial(Donor):
     def data_digest(self) -> str | None:
         return self.run.data.tags.get("ablate.data_digest")
 
+    @property
+    def filed_as(self) -> str:
+        tags = self.run.data.tags
+        return tags.get(OLDER_FINGERPRINT_TAG, tags["ablate.fingerprint"])
+
     def settings(self) -> dict[str, Any] | None:
         run_id = self.run.info.run_id
+        if OLDER_FINGERPRINT_TAG in self.run.data.tags:  # its artifact holds today's settings, not its own
+            return None
         if not any(item.path == TRAINED_WITH for item in self.client.list_artifacts(run_id)):
             return None
         with tempfile.TemporaryDirectory() as tmp:
@@ -165,8 +178,8 @@ class StoredTrial(Donor):
         the run that trained it — and is kept; so is a donor's file named with its legacy
         fingerprint (:func:`~.ledger.legacy_fingerprint`)."""
         tags = self.run.data.tags
-        seed = int(tags["seed"])
-        trial = _file_tail(seed, tags["ablate.fingerprint"])
+        seed, filed_as = int(tags["seed"]), self.filed_as
+        trial = _file_tail(seed, filed_as)
         path = folder / (re.sub(r"[^\w.-]", "_", tags["variant"]) + trial)
         if any(_run_in(other) not in (None, self.run.info.run_id) for other in folder.glob(f"*{trial}")):
             return None
@@ -181,7 +194,7 @@ class StoredTrial(Donor):
             "run_id": self.run.info.run_id,
             "variant": tags["variant"],
             "seed": int(tags["seed"]),
-            "fingerprint": tags["ablate.fingerprint"],
+            "fingerprint": filed_as,
             # Where it was trained: a trial copied into this store names the run it was copied from.
             "trained_in": tags.get(REUSED_TAG, self.source),
             "tags": carried,
@@ -214,6 +227,10 @@ class FiledTrial(Donor):
     @property
     def data_digest(self) -> str | None:
         return self.record.get("tags", {}).get("ablate.data_digest")
+
+    @property
+    def filed_as(self) -> str:
+        return self.record["fingerprint"]
 
     def settings(self) -> dict[str, Any] | None:
         return self.record.get("trained_with")
@@ -253,17 +270,25 @@ class Donors:
     """The places ``--reuse`` names (study output folders, tracking URIs, folders of trial
     files), searched in the order given."""
 
-    def __init__(self, sources: Sequence[str | Path] = ()):
+    def __init__(self, sources: Sequence[str | Path] = (), older_kinds: bool = False):
+        if older_kinds and not sources:
+            raise AblateError("--reuse-older-kinds copies from the places --reuse names: give one")
         self.sources = [_checked(s) for s in sources]  # as handed on to worker processes
+        self.older_kinds = older_kinds  # also trials trained under earlier kind versions, and train none
         self._clients: dict[str, Any] = {}
 
     def __bool__(self) -> bool:
         return bool(self.sources)
 
     def find_for(self, study: Study, variant: str, seed: int, data_digest: str | None = None) -> Donor | None:
-        """:meth:`find` for a final trial of ``variant`` in ``study`` (its fingerprints and settings)."""
+        """:meth:`find` for a final trial of ``variant`` in ``study`` (its fingerprints and settings);
+        with ``older_kinds``, :func:`.older.find_with_older`."""
         if not self.sources:
             return None
+        if self.older_kinds:
+            from .older import find_with_older  # it builds on this module
+
+            return find_with_older(self, study, variant, seed, data_digest)
         return self.find(fingerprints_of(study, variant), seed, data_digest, trained_with(study, variant))
 
     def find(
@@ -298,14 +323,21 @@ class Donors:
     def _in_store(self, uri: str, fingerprint: str, seed: int) -> list[Donor]:
         client = self._clients.setdefault(uri, open_client(uri))
         names = {e.experiment_id: e.name for e in client.search_experiments()}
-        wanted = (
-            f"tags.`ablate.fingerprint` = '{fingerprint}' and tags.seed = '{seed}'"
-            f" and tags.`{ROLE}` = 'trial' and attributes.status = 'FINISHED'"
-        )
-        runs = names and client.search_runs(
-            list(names), filter_string=wanted, max_results=10, order_by=["attributes.start_time ASC"]
-        )
-        return [StoredTrial(client, uri, names[run.info.experiment_id], run) for run in runs or ()]
+        runs: list[Any] = []
+        for tag in ("ablate.fingerprint", OLDER_FINGERPRINT_TAG):  # a copy under older kinds: by the latter
+            wanted = (
+                f"tags.`{tag}` = '{fingerprint}' and tags.seed = '{seed}'"
+                f" and tags.`{ROLE}` = 'trial' and attributes.status = 'FINISHED'"
+            )
+            runs += (
+                client.search_runs(
+                    list(names), filter_string=wanted, max_results=10, order_by=["attributes.start_time ASC"]
+                )
+                if names
+                else []
+            )
+        trained_as = [r for r in runs if r.data.tags.get(OLDER_FINGERPRINT_TAG, fingerprint) == fingerprint]
+        return [StoredTrial(client, uri, names[run.info.experiment_id], run) for run in trained_as]
 
     @staticmethod
     def _in_folder(folder: Path, fingerprint: str, seed: int) -> Iterator[Donor]:

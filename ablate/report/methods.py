@@ -89,6 +89,8 @@ def software_elements(meta: dict) -> list[Element]:
         ]
     if meta.get("reused"):
         elements.append(Element("p", reuse_text(meta["reused"])))
+    if meta.get("older_kinds"):
+        elements.append(Element("p", older_kinds_text(meta["older_kinds"])))
     if meta.get("resolved_study"):
         elements += [
             Element(
@@ -122,6 +124,23 @@ def reuse_text(reused: list[tuple[str, int, str]]) -> str:
     return (
         f"{len(reused)} trial(s) were copied, not trained in this study (ablate run --reuse): each was "
         f"trained elsewhere with the same model, training, task, metrics and seed: {where}."
+    )
+
+
+def older_kinds_text(older: list[tuple[str, int, str]]) -> str:
+    """Which copied trials were trained under earlier versions of their kinds (``--reuse-older-kinds``)."""
+    by_versions: dict[str, dict[str, list[int]]] = {}
+    for variant, seed, versions in older:
+        by_versions.setdefault(versions, {}).setdefault(variant, []).append(int(seed))
+    said = "; ".join(
+        ", ".join(f"{name} seeds {', '.join(map(str, sorted(seeds)))}" for name, seeds in trials.items())
+        + f" under {versions}"
+        for versions, trials in by_versions.items()
+    )
+    return (
+        f"{len(older)} of them were trained under earlier versions of their kinds, which changed what "
+        f"those kinds train (ablate run --reuse-older-kinds; --reuse alone trains them again): {said}. "
+        "Their numbers are as those versions trained them; the run that wrote this report trained nothing."
     )
 
 
