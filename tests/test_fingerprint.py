@@ -20,7 +20,6 @@ from ablate import registry
 from ablate.across import per_dataset, several
 from ablate.drive.execution import Execution, Job
 from ablate.drive.ledger import (
-    LEGACY_VERSION,
     check_changed,
     fingerprint,
     fingerprints,
@@ -28,9 +27,9 @@ from ablate.drive.ledger import (
     search_fingerprint,
     search_fingerprints,
 )
+from ablate.drive.older import older_fingerprints
 from ablate.drive.reuse import TRIAL_FORMAT, TRIAL_SUFFIX, Donors, StoredTrial
 from ablate.errors import AblateError
-from ablate.registry import COMPONENT_SLOTS
 from ablate.spec import TrainSpec
 from ablate.study import load_study
 from ablate.track import REUSED_TAG
@@ -186,19 +185,13 @@ def _as_today(study_file: Path, folder: Path) -> Path:
     return copy
 
 
-def _bumped(study, variant: str) -> bool:
-    """Whether a kind the variant uses is past the version the legacy records were trained at."""
-    resolved = study.variants[variant]
-    kinds = [type(study.task), *(part.cls for slot in COMPONENT_SLOTS for part in resolved.parts(slot))]
-    return any(cls.version != LEGACY_VERSION for cls in kinds)
-
-
 @pytest.mark.parametrize("name", COMMITTED)
 def test_committed_trial_files_carry_a_fingerprint_of_their_study(name, tmp_path):
     """The trials committed under reports/<study>/trials are named by the text-based (legacy)
-    fingerprint, those written before fingerprints by meaning, or by the current one: computed
-    from the study file as it is now, without its data, one of them names each, and the reuse
-    lookup finds every one."""
+    fingerprint, those written before fingerprints by meaning, by the current one, or by one it had
+    with a kind at an earlier version: computed from the study file as it is now, without its data,
+    one of them names each; the reuse lookup finds every one, those of an earlier kind version only
+    with --reuse-older-kinds."""
     whole = load_study(_as_today(REPO / "studies" / f"{name}.yaml", tmp_path), check_files=False)
     # No data read: a copy's relative path leads nowhere; data by name is named, not read.
     assert whole.dataset is not None or whole.task.data_path() is None or not whole.task.data_path().exists()
@@ -211,13 +204,17 @@ def test_committed_trial_files_carry_a_fingerprint_of_their_study(name, tmp_path
         variant, seed, named = re.fullmatch(NAMED, path.name).groups()
         if variant not in whole.variants:  # a trial copied in from another study, under its name
             continue
-        names = {s.name: (legacy_fingerprint(s, variant), fingerprint(s, variant)) for s in studies}
+        names = {
+            s.name: (legacy_fingerprint(s, variant), fingerprint(s, variant), *older_fingerprints(s, variant))
+            for s in studies
+        }
         study = next((s for s in studies if named in names[s.name]), None)
         assert study is not None, path.name
         reused = donors.find(fingerprints(study, variant), int(seed))
-        if named == legacy_fingerprint(study, variant) and _bumped(study, variant):
-            # trained before one of its kinds changed its numbers (float64 times): refused, but
-            # copied as it is where a report is written again from it (--reuse-older-kinds)
+        if named in older_fingerprints(study, variant):
+            # trained while one of its kinds was at an earlier version (before float64 times, or
+            # before the version said so): refused, but copied as it is where a report is written
+            # again from it (--reuse-older-kinds)
             assert reused is None, path.name
             older = Donors([folder], older_kinds=True).find_for(study, variant, int(seed))
             assert older.filed_as == named and " (now v" in older.versions, path.name
