@@ -228,8 +228,9 @@ class Backbone(nn.Module):
         only those."""
         for channel in self.bias:
             x = channel.embed(x, tokens)
-        # The caller's context stays untouched: bias channels fill in a per-forward copy.
-        tokens = with_bias(tokens, self.bias)
+        # The caller's context stays untouched: bias channels fill in a per-forward copy, whose
+        # memo starts empty (what the blocks share within this forward only).
+        tokens = replace(with_bias(tokens, self.bias), memo={})
         x = x * tokens.valid.unsqueeze(-1).to(x.dtype)
         # Position-wise work from here on runs on the layout's tokens (all real ones if jagged).
         streams = self.stem.expand(self.dropout(tokens.layout.values(x)))
@@ -285,6 +286,7 @@ def assemble(variant: Variant, ctx: BuildContext, made: Maker = construct) -> Ba
     channels of the block's own), the final norm. Every kind is built as ``Kind(options, ctx)``;
     sub-layer ``l`` (block ``i``'s attention is ``2i``, its FFN ``2i + 1``) gets ``ctx.layer = l``."""
     spec = variant.spec
+    ctx = replace(ctx, shared={})  # what this backbone's blocks share, and no other build's
     placement = PLACEMENTS[spec.norm.placement]  # the study loader checked the kinds fit
     initialise = INITIALISERS[spec.init]
 

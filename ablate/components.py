@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -138,6 +138,9 @@ class BuildContext:
     # Index of the sub-layer being built (attention of block i is 2i, its FFN 2i+1), for kinds
     # whose initialisation depends on depth (hyper-connections read stream l mod s).
     layer: int = 0
+    # One dict per backbone built (:func:`ablate.blocks.assemble`): parameters that the blocks'
+    # modules of one kind share (TiSASRec's interval tables, one set for every block).
+    shared: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass
@@ -175,6 +178,9 @@ class TokenContext:
         default_factory=list
     )
     layout: Padded | Jagged = field(default_factory=Padded)
+    # Values computed once per forward and read by every block (a shared table's dropped lookups);
+    # each backbone forward starts it empty.
+    memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def shape(self) -> tuple[int, int]:

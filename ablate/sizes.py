@@ -171,16 +171,19 @@ def with_spec(variant: Variant, **changes: Any) -> Variant:
 
 def backbone_parameters(variant: Variant, ctx: BuildContext) -> int:
     """The backbone's parameters: built as the model is (:func:`ablate.blocks.assemble`) but
-    with at most one block, whose count stands for every block (so ``blocks: 1e9`` costs one)."""
+    with at most two blocks, the second's own parameters (not those the blocks share, e.g.
+    TiSASRec's tables) standing for every further block (so ``blocks: 1e9`` costs two)."""
     keys = {id(part): key for held in variant_parts(variant).values() for key, part in held}
     with on_meta():
         backbone = assemble(
-            with_spec(variant, blocks=min(variant.spec.blocks, 1)),
+            with_spec(variant, blocks=min(variant.spec.blocks, 2)),
             ctx,
             lambda part, constructor: built(constructor, keys[id(part)]),
         )
-    per_block = parameters(backbone.blocks[0]) if len(backbone.blocks) else 0
-    return parameters(backbone) + (variant.spec.blocks - len(backbone.blocks)) * per_block
+    blocks = list(backbone.blocks)
+    first = {id(p) for p in blocks[0].parameters()} if len(blocks) > 1 else set()
+    per_block = sum(p.numel() for p in blocks[-1].parameters() if id(p) not in first) if blocks else 0
+    return parameters(backbone) + (variant.spec.blocks - len(blocks)) * per_block
 
 
 def model_size(

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +34,7 @@ from ablate_plugins.attention_parts import (
     merge_heads,
     split_heads,
 )
+from ablate_plugins.bias import check_positions, end_aligned
 
 
 class SoftmaxOptions(Options):
@@ -438,27 +440,48 @@ class TimeIntervalOptions(Options):
     # weights, zero biases) or "xavier" (query/key weights, and value weights with > 1 head,
     # Xavier-uniform with gain 1/√2; zero biases).
     init: Literal[tuple(PROJECTION_INITIALISATIONS)] = "torch"
+    # TiSASRec as published (its paper's equations; the authors' model.py / modules.py), each off by
+    # default so that the kind differs from `softmax` only by the interval terms:
+    # learned absolute positions P^K, P^V [max_len, d] added to the keys and values inside the
+    # attention, counted back from the last real token as in TiSASRec's left-padded windows
+    positions: bool = False
+    output_projection: bool = True  # False: the heads' outputs concatenated, no W_o
+    # Dropout on the looked-up tables, E^K_{r_ij}, E^V_{r_ij} (each (i, j) pair its own draw) and
+    # P^K_j, P^V_j; None uses the model's dropout (TiSASRec's dropout_rate)
+    table_dropout: float | None = Field(0.0, ge=0.0, lt=1.0)
+    # One set of tables for every block, looked up and dropped once per forward (TiSASRec's)
+    share_tables: bool = False
+
+    # Options added after trials existed: at these values the kind trains as before them.
+    ADDED_LATER: ClassVar[dict[str, Any]] = {
+        "positions": False,
+        "output_projection": True,
+        "table_dropout": 0.0,
+        "share_tables": False,
+    }
 
 
 class TimeIntervalAttention(Attention):
-    """TiSASRec time-interval aware self-attention (Li, Wang & McAuley 2020), published form::
+    """TiSASRec time-interval aware self-attention (Li, Wang & McAuley 2020)::
 
         r_ij   = min(⌊|t_i − t_j| / r_min⌋, k)              [b, n, n] interval index, k = max_interval
         q, k, v = x W_qkv, rotated                          [b, h, n, e]
-        a_ij   = softmax_j(q_i · (k_j + E^K_{r_ij}) / √e + logit_bias, masked)
-        out_i  = W_o concat_h Σ_j a_ij (v_j + E^V_{r_ij})
+        a_ij   = softmax_j(q_i · (k_j + E^K_{r_ij} + P^K_j) / √e + logit_bias, masked)
+        out_i  = W_o concat_h Σ_j a_ij (v_j + E^V_{r_ij} + P^V_j)
 
-    ``E^K, E^V: [k + 1, d]``, split into per-head slices ``[k + 1, h, e]``. ``r_min`` is the
-    smallest non-zero gap between real tokens the query may see (:func:`interval_units`): the
-    user's personal unit in TiSASRec, restricted to the causal prefix so that nothing leaks.
-    TiSASRec's absolute position embeddings on keys and values are not part of this kind
-    (positions come from bias channels); the output projection ``W_o`` is kept so that the kind
-    differs from ``softmax`` only by the interval embeddings.
+    ``E^K, E^V: [k + 1, d]``, ``P^K, P^V: [max_len, d]`` (``positions``), split into per-head
+    slices. ``r_min`` is the smallest non-zero gap between real tokens the query may see
+    (:func:`interval_units`): the user's personal unit in TiSASRec, restricted to the causal
+    prefix so that nothing leaks. By default the kind has no ``P`` (positions come from bias
+    channels) and keeps ``W_o``, so that it differs from ``softmax`` only by the interval terms;
+    ``positions``, ``output_projection: false``, ``table_dropout`` and ``share_tables`` give the
+    published form.
 
-    Cost: the formula reads ``E^K_{r_ij}`` as a ``[b, n, n, d]`` tensor; instead the key term is
-    ``(q_i E^Kᵀ)[r_ij]`` (a gather from ``[b, h, n, k+1]``) and the value term scatters ``a_ij``
-    into ``k + 1`` interval bins before one product with ``E^V``: memory O(b·h·n·(n + k)) rather
-    than O(b·n²·d).
+    Cost: the formula reads ``E^K_{r_ij}`` as a ``[b, n, n, d]`` tensor; without table dropout the
+    key term is ``(q_i E^Kᵀ)[r_ij]`` (a gather from ``[b, h, n, k+1]``) and the value term scatters
+    ``a_ij`` into ``k + 1`` interval bins before one product with ``E^V``: memory O(b·h·n·(n + k))
+    rather than O(b·n²·d). Dropout on the looked-up ``E_{r_ij}`` draws per (i, j) pair, so a
+    training step with ``table_dropout`` reads the ``[b, n, n, d]`` form.
     """
 
     # 2: times reach it as float64 (exact whole seconds), not float32 (2026-11-26): the numbers of a
@@ -474,10 +497,26 @@ class TimeIntervalAttention(Attention):
         check_heads("time_interval", d, h)
         self.heads, self.max_interval = h, options.max_interval
         self.qkv = nn.Linear(d, 3 * d, bias=options.bias)
-        self.interval_k = nn.Parameter(nn.init.xavier_normal_(torch.empty(options.max_interval + 1, d)))
-        self.interval_v = nn.Parameter(nn.init.xavier_normal_(torch.empty(options.max_interval + 1, d)))
+        shared = ctx.shared.get(SHARED_TABLES) if options.share_tables else None
+        tables = shared or {
+            "interval_k": xavier_table(options.max_interval + 1, d),
+            "interval_v": xavier_table(options.max_interval + 1, d),
+            **(
+                {"position_k": xavier_table(ctx.max_len, d), "position_v": xavier_table(ctx.max_len, d)}
+                if options.positions
+                else {}
+            ),
+        }
+        if options.share_tables:
+            ctx.shared[SHARED_TABLES] = tables
+        for name, table in tables.items():  # the same Parameter in every block when shared
+            self.register_parameter(name, table)
         self.dropout = Dropout(default(options.dropout, ctx.dropout))
-        self.out = nn.Linear(d, d, bias=options.bias)
+        self.table_dropout = Dropout(default(options.table_dropout, ctx.dropout))
+        self.out = nn.Linear(d, d, bias=options.bias) if options.output_projection else None
+        w = self.qkv.weight.data
+        biases = [self.qkv.bias, None if self.out is None else self.out.bias]
+        PROJECTION_INITIALISATIONS[options.init]([w[:d], w[d : 2 * d]], w[2 * d :], biases, h)
 
     def intervals(self, tokens: TokenContext) -> Tensor:
         """``[b, n, n]`` long: r_ij for query i, key j."""
@@ -493,23 +532,83 @@ class TimeIntervalAttention(Attention):
         gap = (t[:, :, None] - t[:, None, :]).abs()
         return (gap / unit[:, :, None]).floor().clamp(0, self.max_interval).long()
 
-    def forward(self, x: Tensor, tokens: TokenContext) -> Tensor:
-        h = self.heads
-        q, k, v = (split_heads(t, h) for t in self.qkv(x).chunk(3, dim=-1))  # [b, h, n, e]
+    def looked_up(self, tokens: TokenContext) -> dict[str, Tensor]:
+        """The tables' rows for this forward, each ``[b, n(, n), h, e]``, dropped: ``E^K_{r_ij}``,
+        ``E^V_{r_ij}`` when table dropout is active, ``P^K_j``, ``P^V_j`` with ``positions``.
+        Computed once per backbone forward for tables the blocks share (one dropout draw, as
+        TiSASRec), in ``tokens.memo``, which each backbone forward starts empty."""
+        key = f"time_interval:{id(self.interval_k)}"
+        # The same batch in the same mode: a copy of the context (a block's bias, a row) may share the memo.
+        batch = (tokens.valid, tokens.timestamps, self.training)
+        saved = tokens.memo.get(key)
+        if self.options.share_tables and saved is not None and all(map(operator.is_, saved[0], batch)):
+            return saved[1]
+        h, rows = self.heads, {}
+        if self.training and self.table_dropout.p > 0:
+            r = self.intervals(tokens)
+            rows |= {name: self.interval_rows(name, r) for name in ("interval_k", "interval_v")}
+        if hasattr(self, "position_k"):
+            at = end_aligned(tokens, self.position_k.shape[0]).masked_fill(~tokens.valid, 0)
+            check_positions(at, self.position_k.shape[0], "time_interval")
+            for name in ("position_k", "position_v"):
+                table = getattr(self, name)
+                rows[name] = self.table_dropout(table[at]).unflatten(-1, (h, -1))  # [b, n, h, e]
+        tokens.memo[key] = (batch, rows)
+        return rows
+
+    def interval_rows(self, name: str, r: Tensor) -> Tensor:
+        table = getattr(self, name)
+        return self.table_dropout(table[r]).unflatten(-1, (self.heads, -1))  # [b, n, n, h, e]
+
+    takes_source = True  # TiSASRec's keys and values come from the un-normalised stream
+
+    def forward(self, x: Tensor, tokens: TokenContext, source: Tensor | None = None) -> Tensor:
+        """Queries, keys and values from ``x``; with ``source``, keys and values from it."""
+        h, w, b = self.heads, self.qkv.weight, self.qkv.bias
+        if source is None:
+            qkv = self.qkv(x).chunk(3, dim=-1)
+        else:
+            d = x.shape[-1]
+            qkv = (F.linear(x, w[:d], None if b is None else b[:d]),)
+            qkv += F.linear(source, w[d:], None if b is None else b[d:]).chunk(2, dim=-1)
+        q, k, v = (split_heads(t, h) for t in qkv)  # [b, h, n, e]
         q, k = tokens.rotate(q, k)
         e = q.shape[-1]
-        r = self.intervals(tokens)[:, None].expand(-1, h, -1, -1)  # [b, h, n, n]
-        e_k = self.interval_k.view(-1, h, e)  # [k+1, h, e]
-        e_v = self.interval_v.view(-1, h, e)
+        rows = self.looked_up(tokens)
         logits = torch.einsum("bhie,bhje->bhij", q, k)
-        logits = logits + torch.einsum("bhie,rhe->bhir", q, e_k).gather(-1, r)  # q_i · E^K_{r_ij}
+        if "interval_k" in rows:  # dropped per (i, j): the [b, n, n, d] form
+            logits = logits + torch.einsum("bhie,bijhe->bhij", q, rows["interval_k"])
+        else:
+            r = self.intervals(tokens)[:, None].expand(-1, h, -1, -1)  # [b, h, n, n]
+            e_k = self.interval_k.view(-1, h, e)  # [k+1, h, e]
+            logits = logits + torch.einsum("bhie,rhe->bhir", q, e_k).gather(-1, r)  # q_i · E^K_{r_ij}
+        if "position_k" in rows:
+            logits = logits + torch.einsum("bhie,bjhe->bhij", q, rows["position_k"])
         logits = logits / math.sqrt(e) + logit_bias(tokens, q)
         a = logits.masked_fill(~tokens.key_mask(), float("-inf")).softmax(-1)
         a = self.dropout(a)
-        bins = torch.zeros(*a.shape[:-1], self.max_interval + 1, dtype=a.dtype, device=a.device)
-        bins = bins.scatter_add(-1, r, a)  # [b, h, n, k+1]: Σ_{j: r_ij = r} a_ij
-        o = a @ v + torch.einsum("bhir,rhe->bhie", bins, e_v)
-        return self.out(merge_heads(o))
+        o = a @ v
+        if "interval_v" in rows:
+            o = o + torch.einsum("bhij,bijhe->bhie", a, rows["interval_v"])
+        else:
+            bins = torch.zeros(*a.shape[:-1], self.max_interval + 1, dtype=a.dtype, device=a.device)
+            bins = bins.scatter_add(-1, r, a)  # [b, h, n, k+1]: Σ_{j: r_ij = r} a_ij
+            o = o + torch.einsum("bhir,rhe->bhie", bins, self.interval_v.view(-1, h, e))
+        if "position_v" in rows:
+            o = o + torch.einsum("bhij,bjhe->bhie", a, rows["position_v"])
+        o = merge_heads(o)
+        return o if self.out is None else self.out(o)
+
+    def last_query(self, x: Tensor, tokens: TokenContext, source: Tensor | None = None) -> Tensor:
+        return last_of_rows(self.forward(x, tokens, source), tokens.lengths)
+
+
+# The key under which blocks share TiSASRec's tables (BuildContext.shared: one dict per backbone).
+SHARED_TABLES = "time_interval.tables"
+
+
+def xavier_table(rows: int, d: int) -> nn.Parameter:
+    return nn.Parameter(nn.init.xavier_normal_(torch.empty(rows, d)))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -25,14 +25,14 @@ from ablate.components import BiasChannel, BuildContext, Options, TokenContext
 from ablate_plugins.attention_parts import QUERY_TIMES, RelativePositionTable, RelativeTimeTable
 
 
-def check_positions(positions: Tensor, max_len: int) -> None:
+def check_positions(positions: Tensor, max_len: int, kind: str = "abs_pos") -> None:
     """Raise unless every position indexes a row of an ``[L, d]`` table (``0 ≤ p < L``)."""
     if positions.numel() == 0:
         return
     lo, hi = (int(p) for p in torch.aminmax(positions))
     if lo < 0 or hi >= max_len:
         raise ValueError(
-            f"abs_pos: token positions span {lo}..{hi} but the position table has max_len={max_len} "
+            f"{kind}: token positions span {lo}..{hi} but the position table has max_len={max_len} "
             f"rows (0..{max_len - 1}); raise max_len or truncate sequences to at most {max_len} tokens"
         )
 
@@ -83,13 +83,18 @@ class AbsolutePosition(BiasChannel):
         POSITION_INITS[options.init](self.table.weight)
 
     def embed(self, x: Tensor, tokens: TokenContext) -> Tensor:
-        positions = tokens.positions
-        if self.options.align == "end":
-            last = (tokens.lengths - 1)[:, None]  # rows are right-padded
-            positions = positions + (self.table.num_embeddings - 1 - positions.gather(1, last))
+        rows = self.table.num_embeddings
+        positions = end_aligned(tokens, rows) if self.options.align == "end" else tokens.positions
         positions = positions.masked_fill(~tokens.valid, 0)
-        check_positions(positions, self.table.num_embeddings)
+        check_positions(positions, rows)
         return x + self.table(positions)
+
+
+def end_aligned(tokens: TokenContext, rows: int) -> Tensor:
+    """``[b, n]`` positions counted back from each row's last real token, which gets ``rows − 1``
+    (SASRec's and TiSASRec's left-padded windows); padded tokens' values are meaningless."""
+    last = (tokens.lengths - 1)[:, None]  # rows are right-padded
+    return tokens.positions + (rows - 1 - tokens.positions.gather(1, last))
 
 
 # ---------------------------------------------------------------------------------------------
