@@ -229,5 +229,6 @@ def test_init_option_is_applied_and_positions_beyond_the_table_are_refused():
         positions=torch.arange(n).expand(2, n).clone(),
         timestamps=torch.cat([long.timestamps, long.timestamps[:, -1:] + torch.arange(1, 4)], 1),
     )
-    with pytest.raises(ValueError, match=r"time_interval: token positions span -3\.\.8 but the position table"):
+    refused = r"time_interval: token positions span -3\.\.8 but the position table"
+    with pytest.raises(ValueError, match=refused):
         published(torch.randn(2, n, D, dtype=torch.float64), tokens)
