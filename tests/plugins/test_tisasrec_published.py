@@ -232,3 +232,30 @@ def test_init_option_is_applied_and_positions_beyond_the_table_are_refused():
     refused = r"time_interval: token positions span -3\.\.8 but the position table"
     with pytest.raises(ValueError, match=refused):
         published(torch.randn(2, n, D, dtype=torch.float64), tokens)
+
+
+def test_per_block_tables_and_w_o_compute_the_published_form_with_weights_copied():
+    """What the NOTE's deviation rows say of this study's defaults: per-block tables holding the
+    same values as the shared ones, and ``W_o = I`` with zero bias, give the published outputs."""
+    torch.manual_seed(0)
+    shared = build_backbone(tisasrec(**PUBLISHED), BuildContext(dim=D, max_len=L)).double().eval()
+    randomised(shared)
+    own = build_backbone(tisasrec(**{**PUBLISHED, "share_tables": False}), BuildContext(dim=D, max_len=L))
+    with_w_o = build_backbone(
+        tisasrec(**{**PUBLISHED, "output_projection": True}), BuildContext(dim=D, max_len=L)
+    )
+    own, with_w_o = own.double().eval(), with_w_o.double().eval()
+    own.load_state_dict(shared.state_dict())  # the shared tables under both blocks' names
+    assert with_w_o.load_state_dict(shared.state_dict(), strict=False).missing_keys == [
+        f"blocks.{i}.attention.out.{p}" for i in (0, 1) for p in ("weight", "bias")
+    ]
+    with torch.no_grad():
+        for block in with_w_o.blocks:
+            block.attention.out.weight.copy_(torch.eye(D))
+            block.attention.out.bias.zero_()
+    tokens = tokens_with_times([7, 4], 7)
+    x = torch.randn(2, 7, D, dtype=torch.float64)
+    with torch.no_grad():
+        expected = shared(x, tokens)[tokens.valid]
+        torch.testing.assert_close(own(x, tokens)[tokens.valid], expected, rtol=0, atol=0)
+        torch.testing.assert_close(with_w_o(x, tokens)[tokens.valid], expected, rtol=1e-14, atol=1e-14)
