@@ -10,7 +10,7 @@ import json
 import tempfile
 import warnings
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -66,6 +66,22 @@ class Results:
     # The verdicts, every metric (comparisons.csv's rows: variant, metric, verdict, interval, …), where
     # a report was written from these results (ablate.run); None otherwise.
     comparisons: pd.DataFrame | None = None
+
+    def of_variants(self, names: list[str]) -> Results:
+        """These results restricted to the trials of ``names`` (a study's variants: a variant left
+        out of the study, e.g. ``ablate report STUDY ~variants.x``, is not reported)."""
+        frames = {
+            "results": self.results,
+            "units": self.units,
+            "curves": self.curves,
+            "failures": self.failures,
+        }
+        kept = {
+            key: frame[frame["variant"].isin(names)].reset_index(drop=True)
+            for key, frame in frames.items()
+            if frame is not None and "variant" in frame
+        }
+        return replace(self, **kept)
 
 
 def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Results:

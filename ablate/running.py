@@ -18,6 +18,7 @@ from rich.markup import escape
 from . import stopping
 from .console import err, out, progress_bars, say
 from .drive import Donors, Stores, prepare, progress, run_study
+from .drive.records import resolved_yaml
 from .drive.recovery import check_stores
 from .drive.reference import fill_reference
 from .errors import AblateError, RunFailed
@@ -260,12 +261,17 @@ def write_study_report(
 
     fault_point("report")  # test hook
     loaded = load_results(tracking_uri, experiment)
+    if study is not None:  # its variants' trials only: one left out (`~variants.x`) is not reported
+        loaded = loaded.of_variants(list(study.variants))
     if loaded.results.empty:  # a study that ran but finished nothing: a failed run, not bad input
         failed = 0 if loaded.failures is None else len(loaded.failures)
         why = f" ({failed} failed; `ablate run --retry-failed` trains them again)" if failed else ""
         raise RunFailed(f"no finished trials for '{experiment}' in {tracking_uri}{why}, so no report")
     settings = report_settings(loaded.settings, study)
     fill_reference(tracking_uri, study, loaded.meta)  # trivial baselines a store made before them lacks
+    if study is not None and (reported := resolved_yaml(study)) != loaded.meta.get("resolved_study"):
+        # e.g. `ablate report STUDY ~variants.x`, or a study file changed since the run: show what is reported
+        loaded.meta["resolved_study"], loaded.meta["study_as_reported"] = reported, True
     stopping.check()  # safe points around the report's stages: a stop is honoured while it is written
     paths = write_report(
         loaded.results,

@@ -130,3 +130,21 @@ def test_the_log_starts_with_the_plan_beats_during_trials_and_ends_with_the_verd
     results = pd.read_csv(tmp_path / "runs" / "tiny" / "report" / "results.csv")
     at_cap = (results.best_epoch == results.epochs).any()  # the warning's first sign
     assert ("warning: not converged: " in out) == (at_cap or "still improving" in out)
+
+
+def test_a_report_shows_the_study_it_reports(ran, cli, tmp_path):
+    """The run's own report shows the study as it ran; ``ablate report`` with a variant left out
+    shows the study it reports (without that variant), and says that it is not the stored one."""
+    folder, _, _ = ran
+    own = (folder / "runs" / "prov" / "report" / "report.md").read_text()
+    assert "The study as it ran:" in own and "The study as reported" not in own
+    assert "\n  mlp:\n" in own.split("Resolved study")[-1]
+    code, _, err = cli(
+        "report", folder / "prov.yaml", "~variants.mlp", "-o", folder / "runs" / "prov", "--reports", tmp_path
+    )
+    assert code == 0, err
+    reported = (tmp_path / "prov" / "report.md").read_text()
+    assert "The study as reported: the study file given to `ablate report`" in reported
+    assert "The study as it ran:" not in reported
+    assert "mlp" not in reported.split("Resolved study")[-1].split("```")[1]
+    assert set(pd.read_csv(tmp_path / "prov" / "results.csv")["variant"]) == {"base"}  # its trials left out

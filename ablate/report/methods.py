@@ -93,14 +93,18 @@ def software_elements(meta: dict) -> list[Element]:
         elements.append(Element("p", older_kinds_text(meta["older_kinds"])))
     if meta.get("resolved_study"):
         elements += [
-            Element(
-                "p",
-                "The study as it ran: the study file as validated, with any command-line overrides applied.",
-            ),
+            Element("p", STUDY_AS_REPORTED if meta.get("study_as_reported") else STUDY_AS_RUN),
             Element("code", meta["resolved_study"], title="Resolved study (YAML)", language="yaml"),
         ]
     return [Element("h3", "Software and configuration"), *elements] if elements else []
 
+
+STUDY_AS_RUN = "The study as it ran: the study file as validated, with any command-line overrides applied."
+STUDY_AS_REPORTED = (
+    "The study as reported: the study file given to `ablate report`, with its overrides applied. It is not "
+    "the study the run stored (a variant left out or added, or a setting spelt differently since); the "
+    "tables hold the store's trials of these variants."
+)
 
 CONDITIONS_TEXT = (
     "The numbers reproduce bit for bit with this code and study file under the conditions below, as "
