@@ -575,11 +575,12 @@ class TimeIntervalAttention(Attention):
         q, k = tokens.rotate(q, k)
         e = q.shape[-1]
         rows = self.looked_up(tokens)
+        dense = "interval_k" in rows  # dropped per (i, j): the [b, n, n, d] form, for keys and values
+        r = None if dense else self.intervals(tokens)[:, None].expand(-1, h, -1, -1)  # [b, h, n, n]
         logits = torch.einsum("bhie,bhje->bhij", q, k)
-        if "interval_k" in rows:  # dropped per (i, j): the [b, n, n, d] form
+        if dense:
             logits = logits + torch.einsum("bhie,bijhe->bhij", q, rows["interval_k"])
         else:
-            r = self.intervals(tokens)[:, None].expand(-1, h, -1, -1)  # [b, h, n, n]
             e_k = self.interval_k.view(-1, h, e)  # [k+1, h, e]
             logits = logits + torch.einsum("bhie,rhe->bhir", q, e_k).gather(-1, r)  # q_i · E^K_{r_ij}
         if "position_k" in rows:
@@ -588,7 +589,7 @@ class TimeIntervalAttention(Attention):
         a = logits.masked_fill(~tokens.key_mask(), float("-inf")).softmax(-1)
         a = self.dropout(a)
         o = a @ v
-        if "interval_v" in rows:
+        if dense:
             o = o + torch.einsum("bhij,bijhe->bhie", a, rows["interval_v"])
         else:
             bins = torch.zeros(*a.shape[:-1], self.max_interval + 1, dtype=a.dtype, device=a.device)
