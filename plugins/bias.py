@@ -15,7 +15,7 @@ only their differences ``t_i − t_j`` are used.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -181,14 +181,24 @@ def time_differences(tokens: TokenContext, kind: str) -> Tensor:
 class LogTimeGapOptions(Options):
     alpha: float = 1.0  # initial weight α of the time-gap term
     max_gap: float = Field(30 * 86400.0, gt=0.0)  # T_max in seconds (the seed's 30 days)
+    # Gaps above T_max count as T_max (the seed's text: T_max is a threshold), so T ∈ [0, 1]; false:
+    # log1p(Δ) / log1p(T_max) grows past 1 for longer gaps, as the seed's code computes it
+    ceiling: bool = True
+    # A constant factor on α·T. 1/√e (e: the attention's head width) puts the term inside the
+    # attention's 1/√e, as the seed's softmax((QKᵀ + α·T) / √d_k) does: the same function and the
+    # same training steps on α as the seed's (1 only rescales the learned α, not its Adam steps)
+    scale: float = Field(1.0, gt=0.0)
+
+    # Options added after trials existed: at these values the kind trains as before them.
+    ADDED_LATER: ClassVar[dict[str, Any]] = {"ceiling": True, "scale": 1.0}
 
 
 class LogTimeGap(BiasChannel):
     """TiSASRec as simplified in the seed: ``α · T`` added to the attention logits, with
     ``T_ij = log1p(min(|t_i − t_j|, T_max)) / log1p(T_max) ∈ [0, 1]`` and one learned ``α``
-    shared by all heads; returns ``[b, 1, n, n]``. (The seed adds ``α·T`` before dividing by
-    ``√e``; adding it after only rescales the learned ``α``.) The published TiSASRec form is
-    the attention kind ``time_interval``."""
+    shared by all heads; returns ``[b, 1, n, n]``. The seed adds ``α·T`` before dividing by
+    ``√e``: ``scale: 1/√e`` does the same, and ``ceiling: false`` leaves out the cut at T_max as
+    its code does. The published TiSASRec form is the attention kind ``time_interval``."""
 
     # 2: times reach it as float64 (exact whole seconds), not float32 (2026-11-26): the numbers of a
     # trial trained before differ, so its records are not reused as this kind's
@@ -202,12 +212,14 @@ class LogTimeGap(BiasChannel):
         self.alpha = nn.Parameter(torch.tensor(float(options.alpha)))
 
     def logits(self, tokens: TokenContext) -> Tensor:
-        gap = time_differences(tokens, "log_time_gap").abs().clamp(max=self.options.max_gap)
+        gap = time_differences(tokens, "log_time_gap").abs()
+        if self.options.ceiling:
+            gap = gap.clamp(max=self.options.max_gap)
         # In the times' precision (float64 from the task), then in the module's: a float32 module's
         # logits stay float32, a float64 one's float64.
         gap = gap.to(torch.promote_types(gap.dtype, self.alpha.dtype))
         t = (torch.log1p(gap) / math.log1p(self.options.max_gap)).to(self.alpha.dtype)
-        return (self.alpha * t).unsqueeze(1)
+        return (self.options.scale * self.alpha * t).unsqueeze(1)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -407,6 +407,30 @@ def test_log_time_gap_clamps_at_max_gap(build, make_tokens):
     assert channel.alpha.item() == 1.0 and channel.options.max_gap == 30 * DAY
 
 
+def test_log_time_gap_in_the_seeds_code_form(build, make_tokens):
+    """``ceiling: false`` and ``scale: 1/√e``: the seed's ``compute_time_matrix`` (no cut at T_max,
+    ``log1p(clamp(t_i − t_j, min=0)) / log1p(T_max)``) with α·T inside its ``/ √d_k``, written out
+    independently in float64; α's gradient is the seed's ``T / √d_k``."""
+    e = 50
+    channel = build(LogTimeGap, D, alpha=1.0, ceiling=False, scale=e**-0.5)
+    tokens = make_tokens([4], 4, causal=True)
+    times = [0.0, 3 * DAY, 45 * DAY, 400 * DAY]  # two gaps beyond T_max = 30 days
+    tokens.timestamps = torch.tensor([times], dtype=torch.float64)
+    bias = channel.logits(tokens)[0, 0]
+    for i in range(4):
+        for j in range(i + 1):  # the keys a causal query sees: t_i ≥ t_j
+            seed = math.log1p(max(times[i] - times[j], 0.0)) / math.log1p(30 * DAY)
+            assert bias[i, j].item() == pytest.approx(seed / math.sqrt(e), rel=1e-6)
+    assert bias[3, 0].item() * math.sqrt(e) > 1.15  # 400 days: past the ceiling the default keeps
+    bias[3, 0].backward()
+    expected = math.log1p(400 * DAY) / math.log1p(30 * DAY) / math.sqrt(e)
+    assert channel.alpha.grad.item() == pytest.approx(expected, rel=1e-6)
+    cut = build(LogTimeGap, D, alpha=1.0).logits(tokens)[0, 0]
+    assert cut[3, 0].item() == pytest.approx(1.0) and cut[1, 0].item() == pytest.approx(
+        bias[1, 0].item() * e**0.5
+    )
+
+
 # =============================================================================================
 # properties shared by the logit channels
 
