@@ -19,30 +19,20 @@ benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import time
 from datetime import date
 from pathlib import Path
 
 import numpy as np
 import torch
-from results_file import write_section  # benchmarks/ is on sys.path when run as a script
+from candidate_draws import committed_value  # benchmarks/ is on sys.path when run as a script
+from results_file import write_section
 
 from ablate.study import load_study
 from ablate.train import train_trial
 
 REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Early stopping vs a fixed length"
-
-
-def committed(study_path: Path, variant: str, seed: int, metric: str) -> float | None:
-    """The committed trial file's test metric for this (variant, seed), where the report has one."""
-    folder = REPO / "reports" / study_path.stem / "trials"
-    for path in sorted(folder.glob(f"{variant}-seed{seed}-*.trial.json.gz")):
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
-            return json.load(handle)["final"][f"test.{metric}"]
-    return None
 
 
 def replayed_stop(valid: list[float], patience: int) -> int:
@@ -95,7 +85,7 @@ def one_seed(args: argparse.Namespace, seed: int) -> dict[str, float]:
         "best": test[best],
         "ours_epoch": epochs[stop],
         "ours": test[stop],
-        "committed": None if args.set else committed(args.study, args.variant, seed, metric),
+        "committed": None if args.set else committed_value(args.study, args.variant, seed, metric),
         "final": result.summary[f"test.{metric}"],
         "metric": metric,
         "patience": patience,
