@@ -125,9 +125,10 @@ def main() -> None:
             f"| {row['last'] - row['ours']:+.4f} | {row['wall_s']:.0f} |"
         )
     gaps = np.array([row["last"] - row["ours"] for row in rows])
+    spread = f" (sd {gaps.std(ddof=1):.4f})" if len(rows) > 1 else ""
     lines += [
         "",
-        f"Mean last − ablate: {gaps.mean():+.4f} over {len(rows)} seeds (sd {gaps.std(ddof=1):.4f}).",
+        f"Mean last − ablate: {gaps.mean():+.4f} over {len(rows)} seed(s){spread}.",
     ]
     text = "\n".join(lines)
     print(text)
