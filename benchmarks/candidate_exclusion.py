@@ -57,7 +57,8 @@ def main() -> None:
         f"trials, test {METRIC} against {draws} sampled negatives, per-user ranks from the trial files. "
         f"{date.today().isoformat()}.",
         "",
-        f"| trial | {METRIC} (ours) | P(a held-out item drawn), mean | drop, upper bound | drop, tie broken half the time |",
+        f"| trial | {METRIC} (ours) | P(a held-out item drawn), mean | drop, upper bound "
+        "| drop, tie broken half the time |",
         "|---|---:|---:|---:|---:|",
     ]
     folder = REPO / "reports" / args.study.stem / "trials"
