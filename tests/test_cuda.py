@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from torch.utils._pytree import tree_leaves
 
 from ablate import jagged as J
 from ablate.build import build_backbone
@@ -185,6 +186,8 @@ def test_training_runs_in_bf16_autocast_and_evaluation_in_fp32(path, variant):
     seen: dict[bool, set] = {True: set(), False: set()}  # grad enabled (training) → (autocast on, dtype)
 
     def hook(module, args, output):
+        if not any(t.is_cuda for t in tree_leaves(output) if isinstance(t, torch.Tensor)):
+            return  # the FLOPs probe's step, on a CPU copy of the model (ablate.flops)
         on = torch.is_autocast_enabled(CUDA.type)
         seen[torch.is_grad_enabled()].add((on, torch.get_autocast_dtype(CUDA.type) if on else None))
         if isinstance(module, torch.nn.Linear) and torch.is_grad_enabled():
