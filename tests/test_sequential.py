@@ -377,6 +377,24 @@ def test_report_section_shows_looks_and_stops():
     assert sequential_elements(pd.DataFrame(rows), fixed) == []
 
 
+def test_report_table_says_an_open_comparison_waits_not_untested():
+    """A comparison inconclusive at one look and waiting for the next one's seeds has no verdict yet;
+    the primary table's verdict cell says so, as the headline and ``ablate status`` do, instead of
+    "not tested"."""
+    from ablate.report.cells import interval, verdict
+    from ablate.stats import ReportSettings
+    from ablate.stats.comparison import comparisons
+
+    rng = np.random.default_rng(2)
+    base = rng.normal(size=5)
+    per_seed = {"base": base, "same": base + rng.normal(size=5)}
+    rows = [{"variant": v, "seed": s, "test.ndcg@10": x[s]} for v, x in per_seed.items() for s in range(5)]
+    settings = ReportSettings(primary="ndcg@10", variants=["base", "same"], sequential=SMALL)
+    (row,) = [r for r in comparisons(pd.DataFrame(rows), None, settings, "ndcg@10") if r.variant == "same"]
+    assert verdict(row, True) == "inconclusive at 5 seeds; waiting for 7 seeds (look 3)"
+    assert interval(row).endswith("[—]")
+
+
 # -- the study file ------------------------------------------------------------------------------------
 
 

@@ -56,7 +56,8 @@ def _equivalence_read(row) -> bool:
 
 def interval(row) -> str:
     """Δ [decision interval]: the interval the verdict reads (an equivalent verdict: its TOST
-    interval, else the paired t interval at the decision level); 'n/a (k seeds)' or 'not tested'
+    interval, else the paired t interval at the decision level); 'n/a (k seeds)', '—' (the verdict
+    cell says why: a duplicate, or a sequential comparison waiting for its look) or 'not tested'
     where there is none."""
     if _equivalence_read(row):
         ci = f"{number(row.eq_low, True)}, {number(row.eq_high, True)}"
@@ -65,7 +66,7 @@ def interval(row) -> str:
     elif row.n_paired < MIN_SEEDS_TEST:
         ci = too_few_seeds(row.n_paired)
     else:
-        ci = "not tested"
+        ci = "—" if row.note else "not tested"
     return f"{effect(row)} [{ci}]"
 
 
@@ -113,9 +114,13 @@ def mark(row, higher: bool) -> str:
 
 
 def verdict(row, higher: bool) -> str:
-    """The verdict cell: 'better ▲', 'equivalent', 'inconclusive', 'n/a (2 seeds)'."""
+    """The verdict cell: 'better ▲', 'equivalent', 'inconclusive', 'n/a (2 seeds)', or why a
+    comparison with enough seeds has no verdict (its note: a sequential comparison inconclusive at
+    one look and waiting for the next one's seeds says so, not "not tested")."""
     if not row.verdict:
-        return too_few_seeds(row.n_paired) if row.n_paired < MIN_SEEDS_TEST else "not tested"
+        if row.n_paired < MIN_SEEDS_TEST:
+            return too_few_seeds(row.n_paired)
+        return row.note or "not tested"
     if row.significant:
         return f"{row.verdict} {mark(row, higher)}" + (" (negligible)" if row.negligible else "")
     return str(row.verdict)
