@@ -19,7 +19,7 @@ from .drive.ledger import OLDER_KINDS_TAG
 from .errors import AblateError
 from .stats import ReportSettings
 from .tasks import BASELINES_ARTIFACT
-from .track import REUSED_TAG, Tracker, read_units, trial_metrics
+from .track import PRECISION_TAG, REUSED_TAG, Tracker, read_units, trial_metrics
 
 COST_KEYS = (
     "params",
@@ -110,6 +110,7 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
             **{k: v for k, v in metrics.items() if k.startswith(("test.", "valid."))},
             **({"reused_from": tags[REUSED_TAG]} if REUSED_TAG in tags else {}),
             **({"trained_under": tags[OLDER_KINDS_TAG]} if OLDER_KINDS_TAG in tags else {}),
+            **({"precision": tags[PRECISION_TAG]} if PRECISION_TAG in tags else {}),
         }
         if (variant, seed) in seen:  # should not happen; keep the newest, say so
             warnings.warn(f"two finished runs for {variant} seed {seed}; using the newest", stacklevel=2)

@@ -250,12 +250,13 @@ def write_study_report(
 ) -> tuple[dict[str, Path], Results]:
     """The report from the tracking store (its files, and the results it read, with the verdicts
     of comparisons.csv as ``comparisons``); prints the primary metric's comparison table, its
-    verdict sentences and the not-converged warnings (``quiet``: nothing)."""
+    verdict sentences and the warnings: not converged, mixed precisions (``quiet``: nothing)."""
     import pandas as pd
 
     from .report import format_table, write_report
     from .report.convergence import not_converged, warning_lines
     from .report.verdicts import headline, verdict_sentences
+    from .report.write import precision_warnings
     from .stats import compare, comparisons
     from .stats.resample import resampled_for_report
 
@@ -293,7 +294,7 @@ def write_study_report(
     table = format_table(compare(shown, loaded.units, settings, settings.primary), settings)
     lines = [table, "", headline(primary, settings)]
     lines += [f"- {sentence}" for sentence in verdict_sentences(primary, settings)]
-    lines += [f"warning: {line}" for line in warning_lines(flags, settings)]
+    lines += [f"warning: {line}" for line in warning_lines(flags, settings) + precision_warnings(shown)]
     out.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
     return paths, loaded
 

@@ -137,6 +137,11 @@ def trains_in_bf16(precision: str, device: torch.device) -> bool:
     return precision == "bf16" or (precision == "auto" and device.type == "cuda")
 
 
+def precision_name(precision: str, device: torch.device) -> str:
+    """What ``train.precision`` trains in on ``device``: 'bf16' or 'fp32'."""
+    return "bf16" if trains_in_bf16(precision, device) else "fp32"
+
+
 def training_autocast(precision: str, device: torch.device) -> torch.autocast:
     """The autocast context training steps run in."""
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=trains_in_bf16(precision, device))

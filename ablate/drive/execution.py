@@ -33,8 +33,16 @@ from ..preflight import preflight
 from ..registry import COMPONENT_SLOTS
 from ..study import Study, Variant
 from ..tasks import TrialReporter
-from ..track import TRAINED_WITH, Tracker
-from ..train import Checkpoint, TrialFailed, TrialResult, resolve_device, seed_everything, train_trial
+from ..track import PRECISION_TAG, TRAINED_WITH, Tracker
+from ..train import (
+    Checkpoint,
+    TrialFailed,
+    TrialResult,
+    precision_name,
+    resolve_device,
+    seed_everything,
+    train_trial,
+)
 from .ledger import INTERRUPTED, fingerprint_of, fingerprints, trained_with
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -190,6 +198,8 @@ class Execution:
             **extra_tags,
             **{f"component.{s}": label for s, label in cfg.variant.components().items()},
         }
+        if not cfg.study.task.runs_trials:  # ablate's training loop: its precision (a script keeps its own)
+            tags[PRECISION_TAG] = precision_name(cfg.study.spec.train.precision, self.device)
         loss = cfg.study.loss.model_dump(mode="json")  # resolved: its kind and defaults spelt out
         # Flattened by the tracker: model.attention.heads, train.loss.kind, … (search.* and match.*
         # keys are dotted already and stay whole).

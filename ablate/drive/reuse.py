@@ -38,6 +38,7 @@ import pandas as pd
 
 from ..errors import AblateError, first_line, warn
 from ..track import (
+    PRECISION_TAG,
     PROVENANCE_TAGS,
     REUSED_TAG,
     ROLE,
@@ -59,7 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # A donor's tags that say how its numbers were made (code, resumption, batch size, kind versions), carried.
 CARRIED_TAGS = (*PROVENANCE_TAGS, "ablate.oom_retry", "ablate.resumed_from_epoch", "ablate.data_digest")
-CARRIED_TAGS += (OLDER_KINDS_TAG, OLDER_FINGERPRINT_TAG)
+CARRIED_TAGS += (OLDER_KINDS_TAG, OLDER_FINGERPRINT_TAG, PRECISION_TAG)
 TRIAL_SUFFIX = ".trial.json.gz"  # <variant>-seed<k>-<fingerprint>.trial.json.gz
 TRIAL_FORMAT = 1
 RUN_SEPARATOR = ", run "  # a donor's source ends with it and the run that trained it

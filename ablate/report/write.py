@@ -227,6 +227,24 @@ def write_report(
     return {"csv": csv} | render(analyse(results, units, curves, settings), out_dir, failures, meta)
 
 
+def precision_warnings(results: pd.DataFrame) -> list[str]:
+    """A line when the trials trained in more than one precision (`train.precision: auto` is bf16
+    on CUDA and fp32 elsewhere, and the fingerprint holds "auto": a study continued on another
+    device, or trial files reused from one, mix them silently). Trials from before the precision
+    was recorded count as unknown and raise nothing."""
+    if "precision" not in results or results["precision"].nunique() < 2:
+        return []
+    groups = []
+    for precision, trials in results.dropna(subset=["precision"]).groupby("precision"):
+        seeds = trials.groupby("variant")["seed"].apply(lambda s: ", ".join(map(str, sorted(s))))
+        groups.append(f"{precision} ({'; '.join(f'{v} seeds {s}' for v, s in seeds.items())})")
+    return [
+        f"the trials trained in more than one precision: {', '.join(groups)}; `train.precision: auto` "
+        "is bf16 on CUDA and fp32 elsewhere under one fingerprint, so these verdicts mix the two: set "
+        "`train.precision` (fp32 or bf16) and train the others again, or compare within one precision"
+    ]
+
+
 def render(
     analysis: Analysis, out_dir: Path, failures: pd.DataFrame | None = None, meta: dict | None = None
 ) -> dict[str, Path]:
@@ -254,7 +272,7 @@ def render(
         Element("table", headers=overview_headers, items=overview),
         Element("caption", overview_legend(tables, settings, baselines)),
     ]
-    below = baseline_warnings(tables, settings, baselines)
+    below = baseline_warnings(tables, settings, baselines) + precision_warnings(results)
     if flags or below:
         elements.append(Element("warnings", items=warning_lines(flags, settings) + below))
     if flags:
