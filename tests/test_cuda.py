@@ -314,3 +314,4 @@ def test_run_with_gpus_places_workers_and_records_cuda(write_study, cli, tmp_pat
     experiment = client.get_experiment_by_name("tiny")
     runs = client.search_runs([experiment.experiment_id], "tags.`ablate.role` = 'trial'")
     assert runs and {r.data.tags["device"] for r in runs} == {"cuda"}
+    assert {r.data.tags["ablate.precision"] for r in runs} == {"bf16"}  # train.precision: auto
