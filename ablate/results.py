@@ -19,7 +19,8 @@ from .drive.ledger import OLDER_KINDS_TAG
 from .errors import AblateError
 from .stats import ReportSettings
 from .tasks import BASELINES_ARTIFACT
-from .track import PRECISION_TAG, REUSED_TAG, Tracker, read_units, trial_metrics
+from .track import REUSED_TAG, Tracker, read_units, trial_metrics
+from .train import PRECISION_TAG
 
 COST_KEYS = (
     "params",

@@ -54,9 +54,6 @@ REPORT_FOLDER = "report"  # where the parent run keeps the written report
 REPORT_FILES = ("md", "html", "csv", "comparisons", "tex")  # of write_report's paths
 DATA_SUMMARY = "ablate.data_summary"  # a parent-run tag: the task's data summary as JSON
 REUSED_TAG = "ablate.reused_from"  # a trial copied from another store: "<study> in <uri>, run <id>"
-# The precision a trial trained in (fp32 / bf16): `train.precision: auto` resolves by the device, and
-# the fingerprint holds "auto", so this is what tells a CPU trial from a GPU one of one fingerprint.
-PRECISION_TAG = "ablate.precision"
 # A finished trial's validation metrics of its restored best state, logged under their own keys
 # (``best.valid.ndcg_at_10``) so that each ``valid.*`` history holds exactly the per-epoch curve.
 BEST_PREFIX = "best."

@@ -137,6 +137,11 @@ def trains_in_bf16(precision: str, device: torch.device) -> bool:
     return precision == "bf16" or (precision == "auto" and device.type == "cuda")
 
 
+# The run tag of the precision a trial trained in (fp32 / bf16): `train.precision: auto` resolves by
+# the device and the fingerprint holds "auto", so this tells a CPU trial from a GPU one of one fingerprint.
+PRECISION_TAG = "ablate.precision"
+
+
 def precision_name(precision: str, device: torch.device) -> str:
     """What ``train.precision`` trains in on ``device``: 'bf16' or 'fp32'."""
     return "bf16" if trains_in_bf16(precision, device) else "fp32"

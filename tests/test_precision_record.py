@@ -18,8 +18,7 @@ from ablate.drive import write_trials
 from ablate.drive.reuse import TRIAL_SUFFIX
 from ablate.report.write import precision_warnings
 from ablate.results import load_results
-from ablate.track import PRECISION_TAG
-from ablate.train import precision_name
+from ablate.train import PRECISION_TAG, precision_name
 
 FAST_REPORT = {"calibration": 0, "bootstrap": 200}  # the report's statistics are not under test
 

@@ -33,8 +33,9 @@ from ..preflight import preflight
 from ..registry import COMPONENT_SLOTS
 from ..study import Study, Variant
 from ..tasks import TrialReporter
-from ..track import PRECISION_TAG, TRAINED_WITH, Tracker
+from ..track import TRAINED_WITH, Tracker
 from ..train import (
+    PRECISION_TAG,
     Checkpoint,
     TrialFailed,
     TrialResult,

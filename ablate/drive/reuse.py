@@ -38,7 +38,6 @@ import pandas as pd
 
 from ..errors import AblateError, first_line, warn
 from ..track import (
-    PRECISION_TAG,
     PROVENANCE_TAGS,
     REUSED_TAG,
     ROLE,
@@ -51,7 +50,7 @@ from ..track import (
     tracking_problem,
     trial_metrics,
 )
-from ..train import TrialResult
+from ..train import PRECISION_TAG, TrialResult
 from .ledger import OLDER_FINGERPRINT_TAG, OLDER_KINDS_TAG, fingerprint_of, trained_with
 from .ledger import fingerprints as fingerprints_of
 
