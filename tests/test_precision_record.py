@@ -63,5 +63,5 @@ def test_recorded_carried_and_a_mixed_report_says_so(tmp_path):
     assert taken["reused_from"].notna().all()
     assert taken.set_index(["variant", "seed"])["precision"].to_dict()[("mlp", 2)] == "bf16"
     report = (tmp_path / "runs/taker/report/report.md").read_text()
-    said = "the trials trained in more than one precision: bf16 (mlp seeds 2), fp32 (base seeds 0, 1, 2; "
+    said = "the trials trained in more than one precision: bf16 (mlp seeds 2), fp32 (base seeds 0, 1, 2, "
     assert f"{said}mlp seeds 0, 1); `train.precision: auto` is bf16 on CUDA" in report

@@ -131,16 +131,21 @@ def reuse_text(reused: list[tuple[str, int, str]]) -> str:
     )
 
 
+def seeds_by_label(trials: list[tuple[str, int, str]]) -> dict[str, str]:
+    """(variant, seed, label) triples as label → 'base seeds 0, 1, mlp seeds 2', in first-seen order."""
+    grouped: dict[str, dict[str, list[int]]] = {}
+    for variant, seed, label in trials:
+        grouped.setdefault(label, {}).setdefault(variant, []).append(int(seed))
+
+    def listed(variants: dict[str, list[int]]) -> str:
+        return ", ".join(f"{name} seeds {', '.join(map(str, sorted(s)))}" for name, s in variants.items())
+
+    return {label: listed(variants) for label, variants in grouped.items()}
+
+
 def older_kinds_text(older: list[tuple[str, int, str]]) -> str:
     """Which copied trials were trained under earlier versions of their kinds (``--reuse-older-kinds``)."""
-    by_versions: dict[str, dict[str, list[int]]] = {}
-    for variant, seed, versions in older:
-        by_versions.setdefault(versions, {}).setdefault(variant, []).append(int(seed))
-    said = "; ".join(
-        ", ".join(f"{name} seeds {', '.join(map(str, sorted(seeds)))}" for name, seeds in trials.items())
-        + f" under {versions}"
-        for versions, trials in by_versions.items()
-    )
+    said = "; ".join(f"{trials} under {versions}" for versions, trials in seeds_by_label(older).items())
     return (
         f"{len(older)} of them were trained under earlier versions of their kinds, which changed what "
         f"those kinds train (ablate run --reuse-older-kinds; --reuse alone trains them again): {said}. "

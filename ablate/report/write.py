@@ -37,7 +37,7 @@ from .figures import (
     strip_figure,
 )
 from .gradnorms import CAPTION, grad_norm_elements, grad_norm_figure
-from .methods import calibration, methods_elements
+from .methods import calibration, methods_elements, seeds_by_label
 from .overview import overview_latex, overview_legend, overview_rows
 from .sequential import sequential_elements
 from .tables import cost_table, table_rows
@@ -234,10 +234,9 @@ def precision_warnings(results: pd.DataFrame) -> list[str]:
     was recorded count as unknown and raise nothing."""
     if "precision" not in results or results["precision"].nunique() < 2:
         return []
-    groups = []
-    for precision, trials in results.dropna(subset=["precision"]).groupby("precision"):
-        seeds = trials.groupby("variant")["seed"].apply(lambda s: ", ".join(map(str, sorted(s))))
-        groups.append(f"{precision} ({'; '.join(f'{v} seeds {s}' for v, s in seeds.items())})")
+    recorded = results.dropna(subset=["precision"]).sort_values(["precision", "variant", "seed"])
+    trials = zip(recorded["variant"], recorded["seed"], recorded["precision"], strict=True)
+    groups = [f"{precision} ({seeds})" for precision, seeds in seeds_by_label(list(trials)).items()]
     return [
         f"the trials trained in more than one precision: {', '.join(groups)}; `train.precision: auto` "
         "is bf16 on CUDA and fp32 elsewhere under one fingerprint, so these verdicts mix the two: set "
