@@ -38,6 +38,11 @@ BASE = "base"
 MatchableSlot = Literal[tuple(slot for slot in COMPONENT_SLOTS if slot != "bias")]
 
 
+# `train.precision`: ``auto`` resolves by device (bf16 on CUDA, fp32 elsewhere); the others are what
+# a trial trains in wherever it runs.
+Precision = Literal["auto", "fp32", "bf16"]
+
+
 class ComponentSpec(BaseModel):
     """``{kind: NAME, **options}``; the options are validated by the kind's own model."""
 
@@ -164,7 +169,7 @@ class TrainSpec(Strict):
     threads: int | None = Field(None, ge=1)
     # Training steps under bf16 autocast (weights and optimizer stay fp32; evaluation is fp32):
     # ``auto`` = bf16 on CUDA, fp32 elsewhere; ``bf16`` on CPU uses AMX / AVX-512-BF16 if present.
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    precision: Precision = "auto"
     # Sources of randomness that vary with the seed (the rest use seed 0 in every trial).
     vary: VarySpec = VarySpec()
     # Per-epoch learning-rate factor (ablate.schedules.LR_SCHEDULES): constant, type1 (halved each

@@ -15,9 +15,11 @@ from tiny_study import tiny_spec
 
 import ablate
 from ablate.drive import write_trials
+from ablate.drive.ledger import fingerprint, fingerprints
 from ablate.drive.reuse import TRIAL_SUFFIX
 from ablate.report.write import precision_warnings
 from ablate.results import load_results
+from ablate.study import load_study
 from ablate.train import PRECISION_TAG, precision_name
 
 FAST_REPORT = {"calibration": 0, "bootstrap": 200}  # the report's statistics are not under test
@@ -27,6 +29,26 @@ def test_auto_resolves_by_device():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert [precision_name(p, cpu) for p in ("auto", "fp32", "bf16")] == ["fp32", "fp32", "bf16"]
     assert [precision_name(p, cuda) for p in ("auto", "fp32", "bf16")] == ["bf16", "fp32", "bf16"]
+
+
+def test_auto_counts_trials_with_the_precision_written_out(tmp_path):
+    """`auto` trains in fp32 or bf16 by device, so a trial trained with either written out (fp32 on a
+    GPU machine, continuing a CPU study) counts for an auto study; a study that writes one counts
+    only its own, never auto's nor the other's."""
+    studies = {}
+    for written in ("auto", "fp32", "bf16"):
+        spec = tiny_spec({"name": f"p-{written}", "train": {"precision": written}})
+        (tmp_path / f"{written}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+        studies[written] = load_study(tmp_path / f"{written}.yaml")
+    own = {p: fingerprint(s, "base") for p, s in studies.items()}
+    assert len(set(own.values())) == 3
+    assert fingerprints(studies["auto"], "base")[:3] == (own["auto"], own["fp32"], own["bf16"])
+    for written in ("fp32", "bf16"):
+        accepted = fingerprints(studies[written], "base")
+        assert own[written] in accepted and not {
+            own["auto"],
+            own[{"fp32": "bf16", "bf16": "fp32"}[written]],
+        } & set(accepted)
 
 
 def test_one_precision_or_none_recorded_warns_of_nothing():

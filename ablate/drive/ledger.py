@@ -14,7 +14,7 @@ import math
 import warnings
 from collections.abc import Collection, Iterable
 from enum import Enum
-from typing import Any
+from typing import Any, get_args
 
 import optuna
 import pandas as pd
@@ -26,6 +26,7 @@ from ..components import Component
 from ..errors import AblateError
 from ..registry import COMPONENT_SLOTS
 from ..search import make_pruner, make_sampler, search_budget
+from ..spec import Precision
 from ..stats import ReportSettings
 from ..stats.sequential import SequentialDecision, seeds_wanted, sequential_standing
 from ..study import Study
@@ -179,13 +180,29 @@ OLDER_KINDS_TAG, OLDER_FINGERPRINT_TAG = "ablate.older_kinds", "ablate.older_fin
 
 def fingerprints(study: Study, variant: str) -> tuple[str, ...]:
     """Every fingerprint a finished trial of ``variant`` may carry and still count as trained
-    with these settings: :func:`fingerprint` first (the one new records get), then
+    with these settings: :func:`fingerprint` first (the one new records get), those with the
+    precision written out where it is ``auto`` (:func:`_resolved_precisions`), then
     :func:`legacy_fingerprint` while every kind the trial uses is at :data:`LEGACY_VERSION`
     (a kind bumped since no longer trains as the legacy records did)."""
-    current = fingerprint(study, variant)
+    current = (fingerprint(study, variant), *_resolved_precisions(study, variant))
     if any(cls.version != LEGACY_VERSION for cls in _kinds_used(study, variant)):
-        return (current,)
-    return tuple(dict.fromkeys((current, legacy_fingerprint(study, variant))))
+        return current
+    return tuple(dict.fromkeys((*current, legacy_fingerprint(study, variant))))
+
+
+def _resolved_precisions(study: Study, variant: str) -> list[str]:
+    """Under ``train.precision: auto`` (bf16 on CUDA, fp32 elsewhere), the fingerprints of the same
+    settings with the precision written out: a trial trained with ``fp32`` or ``bf16`` trained as one
+    of auto's, so it counts (an fp32 run on a GPU continues a study begun on CPUs). Which precision
+    each trial trained in is its tag; a report over more than one says so (``precision_warnings``)."""
+    if study.spec.train.precision != "auto":
+        return []
+    settings = trained_with(study, variant)
+    return [
+        fingerprint_of({**settings, "train": {**settings["train"], "precision": written}})
+        for written in get_args(Precision)
+        if written != "auto"
+    ]
 
 
 def _kinds_used(study: Study, variant: str) -> list[type[Component] | type[Task]]:

@@ -229,9 +229,9 @@ def write_report(
 
 def precision_warnings(results: pd.DataFrame) -> list[str]:
     """A line when the trials trained in more than one precision (`train.precision: auto` is bf16
-    on CUDA and fp32 elsewhere, and the fingerprint holds "auto": a study continued on another
-    device, or trial files reused from one, mix them silently). Trials from before the precision
-    was recorded count as unknown and raise nothing."""
+    on CUDA and fp32 elsewhere, and an auto study counts trials trained in either: one continued on
+    another device, or trial files reused from one, mix them silently). Trials from before the
+    precision was recorded count as unknown and raise nothing."""
     if "precision" not in results or results["precision"].nunique() < 2:
         return []
     recorded = results.dropna(subset=["precision"]).sort_values(["precision", "variant", "seed"])
@@ -239,7 +239,7 @@ def precision_warnings(results: pd.DataFrame) -> list[str]:
     groups = [f"{precision} ({seeds})" for precision, seeds in seeds_by_label(list(trials)).items()]
     return [
         f"the trials trained in more than one precision: {', '.join(groups)}; `train.precision: auto` "
-        "is bf16 on CUDA and fp32 elsewhere under one fingerprint, so these verdicts mix the two: set "
+        "is bf16 on CUDA and fp32 elsewhere and counts trials of either, so these verdicts mix the two: set "
         "`train.precision` (fp32 or bf16) and train the others again, or compare within one precision"
     ]
 
