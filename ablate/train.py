@@ -138,7 +138,7 @@ def trains_in_bf16(precision: str, device: torch.device) -> bool:
 
 
 # The run tag of the precision a trial trained in (fp32 / bf16): `train.precision: auto` resolves by
-# the device and the fingerprint holds "auto", so this tells a CPU trial from a GPU one of one fingerprint.
+# the device and an auto study counts trials of either, so this tells a CPU trial from a GPU one.
 PRECISION_TAG = "ablate.precision"
 
 
