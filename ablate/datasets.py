@@ -35,7 +35,7 @@ from .errors import DataError
 from .schema import Vocabulary
 
 if TYPE_CHECKING:
-    from .studyfile import Locator
+    from ablate.schema import Locator
 
 MIRROR_ENV = "ABLATE_DATA_MIRROR"  # a folder standing in for the network
 DATA_DIR_ENV = "ABLATE_DATA_DIR"  # where downloads are kept

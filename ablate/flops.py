@@ -18,7 +18,7 @@ count flash attention's recomputed product; on the CPU a figure is the same on e
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch.utils.flop_counter import (
@@ -31,8 +31,14 @@ from torch.utils.flop_counter import (
 
 from .fastpaths import fast_paths
 
-if TYPE_CHECKING:
-    from .train import Trainer
+
+class Stepping(Protocol):
+    """A trainer as :func:`flops_per_token` uses one (:class:`ablate.train.Trainer`)."""
+
+    tokens: int  # real tokens the last step trained on
+
+    def step(self, batch: Any) -> Any: ...
+
 
 aten = torch.ops.aten
 
@@ -68,7 +74,7 @@ def counted_flops(step: Any) -> int:
     return counter.get_total_flops()
 
 
-def flops_per_token(probe: Trainer, batches: Iterable[Any]) -> float:
+def flops_per_token(probe: Stepping, batches: Iterable[Any]) -> float:
     """One training step's FLOPs per real token, on ``probe`` (a trainer built for this only: the
     step moves its weights) and the first of ``batches``."""
     batch = next(iter(batches))

@@ -8,10 +8,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from ablate.schema import Locator
+
 from .errors import AblateError
 from .overrides import OverriddenLocator, parse_overrides
 from .study import Study
-from .studyfile import Locator, read_study
+from .studyfile import read_study
 
 
 def folder_problem(folder: Path) -> str | None:

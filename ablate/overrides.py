@@ -29,8 +29,10 @@ from typing import Any
 
 import yaml
 
+from ablate.schema import Locator
+
 from .errors import StudyError
-from .studyfile import Locator, yaml_value
+from .studyfile import yaml_value
 
 # YAML 1.1 (PyYAML) reads `1e-3` as a string; a number written that way on a command line is a number.
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")

@@ -22,8 +22,9 @@ from .schema import Strict, Vocabulary
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
 
+    from ablate.schema import Locator
+
     from .study import Study
-    from .studyfile import Locator
 
 
 def _bounds_problem(low: float, high: float, log: bool) -> str | None:

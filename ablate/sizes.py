@@ -27,8 +27,9 @@ from .components import BuildContext
 from .registry import COMPONENT_SLOTS
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ablate.schema import Locator
+
     from .study import Part, Study, Variant
-    from .studyfile import Locator
 
 BYTES_PER_PARAMETER = 16  # training one fp32 parameter with Adam: weight, gradient, two moments
 FLOATS_PER_TOKEN = 16  # values per token and unit of width a block keeps for backward (q, k, v, FFN, norms)

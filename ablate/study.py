@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from ablate.schema import Bare, Locator
+
 from . import sizes
 from .blocks import PLACEMENTS
 from .components import BuildContext, Component
@@ -25,7 +27,7 @@ from .search import SEARCH_ROOTS, check_search
 from .sizes import NOMINAL_TOKENS
 from .spec import BASE, ComponentSpec, ModelSpec, StudySpec, TrainSpec
 from .stats import ReportSettings
-from .studyfile import Bare, Locator, lookup, read_study, validate_options
+from .studyfile import lookup, read_study, validate_options
 from .tasks import Task
 from .variants import expand, patched, variant_differences
 

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from . import registry
 from .errors import AblateError, StudyError
-from .schema import UNKNOWN_KEY
+from .schema import Locator
 
 # The largest committed study is a few KB: a file a thousand times that is not a study.
 MAX_BYTES = 4 * 2**20
@@ -331,56 +331,6 @@ def toml_lines(path: Path, text: str) -> tuple[dict[tuple, int], dict[int, tuple
     return lines, repeated
 
 
-class Locator:
-    """Turns key paths into 'file:line: a.b.c: message' lines."""
-
-    def __init__(self, path: Path, lines: dict[tuple, int]):
-        self.path, self.lines = path, lines
-
-    def error(self, key: tuple, message: str, fallback: tuple | None = None) -> StudyError:
-        line = self._line(key) or (self._line(fallback) if fallback else None)
-        loc = f"{self.path}:{line}" if line else f"{self.path}"
-        dotted = ".".join(str(k) for k in key)
-        return StudyError(f"{loc}: {dotted}: {message}" if dotted else f"{loc}: {message}")
-
-    def _line(self, key: tuple) -> int | None:
-        for n in range(len(key), 0, -1):
-            if key[:n] in self.lines:
-                return self.lines[key[:n]]
-        return None
-
-    def pydantic(self, exc: ValidationError, prefix: tuple, fallback: tuple | None = None) -> StudyError:
-        """Every problem pydantic found, one line each (file:line: key: message), in file order."""
-        found = []
-        for e in exc.errors():
-            loc = tuple(e["loc"])
-            found.append(self.error(prefix + loc, pydantic_message(e), fallback + loc if fallback else None))
-        found.sort(key=lambda e: _line_of(str(e)))
-        return found[0] if len(found) == 1 else StudyError("\n".join(dict.fromkeys(str(e) for e in found)))
-
-
-def _line_of(text: str) -> int:
-    """The line number of a 'file:line: …' error (0: none)."""
-    found = re.match(r"[^\n]*?:(\d+): ", text)
-    return int(found.group(1)) if found else 0
-
-
-def pydantic_message(err: dict) -> str:
-    kind = err["type"]
-    if kind == UNKNOWN_KEY:  # with its did-you-mean (ablate.schema.Strict)
-        return err["msg"]
-    if kind == "extra_forbidden":
-        return "unknown key"
-    if kind == "missing":
-        return "required key is missing"
-    given = err.get("input")
-    shown = repr(given) if not isinstance(given, dict) else "a mapping"
-    # A validator's own ValueError (e.g. an unknown vocabulary name) already says what it got.
-    if kind == "value_error":
-        return err["msg"].removeprefix("Value error, ")
-    return f"{err['msg']} (got {shown})"
-
-
 def lookup(where: Locator, key: tuple, slot: str, kind: str) -> type:
     try:
         return registry.get(slot, kind)
@@ -395,10 +345,3 @@ def validate_options(where: Locator, key: tuple, cls: type, raw: dict, fallback:
         return cls.Options.model_validate(raw)
     except ValidationError as exc:
         raise where.pydantic(exc, key, fallback) from None
-
-
-class Bare(Locator):
-    """Errors naming only the key path (for keys applied after loading, e.g. search values)."""
-
-    def error(self, key: tuple, message: str, fallback: tuple | None = None) -> StudyError:
-        return StudyError(f"{'.'.join(str(k) for k in key)}: {message}")

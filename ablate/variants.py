@@ -7,10 +7,11 @@ from __future__ import annotations
 import copy
 import itertools
 
+from ablate.schema import Locator
+
 from .errors import StudyError
 from .registry import COMPONENT_SLOTS
 from .spec import StudySpec
-from .studyfile import Locator
 
 
 def patched(base: dict, patch: dict) -> dict:

@@ -18,13 +18,8 @@ import ablate.drive.execution as execution
 import ablate.stats.verdicts as verdicts
 from ablate.drive.ledger import UNPLANNED, UNWANTED, drop_reason, plan
 from ablate.stats.boundaries import crossings, median_unbiased, spending_bounds, stagewise_estimate
-from ablate.stats.sequential import (
-    MIN_SEEDS_VERDICT,
-    SPENDING,
-    SequentialSeeds,
-    decide_sequential,
-    seeds_wanted,
-)
+from ablate.stats.sequential import MIN_SEEDS_VERDICT, SequentialSeeds, decide_sequential, seeds_wanted
+from ablate.stats.spending import SPENDING
 from ablate.study import load_study
 
 ALPHA = 0.05

@@ -18,8 +18,9 @@ worker loop), :mod:`.reuse` (finished trials copied from another study's store o
 """
 
 from ..folders import folder_problem
-from .driver import Driver, Reporter, RunSummary, prepare, run_study
+from .driver import Driver, RunSummary, prepare, run_study
 from .ledger import plan
+from .reporter import Reporter
 from .reuse import Donors, write_trials
 from .status import (
     VariantStatus,

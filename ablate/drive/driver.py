@@ -50,22 +50,11 @@ from .ledger import (
 )
 from .records import resolved_yaml, study_params, study_tags
 from .reference import record_reference
+from .reporter import Reporter
 from .reuse import Donors
 from .stores import Stores
 
 POLL_S = 1.0  # idle workers look for new work this often while others still run trials
-
-
-class Reporter:
-    """Progress display hooks; this base is silent (tests), the CLI's draws progress bars."""
-
-    def study(self, total: int, done: int) -> None: ...
-    def trial(self, variant: str, seed: int, epochs: int) -> None: ...
-    def epoch(self, epoch: int, logged: dict[str, float]) -> None: ...
-    def step(self) -> None: ...
-    def finished(self, variant: str, seed: int, result: TrialResult) -> None: ...
-    def reused(self, variant: str, seed: int, result: TrialResult, source: str) -> None: ...
-    def failed(self, variant: str, seed: int, reason: str) -> None: ...
 
 
 @dataclass

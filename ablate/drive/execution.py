@@ -47,7 +47,7 @@ from ..train import (
 from .ledger import INTERRUPTED, fingerprint_of, fingerprints, trained_with
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .driver import Reporter
+    from .reporter import Reporter
 
 
 # Logs one epoch's metrics; True when a search's pruner stops the trial.

@@ -28,7 +28,7 @@ from ..registry import COMPONENT_SLOTS
 from ..search import make_pruner, make_sampler, search_budget
 from ..spec import Precision
 from ..stats import ReportSettings
-from ..stats.sequential import SequentialDecision, seeds_wanted, sequential_standing
+from ..stats.sequential import SequentialDecision, seeds_wanted
 from ..study import Study
 from ..tasks import Task
 
@@ -84,7 +84,7 @@ def standing(
         index=design.seeds(),
         columns=list(study.variants),
     )
-    return sequential_standing(per_seed, settings)
+    return settings.sequential_standing(per_seed)
 
 
 def direction(study: Study) -> str:

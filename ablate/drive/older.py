@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AblateError, warn
 from ..registry import COMPONENT_SLOTS
+from .donor import Donor, Finder
 from .ledger import (
     LEGACY_VERSION,
     OLDER_FINGERPRINT_TAG,
@@ -32,12 +33,10 @@ from .ledger import (
     legacy_fingerprint,
     trained_with,
 )
-from .reuse import Donor
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..study import Study
     from ..train import TrialResult
-    from .reuse import Donors
 
 
 def older_fingerprints(study: Study, variant: str) -> dict[str, str]:
@@ -104,7 +103,7 @@ class OlderDonor(Donor):
         return result, {**tags, OLDER_KINDS_TAG: self.versions, OLDER_FINGERPRINT_TAG: self.filed_as}
 
 
-def find_with_older(donors: Donors, study: Study, variant: str, seed: int, data_digest: str | None) -> Donor:
+def find_with_older(donors: Finder, study: Study, variant: str, seed: int, data_digest: str | None) -> Donor:
     """The donor :meth:`~.reuse.Donors.find` gives for a trial of ``variant`` under its own
     fingerprints or, failing them, under :func:`older_fingerprints` (wrapped: :class:`OlderDonor`);
     an error where there is neither."""

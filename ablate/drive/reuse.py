@@ -27,8 +27,6 @@ import json
 import math
 import re
 import tempfile
-from abc import ABC, abstractmethod
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,15 +42,16 @@ from ..track import (
     TRAINED_WITH,
     Tracker,
     default_uri,
-    flat_params,
     open_client,
     read_units,
     tracking_problem,
     trial_metrics,
 )
 from ..train import PRECISION_TAG, TrialResult
-from .ledger import OLDER_FINGERPRINT_TAG, OLDER_KINDS_TAG, fingerprint_of, trained_with
+from .donor import Donor
+from .ledger import OLDER_FINGERPRINT_TAG, OLDER_KINDS_TAG, trained_with
 from .ledger import fingerprints as fingerprints_of
+from .older import find_with_older
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..study import Study
@@ -63,75 +62,6 @@ CARRIED_TAGS += (OLDER_KINDS_TAG, OLDER_FINGERPRINT_TAG, PRECISION_TAG)
 TRIAL_SUFFIX = ".trial.json.gz"  # <variant>-seed<k>-<fingerprint>.trial.json.gz
 TRIAL_FORMAT = 1
 RUN_SEPARATOR = ", run "  # a donor's source ends with it and the run that trained it
-
-
-class Donor(ABC):
-    """One finished trial elsewhere."""
-
-    @property
-    @abstractmethod
-    def source(self) -> str:
-        """``<study> in <store or folder>, run <id>``: where the numbers were made."""
-
-    @abstractmethod
-    def read(self) -> tuple[TrialResult, dict[str, str]]:
-        """The trial's result (curves included) and its carried tags, read whole."""
-
-    @property
-    @abstractmethod
-    def data_digest(self) -> str | None:
-        """The digest of the data it was trained on; None where it was not recorded."""
-
-    @property
-    @abstractmethod
-    def filed_as(self) -> str:
-        """The fingerprint it was trained under, which names it."""
-
-    @abstractmethod
-    def settings(self) -> dict[str, Any] | None:
-        """What it was trained with, as its record keeps it (:func:`~.ledger.trained_with`); None
-        for a record made before records kept it."""
-
-    def settings_problem(
-        self, filed_as: str, wanted: Sequence[str], ours: dict[str, Any] | None
-    ) -> str | None:
-        """Why its own settings say it is not the trial it is filed as (``filed_as``: the fingerprint
-        its name or tag gives, one of ``wanted``, this study's trial's), or None; where they differ
-        from this study's (``ours``) the first difference is named."""
-        own = self.settings()
-        if own is None:  # an older record: its name, seed, parameter count and numbers are checked
-            return None
-        if not isinstance(own, dict):
-            return f"its settings are a {type(own).__name__}, not a mapping"
-        recomputed = fingerprint_of(own)
-        if recomputed == filed_as and recomputed in wanted:
-            return None
-        where = f" ({_difference(own, ours)})" if ours is not None else ""
-        return f"its own settings hash to {recomputed}, not {filed_as} it is filed as{where}"
-
-    def copy_into(self, tracker: Tracker, run_id: str, parameters: int | None = None) -> TrialResult | None:
-        """Log the donor's per-epoch curves and carried tags into ``run_id``; return its result (its
-        step-0 metrics, per-unit frame and costs) for the caller to finish the run with. A donor
-        that cannot be read whole, or whose model has another parameter count than this trial's
-        (``parameters``: another model under this fingerprint's name), is skipped with a warning
-        (None: train the trial), before anything is written."""
-        try:
-            result, tags = self.read()
-            if parameters is not None and result.params and result.params != parameters:
-                raise ValueError(
-                    f"its model has {result.params:,} parameters, this trial's {parameters:,} (another model)"
-                )
-        except Exception as exc:  # noqa: BLE001 - an unreadable donor costs a training, never the study
-            warn(f"not reused ({self.source}): {first_line(exc)}; training it instead")
-            return None
-        epochs: dict[int, dict[str, float]] = defaultdict(dict)
-        for epoch, key, value in result.curves:
-            epochs[epoch][key] = value
-        for epoch in sorted(epochs):
-            tracker.log_metrics(run_id, epochs[epoch], step=epoch)
-        for tag, value in {**tags, REUSED_TAG: self.source}.items():
-            tracker.set_tag(run_id, tag, value)
-        return result
 
 
 @dataclass(frozen=True)
@@ -286,8 +216,6 @@ class Donors:
         if not self.sources:
             return None
         if self.older_kinds:
-            from .older import find_with_older  # it builds on this module
-
             return find_with_older(self, study, variant, seed, data_digest)
         return self.find(fingerprints_of(study, variant), seed, data_digest, trained_with(study, variant))
 
@@ -377,17 +305,6 @@ def _refusal(
     except Exception as exc:  # noqa: BLE001 - a damaged record costs a training, never the study
         problem = f"its settings cannot be read: {first_line(exc)}"
     return None if problem is None else f"{problem}; training it instead"
-
-
-def _difference(own: dict[str, Any], ours: dict[str, Any]) -> str:
-    """The first setting where a donor's own settings differ from this trial's, and how many more."""
-    mine, theirs = flat_params(own), flat_params(ours)
-    keys = [k for k in sorted(mine.keys() | theirs.keys()) if mine.get(k) != theirs.get(k)]
-    if not keys:
-        return "the same settings as this trial's"
-    first = keys[0]
-    more = f", and {len(keys) - 1} more" if len(keys) > 1 else ""
-    return f"{first} {mine.get(first, 'unset')} there, {theirs.get(first, 'unset')} here{more}"
 
 
 def write_trials(tracking_uri: str, experiment: str, folder: Path) -> tuple[list[Path], int]:

@@ -1,6 +1,6 @@
 """The report's section on sequential seeds: the design, the α each look spent, and per variant the
 seeds it got, its verdict, the look that decided it and why it stopped — the decisions the driver
-planned with (:func:`ablate.stats.sequential.sequential_standing`), recomputed from the results."""
+planned with (:meth:`.ReportSettings.sequential_standing`), recomputed from the results."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import pandas as pd
 
 from ..stats import ReportSettings
-from ..stats.sequential import SequentialDecision, SequentialSeeds, sequential_standing
+from ..stats.sequential import SequentialDecision, SequentialSeeds
 from .cells import number
 from .document import Element
 
@@ -49,7 +49,7 @@ def sequential_elements(results: pd.DataFrame, settings: ReportSettings) -> list
     if design is None:
         return []
     per_seed = per_seed_table(results, settings)
-    standing = sequential_standing(per_seed, settings)
+    standing = settings.sequential_standing(per_seed)
     trained = per_seed.notna().sum() if not per_seed.empty else pd.Series(dtype=int)
     looks, levels = design.looks(), design.spent(settings.alpha)
     method = settings.correction_method.label

@@ -26,33 +26,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from ..schema import Strict, Vocabulary
+from ..schema import Strict
+from .spending import SPENDING
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from .settings import ReportSettings
     from .verdicts import Decision
 
 # The study-file schema holds SequentialSeeds: the verdicts (scipy, statsmodels) load on first use.
 MIN_SEEDS_VERDICT = 3  # as verdicts.MIN_SEEDS_VERDICT (tests/test_sequential.py checks)
-_NORMAL = NormalDist()
-
-SPENDING: Vocabulary[Callable[[float, float], float]] = Vocabulary(
-    "alpha-spending function",
-    {
-        "pocock": lambda t, alpha: alpha * math.log(1.0 + (math.e - 1.0) * t),
-        "obrien_fleming": lambda t, alpha: (
-            0.0 if t <= 0 else 2.0 - 2.0 * _NORMAL.cdf(_NORMAL.inv_cdf(1.0 - alpha / 2.0) / math.sqrt(t))
-        ),
-    },
-)
 
 
 class SequentialSeeds(Strict):
@@ -244,25 +232,6 @@ def decide_sequential(
         if not open_ or k == len(looks):
             break
     return standing
-
-
-def sequential_standing(per_seed: pd.DataFrame, settings: ReportSettings) -> dict[str, SequentialDecision]:
-    """:func:`decide_sequential` as the study's settings say: its design, α, correction, margin and
-    the primary metric's direction, over the variants it tests (one configured exactly like another
-    trains the same models and is left out, as from the report's family). The driver plans with
-    this and the report shows it, so both read the same decisions."""
-    tested = [v for v in settings.variants if v != settings.baseline and v not in settings.duplicates]
-    return decide_sequential(
-        per_seed,
-        settings.baseline,
-        tested,
-        settings.sequential,
-        settings.alpha,
-        settings.correction,
-        settings.margin_for,
-        settings.higher(settings.primary),
-        settings.equivalence,
-    )
 
 
 def seeds_wanted(

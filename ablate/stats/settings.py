@@ -9,7 +9,7 @@ rebuilt from the tracking store alone.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
     Field,
@@ -20,12 +20,16 @@ from pydantic import (
     model_validator,
 )
 
+from ablate.schema import Bare
+
 from ..schema import Strict
-from ..studyfile import Bare
 from .corrections import CORRECTIONS, EQUIVALENCE, Correction
 from .crossed import VARIANCE
 from .intervals import CI_METHODS, IntervalMethod
-from .sequential import SequentialSeeds
+from .sequential import SequentialDecision, SequentialSeeds, decide_sequential
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 # The practical margin when neither the study file nor the task's metric sets one: 2 % of the
 # baseline's mean.
@@ -206,6 +210,24 @@ class ReportSettings(StudyFileSettings):
     @property
     def correction_method(self) -> Correction:
         return CORRECTIONS[self.correction]
+
+    def sequential_standing(self, per_seed: pd.DataFrame) -> dict[str, SequentialDecision]:
+        """:func:`decide_sequential` as these settings say: its design, α, correction, margin and
+        the primary metric's direction, over the variants it tests (one configured exactly like another
+        trains the same models and is left out, as from the report's family). The driver plans with
+        this and the report shows it, so both read the same decisions."""
+        tested = [v for v in self.variants if v != self.baseline and v not in self.duplicates]
+        return decide_sequential(
+            per_seed,
+            self.baseline,
+            tested,
+            self.sequential,
+            self.alpha,
+            self.correction,
+            self.margin_for,
+            self.higher(self.primary),
+            self.equivalence,
+        )
 
 
 def _study_file_section(data: Any, handler: ValidatorFunctionWrapHandler) -> ReportSettings:
