@@ -54,8 +54,8 @@ def stop_if_clashing() -> None:
 
 
 def main() -> None:
-    """The ``ablate`` command: the clash check, then :func:`ablate.cli.main`."""
+    """The ``ablate`` command: the clash check, then :func:`ablate.commands.cli.main`."""
     stop_if_clashing()
-    from ablate.cli import main as cli_main
+    from ablate.commands.cli import main as cli_main
 
     cli_main()

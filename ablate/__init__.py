@@ -21,12 +21,12 @@ from ablate_studies import stop_if_clashing
 # naming both (exit status 2), not an ImportError from a package half made of the other's files.
 stop_if_clashing()
 
-from .cache import cache_dir  # noqa: E402
+from ablate.cache import cache_dir  # noqa: E402
 
 # OpenMP threads that wait at a barrier sleep instead of spinning (libgomp reads this once, when torch
 # loads it): spinning burns a core's time while a partner thread waits for a core on a loaded machine,
 # so CPU seconds grew 4-10x with the load and training slowed; passive, both hold (README, "Costs
-# under load"). Too late once torch is imported: the conditions' tags (ablate.provenance) say so.
+# under load"). Too late once torch is imported: the conditions' tags (ablate.tracking.provenance) say so.
 WAIT_POLICY_SET = "torch" not in sys.modules
 if WAIT_POLICY_SET:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -38,8 +38,8 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "torchinducto
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from .results import Results
-    from .study import Study
+    from ablate.study.load import Study
+    from ablate.tracking.results import Results
 
 # The name on PyPI, where `ablate` is an unrelated project; the command and the package keep the short one.
 DISTRIBUTION = "ablate-studies"
@@ -56,14 +56,16 @@ def load_results(
 
     Returns the per-trial pandas DataFrame the report is built from (one row per finished trial:
     ``variant``, ``seed``, ``differs``, ``component.*``, cost columns, ``test.*`` and ``valid.*``
-    metrics). With ``full=True`` returns the whole :class:`ablate.results.Results` instead:
+    metrics). With ``full=True`` returns the whole :class:`ablate.tracking.results.Results` instead:
     ``results`` (that frame), ``units`` (per evaluation unit metrics), ``curves`` (validation
     metrics per epoch; skipped with ``curves=False``) and ``settings`` (the stored report settings),
     which is what ``ablate report`` passes to :func:`ablate.report.write_report`.
 
     ``ablate.load_results("sqlite:///runs/my_study/mlflow.db", "my_study")``
     """
-    from .results import load_results as _load  # MLflow loads on first use, not on ``import ablate``
+    from ablate.tracking.results import (
+        load_results as _load,  # MLflow loads on first use, not on ``import ablate``
+    )
 
     loaded = _load(tracking_uri, experiment, curves=curves and full)
     return loaded if full else loaded.results
@@ -83,11 +85,11 @@ def run(
     reuse: Iterable[str | Path] = (),
 ) -> Results:
     """Run a study as ``ablate run`` does — train what is not trained yet, write the report — and
-    return its results as ``load_results(..., full=True)`` does (:class:`ablate.results.Results`),
+    return its results as ``load_results(..., full=True)`` does (:class:`ablate.tracking.results.Results`),
     with the verdicts as ``comparisons``: comparisons.csv's frame, one row per variant and metric
     (``variant``, ``metric``, ``verdict``, the interval …). ``quiet=True`` prints nothing.
 
-    ``study`` is a study file or a loaded :class:`ablate.study.Study`; ``overrides`` are the
+    ``study`` is a study file or a loaded :class:`ablate.study.load.Study`; ``overrides`` are the
     command line's ``key=value`` strings, or a mapping of dotted keys to values::
 
         results = ablate.run("studies/quickstart.yaml", {"train.lr": 1e-3, "seeds": [0, 1]})
@@ -98,9 +100,9 @@ def run(
     ``KeyboardInterrupt`` once the trials in flight are recorded, and running again resumes.
     ``reuse`` names other studies' output folders, tracking URIs or folders of trial files
     (``--reuse``): their finished trials with the same fingerprint and seed are copied, not trained."""
-    from . import stopping
-    from .running import run_and_report
-    from .study import Study, load_study
+    from ablate import stopping
+    from ablate.commands.running import run_and_report
+    from ablate.study.load import Study, load_study
 
     if isinstance(overrides, Mapping):  # JSON is YAML: each value reads back as given
         overrides = [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
@@ -109,8 +111,8 @@ def run(
         study = load_study(study, overrides=given)
     elif given:
         study = load_study(study.path, overrides=[*study.overrides, *given])
-    if study.dataset is not None and len(study.dataset.entries) > 1:  # ablate.across runs them all
-        from .errors import AblateError
+    if study.dataset is not None and len(study.dataset.entries) > 1:  # ablate.commands.across runs them all
+        from ablate.errors import AblateError
 
         raise AblateError(f"{study.path}: task.data lists data sets: ablate.run takes one (task.data=NAME)")
     with stopping.stop_signals():

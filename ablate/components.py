@@ -22,11 +22,11 @@ import torch.nn.functional as F
 from pydantic import ConfigDict
 from torch import Tensor, nn
 
-from . import fastpaths, kernels
-from .jagged import Jagged, Padded, last_of_rows
-from .kernels import lanes
-from .kernels.lanes import keep_threshold
-from .schema import Strict
+from ablate import fastpaths, kernels
+from ablate.jagged import Jagged, Padded, last_of_rows
+from ablate.kernels import lanes
+from ablate.kernels.lanes import keep_threshold
+from ablate.schema import Strict
 
 __all__ = [
     "default",
@@ -71,7 +71,7 @@ def keep_mask(shape: tuple[int, ...], keep: float, device: torch.device) -> Tens
 
 
 # The generator CPU dropout keys are drawn from in this thread (None: the global one), so that
-# loss parts trained in parallel streams (ablate.parts) each draw from their own.
+# loss parts trained in parallel streams (ablate.training.parts) each draw from their own.
 _DROPOUT = threading.local()
 
 
@@ -138,7 +138,7 @@ class BuildContext:
     # Index of the sub-layer being built (attention of block i is 2i, its FFN 2i+1), for kinds
     # whose initialisation depends on depth (hyper-connections read stream l mod s).
     layer: int = 0
-    # One dict per backbone built (:func:`ablate.blocks.assemble`): parameters that the blocks'
+    # One dict per backbone built (:func:`ablate.model.blocks.assemble`): parameters that the blocks'
     # modules of one kind share (TiSASRec's interval tables, one set for every block).
     shared: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 
-from .errors import AblateError
+from ablate.errors import AblateError
 
 PATHS = ("kernels", "lanes", "dense", "fbgemm")
 

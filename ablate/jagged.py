@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import fastpaths
+from ablate import fastpaths
 
 
 def _probe() -> bool:

@@ -10,7 +10,7 @@ import difflib
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 
-from .errors import AblateError
+from ablate.errors import AblateError
 
 COMPONENT_SLOTS = ("attention", "ffn", "norm", "connection", "bias")
 SLOTS = COMPONENT_SLOTS + ("task",)

@@ -30,7 +30,7 @@ from pydantic import (
 )
 from pydantic_core import CoreSchema, PydanticCustomError, PydanticKnownError, core_schema
 
-from .errors import StudyError
+from ablate.errors import StudyError
 
 Value = TypeVar("Value")
 

@@ -25,10 +25,10 @@ import torch
 from pydantic import BaseModel, ValidationError
 from torch import Tensor, nn
 
-from . import stopping
-from .cache import file_digest
-from .components import BuildContext, Component, Options
-from .schema import errors_again
+from ablate import stopping
+from ablate.cache import file_digest
+from ablate.components import BuildContext, Component, Options
+from ablate.schema import errors_again
 
 
 def untagged(exc: ValidationError, at: tuple, tag: Any) -> ValidationError:
@@ -54,9 +54,9 @@ def cpu_streams(
     On a CPU with several torch threads the items go to one Python thread per torch thread,
     each running its ops single-threaded (torch releases the GIL inside ops): at small matrices
     (d = 50, a few thousand rows) two single-threaded streams beat one two-threaded stream
-    (benchmarks/seqrec.py) — evaluation batches, and training's micro-batches (ablate.parts). Grad mode and
-    autocast are thread-local, so the caller's are carried into the threads. At most two items
-    per stream are in flight.
+    (benchmarks/seqrec.py) — evaluation batches, and training's micro-batches
+    (ablate.training.parts). Grad mode and autocast are thread-local, so the caller's are carried
+    into the threads. At most two items per stream are in flight.
     """
     streams = torch.get_num_threads() if torch.device(device).type == "cpu" else 1
     if streams == 1:

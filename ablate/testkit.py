@@ -26,7 +26,7 @@ calls it as its slot's caller does (:func:`outputs`):
 A slot's caller: an attention is ``kind(x, tokens)``, an FFN ``kind(x, tokens.valid)``, a norm
 ``kind(x)``, a connection ``stem.reduce(kind(stem.expand(x), branch))`` with a fixed position-wise
 branch, a bias channel its ``embed`` plus a probe softmax attention that sees its logit bias and
-rotations (:func:`ablate.blocks.with_bias`, as a block applies them).
+rotations (:func:`ablate.model.blocks.with_bias`, as a block applies them).
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .blocks import with_bias
-from .components import (
+from ablate.components import (
     Attention,
     BiasChannel,
     BuildContext,
@@ -51,6 +50,7 @@ from .components import (
     TokenContext,
     total_auxiliary_loss,
 )
+from ablate.model.blocks import with_bias
 
 B, N, D, W = 2, 6, 8, 6  # rows, tokens, width, raw values per token
 PADDED = 2  # padded tokens at the end of the second row

@@ -41,10 +41,10 @@ import yaml
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 
 from ablate.drive import Reporter, Stores, run_study
-from ablate.results import load_results
 from ablate.stats import ReportSettings, compare
 from ablate.stats.sequential import SequentialSeeds, decide_sequential
-from ablate.study import load_study
+from ablate.study.load import load_study
+from ablate.tracking.results import load_results
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "studies" / "quickstart.yaml"

@@ -10,7 +10,7 @@ every epoch, seed and variant is ranked against the same candidates. The publish
 (SASRec's, TiSASRec's) draw them afresh at every evaluation. Both are uniform draws from the same
 items (here: the user's unrated ones), so the expected metric is the same; what a fresh draw adds is
 the spread of one draw. This measures it on a real model: the trial is trained with
-:func:`ablate.train.train_trial` (the run's own loop and best-validation selection; its test metric
+:func:`ablate.training.trainer.train_trial` (the run's own loop and best-validation selection; its test metric
 with the fixed candidates must equal the committed trial's where the study has trial files), then
 its final test evaluation is repeated ``--draws`` times, each against candidates drawn with another
 seed. Prints the fixed draw's value, the fresh draws' mean, sd and range, and where the fixed draw
@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 
-from ablate.study import load_study
-from ablate.train import train_trial
+from ablate.study.load import load_study
+from ablate.training.trainer import train_trial
 
 REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Fixed vs fresh candidates (sampled protocol)"

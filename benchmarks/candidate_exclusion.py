@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 
-from ablate.study import load_study
+from ablate.study.load import load_study
 
 REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Candidate exclusion (sampled protocol)"

@@ -29,7 +29,7 @@ from torch import nn
 
 from ablate import registry
 from ablate.components import BuildContext, TokenContext, total_auxiliary_loss
-from ablate.memory import PeakMemory
+from ablate.training.memory import PeakMemory
 
 SECTION = "## Components"
 WINDOW = 96  # raw values per token for unordered kinds (a channel's lookback window)

@@ -39,9 +39,9 @@ from pathlib import Path
 import torch
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 
-from ablate.memory import PeakMemory
-from ablate.study import Study, load_study
-from ablate.train import Trainer, trains_in_bf16
+from ablate.study.load import Study, load_study
+from ablate.training.memory import PeakMemory
+from ablate.training.trainer import Trainer, trains_in_bf16
 
 REPO = Path(__file__).resolve().parents[1]
 SECTION = "## GPU: trials per GPU"
@@ -73,7 +73,7 @@ def load(config: Config, precision: str | None) -> Study:
 def train_steps(
     study: Study, variant: str, steps: int, warmup: int, device: torch.device, seed: int = 0, wait=None
 ) -> dict:
-    """One trial's training loop (as :func:`ablate.train.train_trial` steps it) for ``warmup``
+    """One trial's training loop (as :func:`ablate.training.trainer.train_trial` steps it) for ``warmup``
     then ``steps`` timed steps, epochs repeating as needed; ``wait()`` is called between the two."""
     task, train = study.task, study.spec.train
     data = task.load()

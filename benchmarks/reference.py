@@ -66,7 +66,7 @@ from seqrec import HSTU_FUXI, SASREC
 from seqrec import epoch as ablate_epoch
 from seqrec import load as load_ablate
 
-from ablate.memory import PeakMemory
+from ablate.training.memory import PeakMemory
 
 SASREC_PYTORCH, GENERATIVE_RECOMMENDERS, FUXI_ALPHA = "SASRec.pytorch", "generative-recommenders", "FuXi-α"
 # What marks each code base, relative to PATH.

@@ -28,8 +28,8 @@ import torch
 from candidate_draws import committed_value  # benchmarks/ is on sys.path when run as a script
 from results_file import write_section
 
-from ablate.study import load_study
-from ablate.train import train_trial
+from ablate.study.load import load_study
+from ablate.training.trainer import train_trial
 
 REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Early stopping vs a fixed length"

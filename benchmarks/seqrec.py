@@ -35,12 +35,12 @@ import torch
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 from torch.utils.flop_counter import FlopCounterMode
 
-from ablate.build import build_backbone, count_parameters
 from ablate.fastpaths import fast_paths
 from ablate.jagged import last_of_rows
-from ablate.memory import PeakMemory
-from ablate.study import load_study
-from ablate.train import Trainer
+from ablate.model.build import build_backbone, count_parameters
+from ablate.study.load import load_study
+from ablate.training.memory import PeakMemory
+from ablate.training.trainer import Trainer
 from ablate_plugins.seqrec import evaluation
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def with_training(spec, **changes):
 
 def epoch(study, variant: str, data, epochs: int, max_steps: int, precision: str = "fp32") -> dict:
     """Train ``epochs`` epochs (or ``max_steps`` steps) of ``variant`` in ``precision``
-    (``train.precision``) as a trial steps them (:class:`ablate.train.Trainer`, seed 0); time and
+    (``train.precision``) as a trial steps them (:class:`ablate.training.trainer.Trainer`, seed 0); time and
     tokens."""
     task = study.task
     study.spec = with_training(study.spec, precision=precision)

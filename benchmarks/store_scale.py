@@ -37,7 +37,7 @@ import yaml
 from ablate import stopping
 from ablate.drive import Reporter, Stores, prepare, run_study
 from ablate.drive.stores import TIMINGS_ENV
-from ablate.study import load_study
+from ablate.study.load import load_study
 
 TRAIN = """
 import random

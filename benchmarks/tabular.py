@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 from results_file import publish, section_text, two_form_options, two_form_table  # on sys.path
 
-from ablate.build import build_backbone
-from ablate.study import load_study
-from ablate.train import Trainer
+from ablate.model.build import build_backbone
+from ablate.study.load import load_study
+from ablate.training.trainer import Trainer
 from ablate_plugins.tabular.model import TabularModel
 
 REPO = Path(__file__).resolve().parents[1]

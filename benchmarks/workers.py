@@ -64,7 +64,7 @@ def main() -> None:
                 [
                     sys.executable,
                     "-m",
-                    "ablate.cli",
+                    "ablate.commands.cli",
                     "run",
                     str(path),
                     "--quiet",

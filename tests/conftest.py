@@ -56,7 +56,7 @@ def write_study(tmp_path):
 @pytest.fixture
 def cli(capsys, monkeypatch):
     """Run the ``ablate`` CLI in-process: ``cli(*args) -> (exit_code, stdout, stderr)``."""
-    from ablate.cli import main
+    from ablate.commands.cli import main
 
     def invoke(*args: str) -> tuple[int, str, str]:
         monkeypatch.setattr(sys, "argv", ["ablate", *map(str, args)])

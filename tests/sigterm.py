@@ -13,14 +13,14 @@ from ablate.faults import REACHED_ENV
 
 
 def sigterm_at(point: str, args: list[str], cwd: Path) -> tuple[int, float, str]:
-    """Start ``python -m ablate.cli *args`` in ``cwd``, wait until it reaches fault point ``point``
+    """Start ``python -m ablate.commands.cli *args`` in ``cwd``, wait until it reaches fault point ``point``
     (:data:`ablate.faults.REACHED_ENV`) and a second more, send SIGTERM: (exit status, seconds from
     the signal to the exit, stderr). Waits for the point, not a fixed time: start-up under load
     with two test processes takes several seconds."""
     reached = cwd / "reached"
     reached.mkdir(exist_ok=True)
     run = subprocess.Popen(
-        [sys.executable, "-m", "ablate.cli", *args],
+        [sys.executable, "-m", "ablate.commands.cli", *args],
         cwd=cwd,
         env={**os.environ, REACHED_ENV: str(reached)},
         stdout=subprocess.PIPE,

@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate import datasets
-from ablate.datasets import Dataset
-from ablate.results import load_results
+from ablate.commands.data import catalog as datasets
+from ablate.data.catalog import Dataset
 from ablate.schema import Vocabulary
 from ablate.stats.across import across_datasets, dataset_ranks
+from ablate.tracking.results import load_results
 
 
 def _results(base: list[float], variant: list[float], metric: str = "ndcg@10") -> pd.DataFrame:
@@ -177,7 +177,7 @@ def test_a_study_over_two_datasets_trains_each_and_reports_across(
     --gpus and --launcher slurm go through each data set's study in turn."""
     import shutil
 
-    from ablate import gpus, running, slurm
+    from ablate.commands import gpus, running, slurm
 
     monkeypatch.setenv("COLUMNS", "250")  # no table cell cut short
     _tiny_registry(tmp_path / "mirror", monkeypatch)
@@ -214,7 +214,7 @@ def test_a_study_over_two_datasets_trains_each_and_reports_across(
     drawn = {"md": tmp_path / "report.md", "html": tmp_path / "report.html"}
     write_report = running.write_study_report
     monkeypatch.setattr(running, "write_study_report", lambda uri, name, *_: (drawn, load_results(uri, name)))
-    # Each trial starts with a full garbage collection (ablate.memory: its memory peak is its own);
+    # Each trial starts with a full garbage collection (ablate.training.memory: its memory peak is its own);
     # the objects this process holds by now (torch, MLflow, …) are left out of them.
     gc.freeze()
     try:

@@ -8,7 +8,7 @@ import pytest
 
 from ablate.drive import driver as driver_module
 from ablate.drive.stores import Stores
-from ablate.study import load_study
+from ablate.study.load import load_study
 
 
 class _Seen(Exception):

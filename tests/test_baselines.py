@@ -12,7 +12,7 @@ import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ablate.stats import ReportSettings
-from ablate.study import load_study
+from ablate.study.load import load_study
 from ablate.tasks import BASELINES_ARTIFACT
 from ablate_plugins.forecast.options import ForecastOptions
 from ablate_plugins.forecast.task import ForecastTask
@@ -189,7 +189,7 @@ def test_differs_names_option_changes(write_study):
 
 def test_baselines_kept_with_the_run_and_rebuilt_from_the_store(write_study, cli, tmp_path):
     from ablate.drive.reference import fill_reference
-    from ablate.results import load_results
+    from ablate.tracking.results import load_results
 
     path = write_study({"train": {"epochs": 1}, "seeds": [0]}, replace={"variants": {}})
     code, _, err = cli("run", path)
@@ -216,8 +216,8 @@ def test_baselines_kept_with_the_run_and_rebuilt_from_the_store(write_study, cli
 
 
 def test_plan_reads_each_metrics_default_margin():
+    from ablate.commands.planning import Pilot, assumptions
     from ablate.errors import AblateError
-    from ablate.planning import Pilot, assumptions
 
     s = ReportSettings(primary="accuracy", metrics=["accuracy"], margins={"accuracy": "2% of error"})
     with pytest.raises(AblateError, match="share of the baseline's error"):

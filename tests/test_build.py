@@ -15,11 +15,19 @@ import torch
 from torch import Tensor, nn
 
 from ablate import registry
-from ablate.blocks import INITIALISERS, PLACEMENTS, Placed, PostNorm, PreNorm, PreNormSkip, PreNormSkipSource
-from ablate.build import build_backbone, count_parameters
 from ablate.components import Attention, BuildContext, Connection, FeedForward, Norm, Options, TokenContext
-from ablate.spec import ModelSpec
-from ablate.study import Part, Variant, placement_problem
+from ablate.model.blocks import (
+    INITIALISERS,
+    PLACEMENTS,
+    Placed,
+    PostNorm,
+    PreNorm,
+    PreNormSkip,
+    PreNormSkipSource,
+)
+from ablate.model.build import build_backbone, count_parameters
+from ablate.study.load import Part, Variant, placement_problem
+from ablate.study.spec import ModelSpec
 
 B, N, D = 2, 5, 4
 

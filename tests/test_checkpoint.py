@@ -16,8 +16,8 @@ from ablate import drive
 from ablate.drive.execution import Job, checkpoint_path
 from ablate.drive.ledger import key_of
 from ablate.faults import KILL_ENV
-from ablate.study import load_study
-from ablate.train import CHECKPOINT_ENV, Checkpoint, checkpoint_summaries, train_trial
+from ablate.study.load import load_study
+from ablate.training.trainer import CHECKPOINT_ENV, Checkpoint, checkpoint_summaries, train_trial
 
 PATCH = {"train": {"epochs": 6, "eval_every": 2, "patience": 10}, "model": {"dropout": 0.3}}
 
@@ -98,7 +98,7 @@ def test_killed_worker_resumes_mid_trial(write_study, tmp_path, cli):
         cmd = [
             sys.executable,
             "-m",
-            "ablate.cli",
+            "ablate.commands.cli",
             "run",
             str(study),
             "--quiet",

@@ -47,9 +47,9 @@ def test_option_descriptions_types_and_allowed_values():
 
     from pydantic import Field
 
-    from ablate.blocks import PLACEMENTS
+    from ablate.commands.listing import describe_options
     from ablate.components import Options
-    from ablate.listing import describe_options
+    from ablate.model.blocks import PLACEMENTS
 
     class Demo(Options):
         width: int = Field(4, ge=1, description="How wide. Really.")
@@ -101,10 +101,11 @@ def test_validate_imports_no_driver_tracking_or_plotting(tmp_path):
     study = Path(__file__).resolve().parents[1] / "studies" / "quickstart.yaml"
     script = (
         "import sys\n"
-        "from ablate.cli import main\n"
+        "from ablate.commands.cli import main\n"
         f"sys.argv = ['ablate', 'validate', {str(study)!r}, 'seeds=[0,1]']\n"
         "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
-        "heavy = ('mlflow', 'optuna', 'ablate.drive', 'ablate.track', 'matplotlib', 'scipy', 'fbgemm_gpu')\n"
+        "heavy = ('mlflow', 'optuna', 'ablate.drive', 'ablate.tracking', 'matplotlib', 'scipy',"
+        " 'fbgemm_gpu')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(heavy)))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
@@ -126,14 +127,14 @@ def test_the_readme_states_each_exit_status_once():
     tests/test_resume.py); the CLI's docstring says the same."""
     from pathlib import Path
 
-    import ablate.cli
+    import ablate.commands.cli
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     table = readme.split("**Exit statuses**", 1)[1].split("\n\n", 2)[1]
     statuses = [row.split("|")[1].strip() for row in table.splitlines()[2:]]
     assert statuses == ["0", "1", "2", "130"]
     for status in statuses:
-        assert f" {status} " in ablate.cli.__doc__.replace(";", " ").replace(",", " ")
+        assert f" {status} " in ablate.commands.cli.__doc__.replace(";", " ").replace(",", " ")
 
 
 def test_usage_errors_name_the_ablate_command_however_it_was_started(cli):

@@ -29,10 +29,10 @@ import torch
 from torch import nn
 
 from ablate import registry
-from ablate.build import build_backbone
 from ablate.components import BuildContext, TokenContext
-from ablate.spec import ModelSpec
-from ablate.study import Part, Variant, incompatibility
+from ablate.model.build import build_backbone
+from ablate.study.load import Part, Variant, incompatibility
+from ablate.study.spec import ModelSpec
 
 B, N, D, W = 2, 5, 8, 6  # batch, tokens, width, raw values per token
 

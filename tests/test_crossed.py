@@ -17,7 +17,7 @@ from ablate.stats import ReportSettings
 from ablate.stats.comparison import comparisons
 from ablate.stats.crossed import crossed_estimate, crossed_table
 from ablate.stats.resample import resampled_for_report
-from ablate.study import load_study
+from ablate.study.load import load_study
 
 
 def _crossed(rng, seeds, units, mean=0.0, sd_seed=1.0, sd_unit=1.0, sd_rest=1.0) -> np.ndarray:

@@ -23,10 +23,10 @@ import yaml
 from torch.utils._pytree import tree_leaves
 
 from ablate import jagged as J
-from ablate.build import build_backbone
 from ablate.components import TokenContext
-from ablate.study import Study, load_study
-from ablate.train import Checkpoint, seeded_model, train_trial, training_autocast
+from ablate.model.build import build_backbone
+from ablate.study.load import Study, load_study
+from ablate.training.trainer import Checkpoint, seeded_model, train_trial, training_autocast
 
 if not torch.cuda.is_available():
     pytest.skip(
@@ -187,7 +187,7 @@ def test_training_runs_in_bf16_autocast_and_evaluation_in_fp32(path, variant):
 
     def hook(module, args, output):
         if not any(t.is_cuda for t in tree_leaves(output) if isinstance(t, torch.Tensor)):
-            return  # the FLOPs probe's step, on a CPU copy of the model (ablate.flops)
+            return  # the FLOPs probe's step, on a CPU copy of the model (ablate.training.flops)
         on = torch.is_autocast_enabled(CUDA.type)
         seen[torch.is_grad_enabled()].add((on, torch.get_autocast_dtype(CUDA.type) if on else None))
         if isinstance(module, torch.nn.Linear) and torch.is_grad_enabled():

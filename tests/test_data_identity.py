@@ -16,7 +16,7 @@ from optuna.trial import TrialState, create_trial
 from ablate.drive.identity import check_data
 from ablate.drive.ledger import DATA_DIGEST
 from ablate.errors import AblateError
-from ablate.study import load_study
+from ablate.study.load import load_study
 
 
 def _ratings(path, shift: int = 0):

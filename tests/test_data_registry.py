@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ablate import datasets
-from ablate.datasets import Dataset, download, locate, registry
+from ablate.commands.data import catalog as datasets
+from ablate.data.catalog import Dataset, download, locate, registry
 from ablate.errors import DataError
 from ablate.schema import Vocabulary
-from ablate.study import load_study
+from ablate.study.load import load_study
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get(datasets.MIRROR_ENV, REPO.parent / "shared" / "data"))

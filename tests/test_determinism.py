@@ -10,9 +10,9 @@ import sys
 
 HASH = """
 import hashlib, sys, torch
-from ablate.build import build_backbone
-from ablate.study import load_study
-from ablate.train import seed_everything
+from ablate.model.build import build_backbone
+from ablate.study.load import load_study
+from ablate.training.trainer import seed_everything
 study = load_study(sys.argv[1])
 task, variant = study.task, study.variants["base"]
 data = task.load()

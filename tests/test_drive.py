@@ -15,7 +15,7 @@ from optuna.storages.journal import JournalFileBackend
 
 import ablate.drive as drive
 import ablate.drive.execution as execution
-from ablate.study import load_study
+from ablate.study.load import load_study
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 
@@ -331,7 +331,7 @@ def test_unreachable_storage_is_one_line(cli, write_study, tmp_path):
 
 def test_results_frame_carries_failures(write_study, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    from ablate.results import load_results
+    from ablate.tracking.results import load_results
 
     def crashing(*args, **kwargs):
         raise RuntimeError("kernel exploded\nsecond line")
@@ -360,7 +360,7 @@ def test_unreachable_tracking_server_is_one_line(cli, write_study, tmp_path):
 def test_tracking_calls_retry_while_sqlite_is_locked(monkeypatch):
     """Workers share one MLflow SQLite file: a call that meets 'database is locked' is retried;
     any other error is raised at once."""
-    from ablate import track
+    from ablate.tracking import store as track
 
     monkeypatch.setattr(track.time, "sleep", lambda s: None)
 
@@ -386,7 +386,7 @@ def test_tracking_calls_retry_while_sqlite_is_locked(monkeypatch):
 
 
 def test_precision_auto_is_bf16_on_cuda_only_and_bf16_casts_cpu_matmuls():
-    from ablate.train import training_autocast, trains_in_bf16
+    from ablate.training.trainer import training_autocast, trains_in_bf16
 
     a, b = torch.randn(4, 8), torch.randn(8, 3)
     with training_autocast("auto", torch.device("cpu")):
@@ -501,7 +501,7 @@ def test_bad_data_stops_a_new_study_before_any_store_is_created(cli, write_study
 
 def test_storage_and_tracking_values_that_name_a_store(tmp_path):
     from ablate.drive.stores import storage_problem
-    from ablate.track import tracking_problem
+    from ablate.tracking.store import tracking_problem
 
     for good in (
         "postgresql://ablate:secret@db-host/ablate",
@@ -548,7 +548,7 @@ def test_read_only_output_and_report_folders_stop_before_training(cli, write_stu
     import errno
     import tempfile
 
-    import ablate.folders
+    import ablate.study.folders
 
     monkeypatch.chdir(tmp_path)
     locked = tmp_path / "locked"
@@ -560,7 +560,7 @@ def test_read_only_output_and_report_folders_stop_before_training(cli, write_stu
             raise PermissionError(errno.EACCES, "Permission denied", str(dir))
         return real(*args, dir=dir, **kwargs)
 
-    monkeypatch.setattr(ablate.folders.tempfile, "TemporaryFile", refuse_locked)
+    monkeypatch.setattr(ablate.study.folders.tempfile, "TemporaryFile", refuse_locked)
     study = write_study({"seeds": [0]})
     code, _, err = cli("run", study, "--output", str(locked / "runs"), "--quiet")
     assert code == 2 and err.strip() == (

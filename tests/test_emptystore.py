@@ -1,5 +1,5 @@
 """A new SQLite tracking store starts as a copy of an empty one MLflow migrated before
-(ablate.emptystore): the copy is a working store, and a kept file that is not empty, not a
+(ablate.tracking.emptystore): the copy is a working store, and a kept file that is not empty, not a
 database, or in a folder others can write is never copied."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sqlite3
 import pytest
 from mlflow import MlflowClient
 
-from ablate import emptystore
-from ablate.track import Tracker
+from ablate.tracking import emptystore
+from ablate.tracking.store import Tracker
 
 
 @pytest.fixture

@@ -92,7 +92,7 @@ def numpy_contrast(d, grid, axis_index, level, reference):
 
 
 def test_grid_cells_are_the_study_variants():
-    from ablate.study import load_study
+    from ablate.study.load import load_study
 
     study = load_study(Path(__file__).resolve().parents[1] / "studies" / "quickstart_grid.yaml")
     cells = grid_cells(study.spec.grid)

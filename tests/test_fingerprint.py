@@ -17,7 +17,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from ablate import registry
-from ablate.across import per_dataset, several
+from ablate.commands.across import per_dataset, several
 from ablate.drive.execution import Execution, Job
 from ablate.drive.ledger import (
     check_changed,
@@ -30,10 +30,10 @@ from ablate.drive.ledger import (
 from ablate.drive.older import older_fingerprints
 from ablate.drive.reuse import TRIAL_FORMAT, TRIAL_SUFFIX, Donors, StoredTrial
 from ablate.errors import AblateError
-from ablate.spec import TrainSpec
-from ablate.study import load_study
-from ablate.track import REUSED_TAG
-from ablate.train import Checkpoint
+from ablate.study.load import load_study
+from ablate.study.spec import TrainSpec
+from ablate.tracking.store import REUSED_TAG
+from ablate.training.trainer import Checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 # The studies whose finished trials are committed beside their reports, named by fingerprint.

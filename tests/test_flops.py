@@ -1,4 +1,4 @@
-"""Training FLOPs (ablate.flops): softmax attention's CPU form counted as its products are, a
+"""Training FLOPs (ablate.training.flops): softmax attention's CPU form counted as its products are, a
 trial's count taken without moving anything the trial draws, and the same count at any thread
 count (the cost no machine load changes), reported beside the timings."""
 
@@ -8,10 +8,10 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-import ablate.train as train_module
-from ablate.flops import counted_flops
-from ablate.study import load_study
-from ablate.train import train_trial
+import ablate.training.trainer as train_module
+from ablate.study.load import load_study
+from ablate.training.flops import counted_flops
+from ablate.training.trainer import train_trial
 
 PATCH = {"train": {"epochs": 2, "eval_every": 1}, "model": {"dropout": 0.2}}
 

@@ -11,7 +11,7 @@ import sys
 
 PROBE = """
 import json
-import ablate.track, ablate.report.figures
+import ablate.tracking.store, ablate.report.figures
 import matplotlib
 from mlflow.telemetry.utils import is_telemetry_disabled
 print(json.dumps({"telemetry_off": is_telemetry_disabled(), "mpl": matplotlib.get_cachedir()}))
@@ -96,7 +96,7 @@ def test_a_run_writes_only_its_output_folder_and_the_cache_and_looks_nothing_up(
     )
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "TMPDIR": str(temp), "PYTHONPATH": str(site)}
     done = subprocess.run(
-        [sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet"],
+        [sys.executable, "-m", "ablate.commands.cli", "run", str(study), "--quiet"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ablate import gpus, running
+from ablate.commands import gpus, running
+from ablate.commands.gpus import CONTEXT_MB, Footprint, GpuPlan, plan_gpus
 from ablate.errors import AblateError
-from ablate.gpus import CONTEXT_MB, Footprint, GpuPlan, plan_gpus
-from ablate.study import load_study
+from ablate.study.load import load_study
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -273,10 +273,10 @@ class FirstStep(BaseException):
 
 
 def test_the_probe_takes_the_step_a_trial_takes(write_study, monkeypatch):
-    """The GPU probe's step is the trial's (ablate.train.Trainer): the same weights after it, with
+    """The GPU probe's step is the trial's (ablate.training.trainer.Trainer): the same weights after it, with
     the study's optimiser, betas, weight decay, parameter groups, clipping and micro-batches — all
     away from torch's defaults here, so a probe building its own Adam would differ."""
-    from ablate import train
+    from ablate.training import trainer as train
 
     study = load_study(
         write_study(

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from ablate.report.gradnorms import grad_norm_elements, grad_norm_rows
-from ablate.results import load_results
-from ablate.study import load_study
-from ablate.train import Trainer, grad_norm_curves
+from ablate.study.load import load_study
+from ablate.tracking.results import load_results
+from ablate.training.trainer import Trainer, grad_norm_curves
 
 
 def _lm_study(write_study, clip: float | None):

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ablate.study import duplicate_variants, load_study
+from ablate.study.load import duplicate_variants, load_study
 
 WARNING = (
     "variant '{}' is configured exactly like '{}': it trains the same models; its comparison is not tested"

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from ablate import jagged as J
-from ablate.build import build_backbone
 from ablate.components import TokenContext
-from ablate.study import load_study
+from ablate.model.build import build_backbone
+from ablate.study.load import load_study
 
 LENGTHS = torch.tensor([3, 0, 5, 1])
 

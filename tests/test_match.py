@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ablate.errors import AblateError
-from ablate.match import Matched, backbone_params, match
-from ablate.spec import BASE
-from ablate.study import load_study
+from ablate.study.load import load_study
+from ablate.study.spec import BASE
+from ablate.training.match import Matched, backbone_params, match
 
 MAX_LEN = 16
 

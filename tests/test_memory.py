@@ -1,4 +1,4 @@
-"""ablate.memory: the objects alive before a study's trials are left out of each trial's collection
+"""ablate.training.memory: the objects alive before a study's trials are left out of each trial's collection
 while they run, and handed back after; garbage the trials make is still collected."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from ablate.memory import frozen_before_trials
+from ablate.training.memory import frozen_before_trials
 
 
 class _Node:

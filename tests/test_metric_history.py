@@ -7,8 +7,8 @@ from __future__ import annotations
 import pandas as pd
 from mlflow.entities import Metric
 
-from ablate.results import load_results
-from ablate.track import Tracker, trial_metrics
+from ablate.tracking.results import load_results
+from ablate.tracking.store import Tracker, trial_metrics
 
 UNITS = pd.DataFrame({"unit": [1], "ndcg@10": [0.4]})
 

@@ -8,8 +8,8 @@ from mlflow import MlflowClient
 
 import ablate
 from ablate.errors import StudyError
-from ablate.overrides import apply_overrides, parse_overrides
-from ablate.study import load_study
+from ablate.study.load import load_study
+from ablate.study.overrides import apply_overrides, parse_overrides
 
 
 def test_overrides_reach_the_validated_study(write_study):

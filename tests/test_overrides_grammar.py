@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from ablate.errors import StudyError
-from ablate.overrides import apply_overrides, command_line, expand_sweeps, parse_overrides, sweep_values
-from ablate.study import load_study
+from ablate.study.load import load_study
+from ablate.study.overrides import apply_overrides, command_line, expand_sweeps, parse_overrides, sweep_values
 
 RAW = {"name": "s", "train": {"lr": 0.1}, "variants": {"two-heads": {"a": 1}, "wide": {"b": 2}}}
 

@@ -22,10 +22,10 @@ from mlflow import MlflowClient
 from ablate.cache import file_digest
 from ablate.drive.ledger import fingerprint
 from ablate.faults import KILL_ENV
-from ablate.results import load_results
-from ablate.study import load_study
+from ablate.study.load import load_study
 from ablate.tasks import TrialReporter
-from ablate.train import seed_everything
+from ablate.tracking.results import load_results
+from ablate.training.trainer import seed_everything
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TINY = ["seeds=[0]", "model.config.rows=100", "model.config.epochs=4"]
@@ -59,7 +59,7 @@ def test_a_killed_own_trial_resumes_at_its_saved_epoch_to_the_uninterrupted_numb
     shutil.copytree(EXAMPLES / "torch_loop", tmp_path / "torch_loop")
     study = tmp_path / "torch_loop" / "study.yaml"
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "ablate.cli", "run", str(study), *TINY, "--output", str(out)]
+    command = [sys.executable, "-m", "ablate.commands.cli", "run", str(study), *TINY, "--output", str(out)]
     run = subprocess.run(
         command, cwd=tmp_path, env={**os.environ, KILL_ENV: "train@3"}, capture_output=True, text=True
     )

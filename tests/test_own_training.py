@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from ablate.drive.ledger import fingerprint
-from ablate.study import load_study
+from ablate.study.load import load_study
 from ablate.tasks import TrialReporter
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

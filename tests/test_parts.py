@@ -1,4 +1,4 @@
-"""Loss parts (micro-batches) in parallel CPU streams (ablate.parts): the same loss and gradients
+"""Loss parts (micro-batches) in parallel CPU streams (ablate.training.parts): the same loss and gradients
 in one stream or several, each part's draws its own, a model with auxiliary losses kept serial."""
 
 from __future__ import annotations
@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ablate import components, parts
-from ablate.study import load_study
-from ablate.train import seeded_model, training_autocast
+from ablate import components
+from ablate.study.load import load_study
+from ablate.training import parts
+from ablate.training.trainer import seeded_model, training_autocast
 
 NO_AUTOCAST = training_autocast("fp32", torch.device("cpu"))
 

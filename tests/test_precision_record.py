@@ -18,9 +18,9 @@ from ablate.drive import write_trials
 from ablate.drive.ledger import fingerprint, fingerprints
 from ablate.drive.reuse import TRIAL_SUFFIX
 from ablate.report.write import precision_warnings
-from ablate.results import load_results
-from ablate.study import load_study
-from ablate.train import PRECISION_TAG, precision_name
+from ablate.study.load import load_study
+from ablate.tracking.results import load_results
+from ablate.training.trainer import PRECISION_TAG, precision_name
 
 FAST_REPORT = {"calibration": 0, "bootstrap": 200}  # the report's statistics are not under test
 

@@ -14,10 +14,10 @@ import pytest
 from mlflow import MlflowClient
 from rich.console import Console
 
-from ablate import console
-from ablate.progress import BarReporter
-from ablate.study import load_study
-from ablate.train import TrialResult
+from ablate.commands import console
+from ablate.commands.progress import BarReporter
+from ablate.study.load import load_study
+from ablate.training.trainer import TrialResult
 
 LINE = re.compile(
     r"trial (\d)/(\d) done: (base|mlp) seed (\d)  ndcg@10 0\.\d{4}  wall \d+\.\d s  (\d) left"
@@ -39,7 +39,7 @@ def _trial_lines(lines: list[tuple[float, str]]) -> list[tuple[float, re.Match]]
 
 def test_a_log_gets_one_line_per_trial_as_it_finishes(write_study):
     study = write_study()
-    code, lines = _read_lines([sys.executable, "-m", "ablate.cli", "run", str(study)])
+    code, lines = _read_lines([sys.executable, "-m", "ablate.commands.cli", "run", str(study)])
     ended = time.monotonic()
     assert code == 0, lines
     trials = _trial_lines(lines)
@@ -57,7 +57,7 @@ def test_a_log_gets_one_line_per_trial_as_it_finishes(write_study):
 
 def test_the_parent_of_workers_follows_the_store(write_study, tmp_path):
     study = write_study()
-    cmd = [sys.executable, "-m", "ablate.cli", "run", str(study), "train.epochs=1", "--workers", "2"]
+    cmd = [sys.executable, "-m", "ablate.commands.cli", "run", str(study), "train.epochs=1", "--workers", "2"]
     code, lines = _read_lines(cmd)
     assert code == 0, lines
     trials = _trial_lines(lines)

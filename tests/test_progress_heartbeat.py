@@ -11,11 +11,11 @@ import optuna
 import pytest
 from rich.console import Console
 
-from ablate import console
-from ablate import progress as progress_module
+from ablate.commands import console
+from ablate.commands import progress as progress_module
+from ablate.commands.progress import StoreWatch
 from ablate.drive import Stores
-from ablate.progress import StoreWatch
-from ablate.study import load_study
+from ablate.study.load import load_study
 
 
 @pytest.fixture

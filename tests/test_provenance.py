@@ -19,8 +19,8 @@ from mlflow import MlflowClient
 from tiny_study import tiny_spec
 
 import ablate
-from ablate import progress as progress_module
-from ablate.provenance import PREFIX, conditions, described, pin_threads
+from ablate.commands import progress as progress_module
+from ablate.tracking.provenance import PREFIX, conditions, described, pin_threads
 
 FAST_REPORT = {"calibration": 0, "bootstrap": 200}
 
@@ -73,7 +73,7 @@ def test_runs_record_the_conditions_their_numbers_reproduce_under(ran):
 
 def test_threads_leave_the_fingerprint_alone(write_study):
     from ablate.drive.ledger import fingerprint
-    from ablate.study import load_study
+    from ablate.study.load import load_study
 
     path = write_study()
     assert fingerprint(load_study(path), "base") == fingerprint(

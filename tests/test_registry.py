@@ -10,8 +10,8 @@ import pytest
 
 from ablate import components, registry
 from ablate.errors import AblateError
-from ablate.spec import ModelSpec
-from ablate.study import Variant
+from ablate.study.load import Variant
+from ablate.study.spec import ModelSpec
 
 BASES = {
     "attention": components.Attention,

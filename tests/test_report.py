@@ -453,7 +453,7 @@ def write_store(tmp_path, seeds: int = 3, epochs: int = 3) -> str:
 
 def test_report_rebuilt_from_a_hand_written_mlflow_store(tmp_path):
     import ablate
-    from ablate.results import load_results
+    from ablate.tracking.results import load_results
 
     uri = write_store(tmp_path / "store")
     loaded = load_results(uri, "hand")

@@ -9,7 +9,7 @@ import pytest
 
 from ablate.stats import ReportSettings
 from ablate.stats.resample import resample_units, resampled_for_report, unit_mean_metrics
-from ablate.study import load_study
+from ablate.study.load import load_study
 
 UNITS = ["u1", "u2", "u3", "u4", "u5", "u6"]
 
@@ -89,7 +89,7 @@ def test_sequential_seeds_refuse_it(write_study):
     """The driver decides where to add seeds on the trials' own metric: resampling in the report
     would read other numbers, so the combination is one line at validation."""
     from ablate.errors import StudyError
-    from ablate.study import load_study
+    from ablate.study.load import load_study
 
     path = write_study({"seeds": {"initial": 3, "max": 7, "step": 2}, "report": {"resample_units": True}})
     with pytest.raises(StudyError, match=r"study\.yaml:\d+: report\.resample_units: cannot be combined"):

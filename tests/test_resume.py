@@ -54,7 +54,7 @@ def test_killed_at_every_point_resumes_exactly_once(write_study, tmp_path, cli):
     cmd = [
         sys.executable,
         "-m",
-        "ablate.cli",
+        "ablate.commands.cli",
         "run",
         str(study),
         "--quiet",

@@ -19,8 +19,8 @@ import ablate
 from ablate.drive import Stores, progress
 from ablate.drive.ledger import fingerprint_of
 from ablate.drive.reuse import TRIAL_SUFFIX
-from ablate.results import load_results
-from ablate.study import load_study
+from ablate.study.load import load_study
+from ablate.tracking.results import load_results
 
 COUNTS = ("epochs", "best_epoch", "params")
 FAST_REPORT = {"calibration": 0, "bootstrap": 200}  # the report's statistics are not under test
@@ -238,7 +238,17 @@ def test_workers_reuse_too(donor, write_study, cli, tmp_path):
     donor_dir, donor = donor
     taker = write_study({"name": "taker", "report": FAST_REPORT}, name="taker.yaml")
     run = subprocess.run(
-        [sys.executable, "-m", "ablate.cli", "run", str(taker), "--workers", "2", "--reuse", str(donor_dir)],
+        [
+            sys.executable,
+            "-m",
+            "ablate.commands.cli",
+            "run",
+            str(taker),
+            "--workers",
+            "2",
+            "--reuse",
+            str(donor_dir),
+        ],
         cwd=tmp_path,
         env=dict(os.environ),
         capture_output=True,

@@ -15,13 +15,13 @@ from tiny_study import tiny_spec
 
 import ablate
 from ablate import registry
+from ablate.commands.running import worker_command
 from ablate.drive import Stores, write_trials
 from ablate.drive.ledger import OLDER_FINGERPRINT_TAG, OLDER_KINDS_TAG, fingerprint, legacy_fingerprint
 from ablate.drive.older import OlderDonor, older_fingerprints
 from ablate.drive.reuse import TRIAL_SUFFIX, Donors
-from ablate.results import load_results
-from ablate.running import worker_command
-from ablate.study import load_study
+from ablate.study.load import load_study
+from ablate.tracking.results import load_results
 
 FAST_REPORT = {"calibration": 0, "bootstrap": 200}  # the report's statistics are not under test
 NAMED = rf"(.+)-seed(\d+)-([0-9a-f]{{16}}){re.escape(TRIAL_SUFFIX)}"

@@ -16,7 +16,7 @@ import pytest
 
 from ablate.drive.ledger import fingerprint, fingerprint_of, fingerprints, trained_with
 from ablate.drive.reuse import TRIAL_SUFFIX, Donors, FiledTrial
-from ablate.study import load_study
+from ablate.study.load import load_study
 
 REPO = Path(__file__).resolve().parents[1]
 TRIALS = REPO / "reports" / "quickstart_grid" / "trials"  # named by the current fingerprint

@@ -15,13 +15,13 @@ import pytest
 import torch
 import yaml
 
-import ablate.train
+import ablate.training.trainer
 from ablate.drive.ledger import fingerprint
 from ablate.errors import StudyError
-from ablate.schedules import build_optimizer, halving_after_two
-from ablate.spec import TrainSpec
-from ablate.study import load_study
-from ablate.train import Checkpoint, train_trial
+from ablate.optim.schedules import build_optimizer, halving_after_two
+from ablate.study.load import load_study
+from ablate.study.spec import TrainSpec
+from ablate.training.trainer import Checkpoint, train_trial
 from ablate_plugins.graph_attention import FRGraphAttention
 
 CPU = torch.device("cpu")
@@ -34,26 +34,27 @@ class Interrupt(BaseException):
 def _train(study, data, variant="base", checkpoint=None, stop_at=None, seen=None):
     def on_epoch(epoch, logged):
         if seen is not None:
-            # the last model built is the trial's (a probe build counts its FLOPs first: ablate.flops)
+            # the last model built is the trial's (a probe build counts its FLOPs first:
+            # ablate.training.flops)
             seen.append((epoch, {k: v.clone() for k, v in model_of[-1].state_dict().items()}))
         if epoch == stop_at:
             raise Interrupt
 
     model_of: list = []
-    real = ablate.train.seeded_model
+    real = ablate.training.trainer.seeded_model
 
     def keep(*args, **kwargs):
         model, generator = real(*args, **kwargs)
         model_of.append(model)
         return model, generator
 
-    ablate.train.seeded_model = keep
+    ablate.training.trainer.seeded_model = keep
     try:
         return train_trial(
             study, study.variants[variant], 3, data, CPU, on_epoch=on_epoch, checkpoint=checkpoint
         )
     finally:
-        ablate.train.seeded_model = real
+        ablate.training.trainer.seeded_model = real
 
 
 def _curve(result, key):
@@ -140,7 +141,7 @@ def _tabular(tmp_path: Path, **train) -> Path:
 
 def _model(study, variant):
     data = study.task.load()
-    model, _ = ablate.train.seeded_model(study, study.variants[variant], 0, data, CPU)
+    model, _ = ablate.training.trainer.seeded_model(study, study.variants[variant], 0, data, CPU)
     return model
 
 
@@ -194,7 +195,7 @@ def test_second_stage_starts_from_the_first_stages_weights_and_fires_the_hook(tm
     study = load_study(_tabular(tmp_path, second_stage={"patience": 2, "start": start}))
     data = study.task.load()
     hooks = []
-    real = ablate.train.end_stage
+    real = ablate.training.trainer.end_stage
 
     def spy(model, stage):
         (attention,) = [m for m in model.modules() if isinstance(m, FRGraphAttention)]
@@ -202,7 +203,7 @@ def test_second_stage_starts_from_the_first_stages_weights_and_fires_the_hook(tm
         real(model, stage)
         hooks.append((stage, frozen_before, attention.topology_frozen, copy.deepcopy(model.state_dict())))
 
-    monkeypatch.setattr(ablate.train, "end_stage", spy)
+    monkeypatch.setattr(ablate.training.trainer, "end_stage", spy)
     seen: list = []
     result = _train(study, data, "t2g", seen=seen)
     ((stage, before, after, weights),) = hooks

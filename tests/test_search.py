@@ -8,7 +8,8 @@ import optuna
 import pytest
 
 from ablate.errors import StudyError
-from ablate.search import (
+from ablate.study.load import load_study
+from ablate.study.search import (
     PRUNERS,
     SAMPLERS,
     Categorical,
@@ -19,7 +20,6 @@ from ablate.search import (
     make_sampler,
     search_budget,
 )
-from ablate.study import load_study
 
 
 def _trial() -> optuna.Trial:

@@ -20,7 +20,7 @@ from ablate.drive.ledger import UNPLANNED, UNWANTED, drop_reason, plan
 from ablate.stats.boundaries import crossings, median_unbiased, spending_bounds, stagewise_estimate
 from ablate.stats.sequential import MIN_SEEDS_VERDICT, SequentialSeeds, decide_sequential, seeds_wanted
 from ablate.stats.spending import SPENDING
-from ablate.study import load_study
+from ablate.study.load import load_study
 
 ALPHA = 0.05
 # Pocock-type: the design whose early looks stop on clear effects, which most of these tests are

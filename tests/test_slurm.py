@@ -24,11 +24,11 @@ from mlflow import MlflowClient
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
+from ablate.commands.slurm import job_settings, recorded
 from ablate.drive import Stores, run_study
 from ablate.drive.ledger import fingerprint
 from ablate.errors import AblateError
-from ablate.slurm import job_settings, recorded
-from ablate.study import load_study
+from ablate.study.load import load_study
 
 COMPLETE, RUNNING, FAIL = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING,
                            optuna.trial.TrialState.FAIL)  # fmt: skip
@@ -151,7 +151,17 @@ def _finished(tracking_uri: str) -> dict:
 def test_a_job_cancelled_mid_trial_loses_nothing(slurm, tmp_path):
     study = _write(tmp_path)
     out = tmp_path / "runs" / STUDY["name"]
-    command = [sys.executable, "-m", "ablate.cli", "run", str(study), "--launcher", "slurm", "--workers", "3"]
+    command = [
+        sys.executable,
+        "-m",
+        "ablate.commands.cli",
+        "run",
+        str(study),
+        "--launcher",
+        "slurm",
+        "--workers",
+        "3",
+    ]
     run = subprocess.Popen(
         [*command, "--time", "10", "--quiet", "--reports", str(tmp_path / "reports")],
         cwd=tmp_path,
@@ -196,7 +206,7 @@ def test_a_job_cancelled_mid_trial_loses_nothing(slurm, tmp_path):
     assert _finished(stores.tracking_uri) == on_slurm
 
     status = subprocess.run(
-        [sys.executable, "-m", "ablate.cli", "status", str(study)],
+        [sys.executable, "-m", "ablate.commands.cli", "status", str(study)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -207,7 +217,7 @@ def test_a_job_cancelled_mid_trial_loses_nothing(slurm, tmp_path):
         assert f"job {job['id']}: {state}  log {job['log']}" in status.stdout
         assert Path(job["log"]).is_file()
     cancelled = subprocess.run(
-        [sys.executable, "-m", "ablate.cli", "cancel", str(study)],
+        [sys.executable, "-m", "ablate.commands.cli", "cancel", str(study)],
         cwd=tmp_path,
         capture_output=True,
         text=True,

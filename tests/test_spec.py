@@ -10,8 +10,8 @@ import torch
 
 from ablate.errors import DataError, StudyError
 from ablate.registry import COMPONENT_SLOTS
-from ablate.spec import BASE
-from ablate.study import load_study
+from ablate.study.load import load_study
+from ablate.study.spec import BASE
 
 
 def test_variants_patch_the_base(write_study):
@@ -375,7 +375,7 @@ def test_cli_help_and_no_arguments_show_help(cli):
 
 
 def test_report_settings_reach_the_report(write_study):
-    from ablate.running import report_settings as _settings
+    from ablate.commands.running import report_settings as _settings
 
     study = load_study(
         write_study({"report": {"alpha": 0.01, "correction": "fdr_bh", "ci": "percentile", "calibration": 0}})
@@ -416,10 +416,10 @@ def test_report_settings_reach_the_report(write_study):
 def test_a_bool_is_no_number_anywhere_in_the_schema(model, raw, loc):
     from pydantic import ValidationError
 
-    import ablate.search
-    import ablate.spec
+    import ablate.study.search
+    import ablate.study.spec
 
-    cls = getattr(ablate.spec, model, None) or getattr(ablate.search, model)
+    cls = getattr(ablate.study.spec, model, None) or getattr(ablate.study.search, model)
     with pytest.raises(ValidationError) as exc:
         cls.model_validate(raw)
     assert exc.value.errors()[0]["loc"] == loc and exc.value.errors()[0]["type"] in ("int_type", "float_type")
@@ -446,7 +446,7 @@ def test_exponent_strings_are_integers_where_an_integer_goes():
     """PyYAML reads ``1e3`` as a string; an integer field takes it as the number it writes."""
     from pydantic import ValidationError
 
-    from ablate.spec import ModelSpec, TrainSpec
+    from ablate.study.spec import ModelSpec, TrainSpec
 
     assert ModelSpec.model_validate({"dim": "1e3"}).dim == 1000
     assert ModelSpec.model_validate({"dim": "1.5E2"}).dim == 150
@@ -457,7 +457,7 @@ def test_exponent_strings_are_integers_where_an_integer_goes():
 
 
 def _study_lines(write_study, text: str, name: str = "study.yaml"):
-    from ablate.studyfile import read_study
+    from ablate.study.file import read_study
 
     return read_study(write_study(text=text, name=name))
 
@@ -483,7 +483,7 @@ def test_an_alias_bomb_is_refused_fast_and_small(write_study):
     import time
     import tracemalloc
 
-    from ablate.studyfile import read_study
+    from ablate.study.file import read_study
 
     rows = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     rows += [f"{b}: &{b} [{','.join(['*' + a] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi", strict=True)]
@@ -518,7 +518,7 @@ def test_yaml_problems_are_one_line_at_their_line(write_study, text, message):
 
 
 def test_a_study_file_is_utf8_and_small(tmp_path):
-    from ablate.studyfile import MAX_BYTES, read_study
+    from ablate.study.file import MAX_BYTES, read_study
 
     path = tmp_path / "study.yaml"
     path.write_bytes(b"name: x\n\ndescription: \xe9t\xe9\n")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ablate.drive.status import VariantStatus, checkpointed_fractions, eta_seconds, projected_walls
-from ablate.train import Checkpoint, checkpoint_summaries
+from ablate.training.trainer import Checkpoint, checkpoint_summaries
 
 
 def test_a_checkpoint_records_the_seconds_so_far(tmp_path):

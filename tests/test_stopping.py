@@ -81,7 +81,7 @@ def test_ctrl_c_stops_a_run_that_the_next_run_resumes(write_study, tmp_path):
     )
     journal = tmp_path / "runs" / "tiny" / "optuna.journal"
     run = subprocess.Popen(
-        [sys.executable, "-m", "ablate.cli", "run", str(study), "--quiet"],
+        [sys.executable, "-m", "ablate.commands.cli", "run", str(study), "--quiet"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

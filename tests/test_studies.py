@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ablate.spec import BASE
-from ablate.study import load_study
+from ablate.study.load import load_study
+from ablate.study.spec import BASE
 
 STUDIES = sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml"))
 # Reproduction records: one published configuration and one seed, compared with a paper, not

@@ -1,5 +1,5 @@
 """End to end: a tiny study through the CLI — Optuna, MLflow, report — and its resume; and every
-variant's shapes and size checked before any training (:mod:`ablate.sizes`)."""
+variant's shapes and size checked before any training (:mod:`ablate.study.sizes`)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,10 @@ from mlflow import MlflowClient
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
-from ablate import sizes
-from ablate.build import build_backbone
 from ablate.errors import StudyError
-from ablate.results import load_results
-from ablate.study import load_study
+from ablate.model.build import build_backbone
+from ablate.study.load import load_study, sizes
+from ablate.tracking.results import load_results
 
 STUDIES = sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml"))
 
@@ -115,7 +114,7 @@ def test_changed_settings_are_not_mixed_with_old_trials(write_study, cli, tmp_pa
 
 
 def test_results_take_validation_from_the_restored_best_state_not_the_last_epoch(tmp_path):
-    from ablate.track import Tracker
+    from ablate.tracking.store import Tracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = Tracker(uri, "best", artifact_root=tmp_path / "artifacts")
@@ -139,7 +138,7 @@ def test_results_take_validation_from_the_restored_best_state_not_the_last_epoch
 @pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
 def test_the_size_estimate_counts_the_backbone_exactly(path):
     """The backbone built on the meta device with one block, that block counted as often as the
-    variant has blocks, gives the built backbone's parameters: the estimate follows ablate.build."""
+    variant has blocks, gives the built backbone's parameters: the estimate follows ablate.model.build."""
     study = load_study(path, check_files=False)
     for variant in study.variants.values():
         ctx = study.build_context(variant, 30)
@@ -163,7 +162,7 @@ def test_meta_builds_skip_weight_fills_and_stay_fast():
     """Initialisers on the meta device do nothing: torch's fallbacks for some would import its
     compiler (1–2 s of every `ablate validate`)."""
     code = (
-        "import sys, torch; from ablate.sizes import on_meta\n"
+        "import sys, torch; from ablate.study.sizes import on_meta\n"
         "with on_meta(): e = torch.nn.Embedding(5, 3); torch.nn.init.trunc_normal_(e.weight)\n"
         "assert e.weight.is_meta and 'torch._dynamo' not in sys.modules"
     )
@@ -223,7 +222,7 @@ def test_preflight_runs_one_forward_pass_and_leaves_no_trace(write_study):
     """A shape only a forward pass meets (rope's head width is the attention's) fails before any
     training; the check leaves the global random state and the jagged kernels' probe untouched."""
     from ablate import jagged
-    from ablate.preflight import preflight
+    from ablate.training.preflight import preflight
 
     study = load_study(write_study({"variants": {"odd": {"dim": 15, "attention": {"heads": 3}}}}))
     data = study.task.load()

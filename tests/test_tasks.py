@@ -12,7 +12,7 @@ from torch import nn
 
 from ablate.components import BuildContext, Component, Options
 from ablate.tasks import Task, cpu_streams
-from ablate.train import backward_parts, training_autocast
+from ablate.training.trainer import backward_parts, training_autocast
 
 
 @pytest.fixture

@@ -57,7 +57,7 @@ def out_of_tree(tmp_path):
 def _ablate(site, *args, cwd):
     env = {**__import__("os").environ, "PYTHONPATH": str(site)}
     return subprocess.run(
-        [sys.executable, "-m", "ablate.cli", *args],
+        [sys.executable, "-m", "ablate.commands.cli", *args],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -21,11 +21,11 @@ from optuna.storages.journal import JournalFileBackend
 import ablate
 import ablate.drive.execution as execution
 from ablate import drive, stopping
-from ablate.results import load_results
-from ablate.study import load_study
+from ablate.study.load import load_study
 from ablate.tasks import BASELINES_ARTIFACT
-from ablate.track import PARAM_VALUE_CHARS, flat_params, provenance
-from ablate.train import Checkpoint, TrialFailed, train_trial
+from ablate.tracking.results import load_results
+from ablate.tracking.store import PARAM_VALUE_CHARS, flat_params, provenance
+from ablate.training.trainer import Checkpoint, TrialFailed, train_trial
 
 FAST = {"train": {"epochs": 1}, "seeds": [0], "report": {"calibration": 0, "bootstrap": 200}}
 REPORT_FILES = {"report.md", "report.html", "results.csv", "comparisons.csv", "table.tex"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ablate.errors import StudyError
-from ablate.study import load_study
+from ablate.study.load import load_study
 
 TWO_TYPOS = """\
 name: typos

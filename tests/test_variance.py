@@ -9,11 +9,11 @@ import json
 import pytest
 import torch
 
-from ablate.build import build_backbone
 from ablate.drive.ledger import fingerprint, legacy_fingerprint
 from ablate.errors import StudyError
-from ablate.study import load_study
-from ablate.train import seed_everything, seeded_model, train_trial
+from ablate.model.build import build_backbone
+from ablate.study.load import load_study
+from ablate.training.trainer import seed_everything, seeded_model, train_trial
 
 CPU = torch.device("cpu")
 

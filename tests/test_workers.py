@@ -31,7 +31,7 @@ FAST_REPORT = {"calibration": 0, "bootstrap": 200}  # the report is not under te
 
 def _ablate(*args: str, env: dict | None = None, cwd=None) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "ablate.cli", *map(str, args)],
+        [sys.executable, "-m", "ablate.commands.cli", *map(str, args)],
         cwd=cwd,
         env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
@@ -200,7 +200,7 @@ def test_stopping_the_run_stops_its_workers(write_study, tmp_path, stop):
     study = write_study({"train": {"epochs": 400}, "seeds": [0, 1], "report": FAST_REPORT})
     out = tmp_path / "runs" / "tiny"
     run = subprocess.Popen(
-        [sys.executable, "-m", "ablate.cli", "run", str(study), "--workers", "2", "--quiet"],
+        [sys.executable, "-m", "ablate.commands.cli", "run", str(study), "--workers", "2", "--quiet"],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

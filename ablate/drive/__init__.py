@@ -17,12 +17,11 @@ worker loop), :mod:`.reuse` (finished trials copied from another study's store o
 (progress and ETA).
 """
 
-from ..folders import folder_problem
-from .driver import Driver, RunSummary, prepare, run_study
-from .ledger import plan
-from .reporter import Reporter
-from .reuse import Donors, write_trials
-from .status import (
+from ablate.drive.driver import Driver, RunSummary, prepare, run_study
+from ablate.drive.ledger import plan
+from ablate.drive.reporter import Reporter
+from ablate.drive.reuse import Donors, write_trials
+from ablate.drive.status import (
     VariantStatus,
     checkpointed_fractions,
     eta_seconds,
@@ -30,7 +29,8 @@ from .status import (
     projected_walls,
     status_table,
 )
-from .stores import Stores
+from ablate.drive.stores import Stores
+from ablate.study.folders import folder_problem
 
 __all__ = [
     "Donors",

@@ -8,10 +8,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ..errors import first_line, warn
-from ..track import REUSED_TAG, Tracker, flat_params
-from ..train import TrialResult
-from .ledger import fingerprint_of
+from ablate.drive.ledger import fingerprint_of
+from ablate.errors import first_line, warn
+from ablate.tracking.store import REUSED_TAG, Tracker, flat_params
+from ablate.training.trainer import TrialResult
 
 
 class Donor(ABC):

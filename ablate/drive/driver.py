@@ -18,21 +18,19 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from .. import match as matching
-from .. import stopping
-from ..errors import AblateError, StudyError
-from ..faults import fault_point
-from ..memory import frozen_before_trials
-from ..provenance import pin_threads
-from ..search import grid_order, search_budget, search_seed
-from ..sizes import trained_sizes
-from ..stats import ReportSettings
-from ..study import Study
-from ..track import DATA_ARTIFACTS, DATA_SUMMARY, STUDY_ARTIFACT, Tracker, provenance
-from ..train import TrialResult, checkpoint_interval, resolve_device
-from .execution import Config, Execution, Failed, Job, Pruned, SearchJob, TaskData, checkpoint_path
-from .identity import check_data, data_digest
-from .ledger import (
+from ablate import stopping
+from ablate.drive.execution import (
+    Config,
+    Execution,
+    Failed,
+    Job,
+    Pruned,
+    SearchJob,
+    TaskData,
+    checkpoint_path,
+)
+from ablate.drive.identity import check_data, data_digest
+from ablate.drive.ledger import (
     DATA_DIGEST,
     INTERRUPTED,
     Phase,
@@ -48,11 +46,22 @@ from .ledger import (
     search_fingerprints,
     taken,
 )
-from .records import resolved_yaml, study_params, study_tags
-from .reference import record_reference
-from .reporter import Reporter
-from .reuse import Donors
-from .stores import Stores
+from ablate.drive.records import resolved_yaml, study_params, study_tags
+from ablate.drive.reference import record_reference
+from ablate.drive.reporter import Reporter
+from ablate.drive.reuse import Donors
+from ablate.drive.stores import Stores
+from ablate.errors import AblateError, StudyError
+from ablate.faults import fault_point
+from ablate.stats import ReportSettings
+from ablate.study.load import Study
+from ablate.study.search import grid_order, search_budget, search_seed
+from ablate.study.sizes import trained_sizes
+from ablate.tracking.provenance import pin_threads
+from ablate.tracking.store import DATA_ARTIFACTS, DATA_SUMMARY, STUDY_ARTIFACT, Tracker, provenance
+from ablate.training import match as matching
+from ablate.training.memory import frozen_before_trials
+from ablate.training.trainer import TrialResult, checkpoint_interval, resolve_device
 
 POLL_S = 1.0  # idle workers look for new work this often while others still run trials
 

@@ -26,15 +26,16 @@ import pandas as pd
 import torch
 from optuna.trial import TrialState
 
-from .. import match as matching
-from ..faults import fault_point
-from ..memory import PeakMemory
-from ..preflight import preflight
-from ..registry import COMPONENT_SLOTS
-from ..study import Study, Variant
-from ..tasks import TrialReporter
-from ..track import TRAINED_WITH, Tracker
-from ..train import (
+from ablate.drive.ledger import INTERRUPTED, fingerprint_of, fingerprints, trained_with
+from ablate.faults import fault_point
+from ablate.registry import COMPONENT_SLOTS
+from ablate.study.load import Study, Variant
+from ablate.tasks import TrialReporter
+from ablate.tracking.store import TRAINED_WITH, Tracker
+from ablate.training import match as matching
+from ablate.training.memory import PeakMemory
+from ablate.training.preflight import preflight
+from ablate.training.trainer import (
     PRECISION_TAG,
     Checkpoint,
     TrialFailed,
@@ -44,10 +45,9 @@ from ..train import (
     seed_everything,
     train_trial,
 )
-from .ledger import INTERRUPTED, fingerprint_of, fingerprints, trained_with
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .reporter import Reporter
+    from ablate.drive.reporter import Reporter
 
 
 # Logs one epoch's metrics; True when a search's pruner stops the trial.

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from optuna.trial import FrozenTrial, TrialState
 
-from ..errors import AblateError
-from ..study import Study
-from .ledger import DATA_DIGEST, key_of
+from ablate.drive.ledger import DATA_DIGEST, key_of
+from ablate.errors import AblateError
+from ablate.study.load import Study
 
 
 def data_digest(study: Study) -> str | None:

@@ -23,7 +23,7 @@ from optuna.storages.journal import JournalFileSymlinkLock
 from optuna.storages.journal._file import LOCK_FILE_SUFFIX
 from optuna.storages.journal._storage import JournalOperation
 
-from ..errors import AblateError, warn
+from ablate.errors import AblateError, warn
 
 # What a record's op_code may be: Optuna's own operations (a private module, but the only place
 # they are named; tests/test_resume.py replays a real journal through this check).

@@ -22,15 +22,15 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel
 
-from ..components import Component
-from ..errors import AblateError
-from ..registry import COMPONENT_SLOTS
-from ..search import make_pruner, make_sampler, search_budget
-from ..spec import Precision
-from ..stats import ReportSettings
-from ..stats.sequential import SequentialDecision, seeds_wanted
-from ..study import Study
-from ..tasks import Task
+from ablate.components import Component
+from ablate.errors import AblateError
+from ablate.registry import COMPONENT_SLOTS
+from ablate.stats import ReportSettings
+from ablate.stats.sequential import SequentialDecision, seeds_wanted
+from ablate.study.load import Study
+from ablate.study.search import make_pruner, make_sampler, search_budget
+from ablate.study.spec import Precision
+from ablate.tasks import Task
 
 Key = tuple[str, int]  # (variant, seed) of a final trial, (variant, slot) of a search trial
 

@@ -21,10 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AblateError, warn
-from ..registry import COMPONENT_SLOTS
-from .donor import Donor, Finder
-from .ledger import (
+from ablate.drive.donor import Donor, Finder
+from ablate.drive.ledger import (
     LEGACY_VERSION,
     OLDER_FINGERPRINT_TAG,
     OLDER_KINDS_TAG,
@@ -33,10 +31,12 @@ from .ledger import (
     legacy_fingerprint,
     trained_with,
 )
+from ablate.errors import AblateError, warn
+from ablate.registry import COMPONENT_SLOTS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..study import Study
-    from ..train import TrialResult
+    from ablate.study.load import Study
+    from ablate.training.trainer import TrialResult
 
 
 def older_fingerprints(study: Study, variant: str) -> dict[str, str]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..study import Study
+    from ablate.study.load import Study
 
 
 def study_tags(study: Study) -> dict[str, str]:

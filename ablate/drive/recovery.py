@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 
 from optuna.trial import TrialState, create_trial
 
-from ..errors import AblateError
-from ..track import Tracker, default_uri
-from .ledger import DATA_DIGEST, Queue, key_of
-from .reuse import StoredTrial
+from ablate.drive.ledger import DATA_DIGEST, Queue, key_of
+from ablate.drive.reuse import StoredTrial
+from ablate.errors import AblateError
+from ablate.tracking.store import Tracker, default_uri
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..study import Study
-    from .stores import Stores
+    from ablate.drive.stores import Stores
+    from ablate.study.load import Study
 
 
 def _finished_runs(study: Study, uri: str) -> list:

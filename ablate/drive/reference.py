@@ -9,12 +9,12 @@ import json
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ..errors import first_line
-from ..tasks import BASELINES_ARTIFACT
-from ..track import Tracker
+from ablate.errors import first_line
+from ablate.tasks import BASELINES_ARTIFACT
+from ablate.tracking.store import Tracker
 
 if TYPE_CHECKING:
-    from ..study import Study
+    from ablate.study.load import Study
 
 
 def record_reference(tracker: Tracker, run_id: str, study: Study, data: Any) -> dict | None:

@@ -1,12 +1,12 @@
 """The hooks a running study reports its progress through: the driver calls them, the command
-line's progress bars implement them (:mod:`ablate.progress`)."""
+line's progress bars implement them (:mod:`ablate.commands.progress`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..train import TrialResult
+    from ablate.training.trainer import TrialResult
 
 
 class Reporter:

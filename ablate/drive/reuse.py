@@ -11,7 +11,7 @@ where they came from. Search trials are never reused.
 
 A donor is checked before anything of it is copied: the fingerprint and seed its record holds
 against the name it was found by, its numbers for being finite, and — a record made since trial
-runs keep them (:data:`~ablate.track.TRAINED_WITH`) — the fingerprint recomputed from the settings it
+runs keep them (:data:`~ablate.tracking.store.TRAINED_WITH`) — the fingerprint recomputed from the settings it
 was trained with against that name and this study's trial; an older record without them, its
 parameter count against this trial's model. A donor that fails one is refused in one line and the
 trial trained.
@@ -34,8 +34,12 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..errors import AblateError, first_line, warn
-from ..track import (
+from ablate.drive.donor import Donor
+from ablate.drive.ledger import OLDER_FINGERPRINT_TAG, OLDER_KINDS_TAG, trained_with
+from ablate.drive.ledger import fingerprints as fingerprints_of
+from ablate.drive.older import find_with_older
+from ablate.errors import AblateError, first_line, warn
+from ablate.tracking.store import (
     PROVENANCE_TAGS,
     REUSED_TAG,
     ROLE,
@@ -47,14 +51,10 @@ from ..track import (
     tracking_problem,
     trial_metrics,
 )
-from ..train import PRECISION_TAG, TrialResult
-from .donor import Donor
-from .ledger import OLDER_FINGERPRINT_TAG, OLDER_KINDS_TAG, trained_with
-from .ledger import fingerprints as fingerprints_of
-from .older import find_with_older
+from ablate.training.trainer import PRECISION_TAG, TrialResult
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..study import Study
+    from ablate.study.load import Study
 
 # A donor's tags that say how its numbers were made (code, resumption, batch size, kind versions), carried.
 CARRIED_TAGS = (*PROVENANCE_TAGS, "ablate.oom_retry", "ablate.resumed_from_epoch", "ablate.data_digest")

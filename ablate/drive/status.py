@@ -10,10 +10,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ..search import search_budget
-from ..study import Study
-from .ledger import Key, elapsed, failure_of, key_of, plan, search_name, settled, standing
-from .stores import Stores
+from ablate.drive.ledger import Key, elapsed, failure_of, key_of, plan, search_name, settled, standing
+from ablate.drive.stores import Stores
+from ablate.study.load import Study
+from ablate.study.search import search_budget
 
 
 @dataclass
@@ -148,7 +148,7 @@ def eta_seconds(
 
 
 def checkpointed_fractions(summaries: dict[str, dict[str, float]]) -> dict[str, list[float]]:
-    """``{variant: [epoch / epochs, …]}`` from :func:`ablate.train.checkpoint_summaries`
+    """``{variant: [epoch / epochs, …]}`` from :func:`ablate.training.trainer.checkpoint_summaries`
     (files named ``<variant>-seed<k>`` or ``<variant>-search<slot>``)."""
     found: dict[str, list[float]] = {}
     for stem, saved in summaries.items():

@@ -33,14 +33,14 @@ from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrial
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
-from ..errors import AblateError, first_line
-from ..folders import folder_problem
-from ..track import default_uri, tracking_problem
-from .journal import check_journal
+from ablate.drive.journal import check_journal
+from ablate.errors import AblateError, first_line
+from ablate.study.folders import folder_problem
+from ablate.tracking.store import default_uri, tracking_problem
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..study import Study
-    from .ledger import Queue
+    from ablate.drive.ledger import Queue
+    from ablate.study.load import Study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -38,9 +38,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .. import fastpaths
-from ..cache import cache_dir
-from . import build, unfused
+from ablate import fastpaths
+from ablate.cache import cache_dir
+from ablate.kernels import build, unfused
 
 HERE = Path(__file__).parent
 SOURCES = [HERE / f"{name}.c" for name in ("softmax_dropout", "dropout", "sinkhorn", "streams", "gathered")]

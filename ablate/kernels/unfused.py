@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .lanes import lanes, strided_lanes
+from ablate.kernels.lanes import lanes, strided_lanes
 
 
 def dropout(x: Tensor, key: int, threshold: int, scale: float) -> Tensor:

@@ -26,13 +26,13 @@ from ablate_studies import stop_if_clashing
 stop_if_clashing()
 # ruff: noqa: E402 (the imports below follow that check on purpose)
 
-from .cells import NA
-from .convergence import NotConverged, not_converged
-from .document import CSS, HTML, MARKDOWN, Element, Strong
-from .figures import cd_figure, cost_figure, curves_figure, pairwise_figure, strip_figure
-from .overview import VERDICT_MARKS, overview_latex, overview_rows
-from .tables import COSTS, TEX_GLYPHS, TEX_SPECIALS, format_table, latex_table, tex_escape
-from .write import Analysis, analyse, render, write_report
+from ablate.report.cells import NA
+from ablate.report.convergence import NotConverged, not_converged
+from ablate.report.document import CSS, HTML, MARKDOWN, Element, Strong
+from ablate.report.figures import cd_figure, cost_figure, curves_figure, pairwise_figure, strip_figure
+from ablate.report.overview import VERDICT_MARKS, overview_latex, overview_rows
+from ablate.report.tables import COSTS, TEX_GLYPHS, TEX_SPECIALS, format_table, latex_table, tex_escape
+from ablate.report.write import Analysis, analyse, render, write_report
 
 __all__ = [
     "COSTS",

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..stats import ComparisonRow, ReportSettings
-from .cells import isnan, number
-from .document import Element
+from ablate.report.cells import isnan, number
+from ablate.report.document import Element
+from ablate.stats import ComparisonRow, ReportSettings
 
 MARK = "†"  # a trivial baseline's row
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..stats import MIN_SEEDS_TEST, Verdict
+from ablate.stats import MIN_SEEDS_TEST, Verdict
 
 NA = "n/a"
 

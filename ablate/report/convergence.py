@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..stats import ReportSettings
+from ablate.stats import ReportSettings
 
 # Evaluations in a row, each better than the one before (higher, or lower for a lower-is-better
 # metric), that flag a curve as still improving.

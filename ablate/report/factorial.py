@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..stats import ReportSettings
-from ..stats.factorial import Contrast, Factorial, Term, factorial
-from ..stats.settings import parse_margin
-from .cells import NA, isnan, number, p_is, p_value
-from .document import Element
+from ablate.report.cells import NA, isnan, number, p_is, p_value
+from ablate.report.document import Element
+from ablate.stats import ReportSettings
+from ablate.stats.factorial import Contrast, Factorial, Term, factorial
+from ablate.stats.settings import parse_margin
 
 
 def _f(term: Term, df_resid: int) -> str:

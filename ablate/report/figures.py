@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..cache import cache_dir
+from ablate.cache import cache_dir
 
 # matplotlib's font cache goes with ablate's own (one documented cache folder), not ~/.cache.
 os.environ.setdefault("MPLCONFIGDIR", str(cache_dir() / "matplotlib"))
@@ -21,8 +21,8 @@ import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
-from ..stats import ComparisonRow, ReportSettings, pairwise_matrix  # noqa: E402
-from .cells import NA, isnan, p_value  # noqa: E402
+from ablate.report.cells import NA, isnan, p_value  # noqa: E402
+from ablate.stats import ComparisonRow, ReportSettings, pairwise_matrix  # noqa: E402
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -277,7 +277,8 @@ def _every(frame: pd.DataFrame, column: str) -> bool:
 
 
 def cost_work(results: pd.DataFrame) -> tuple[str | None, str]:
-    """The training FLOPs the cost figure plots first, when every trial counted them (ablate.flops)."""
+    """The training FLOPs the cost figure plots first, when every trial counted them
+    (ablate.training.flops)."""
     return ("train_gflop", "training GFLOP per trial") if _every(results, "train_gflop") else (None, "")
 
 

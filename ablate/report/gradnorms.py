@@ -1,6 +1,6 @@
 """Gradient norms (exploratory): how large each variant's gradients were before clipping, from the
 per-epoch curves ``train.grad_norm`` (the mean over an epoch's steps) and ``train.grad_norm_max``
-(its largest step) that :func:`ablate.train.train_trial` logs.
+(its largest step) that :func:`ablate.training.trainer.train_trial` logs.
 
 A claim of more stable training (hyper-connections, normalisation placements, initialisations) is
 a claim about these numbers: spikes show in the maximum, a drift in the mean's late epochs. The
@@ -15,7 +15,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from .document import Element
+from ablate.report.document import Element
 
 MEAN, PEAK = "train.grad_norm", "train.grad_norm_max"
 

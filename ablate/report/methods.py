@@ -5,7 +5,7 @@ the software and resolved configuration that produced the study.
 ``meta`` is what the tracking store recorded beside the trials (``Results.meta``): keys
 ``ablate_version``, ``git_commit`` (None: not in a repository), ``git_dirty``, ``data_summary``
 (label → value), ``resolved_study`` (YAML text), ``cost_note``, ``conditions`` ((label, value) of the
-machine's conditions, :func:`ablate.provenance.described`), ``reused`` ((variant, seed, source)
+machine's conditions, :func:`ablate.tracking.provenance.described`), ``reused`` ((variant, seed, source)
 of trials copied from another study's store or trial files). Each part renders only when its
 key is present."""
 
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import stats
-from ..stats import ComparisonRow, ReportSettings
-from .baselines import reference_elements
-from .cells import isnan
-from .convergence import NotConverged, method_text
-from .document import Element
-from .verdicts import calibration_text, settings_text
+from ablate import stats
+from ablate.report.baselines import reference_elements
+from ablate.report.cells import isnan
+from ablate.report.convergence import NotConverged, method_text
+from ablate.report.document import Element
+from ablate.report.verdicts import calibration_text, settings_text
+from ablate.stats import ComparisonRow, ReportSettings
 
 # How costs were measured, when the store recorded no note of its own.
 DEFAULT_COST_NOTE = (

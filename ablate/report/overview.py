@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import re
 
-from ..stats import ComparisonRow, ReportSettings, Verdict
-from .baselines import Trivial, baseline_legend
-from .cells import isnan, mean_sd, number
-from .document import Strong
-from .tables import booktabs_table, tex_escape
+from ablate.report.baselines import Trivial, baseline_legend
+from ablate.report.cells import isnan, mean_sd, number
+from ablate.report.document import Strong
+from ablate.report.tables import booktabs_table, tex_escape
+from ablate.stats import ComparisonRow, ReportSettings, Verdict
 
 # A verdict's mark in the overview; a comparison without a verdict (too few seeds, a duplicate) has none.
 VERDICT_MARKS = {Verdict.BETTER: "▲", Verdict.WORSE: "▼", Verdict.EQUIVALENT: "=", Verdict.INCONCLUSIVE: "?"}

@@ -8,10 +8,10 @@ import math
 
 import pandas as pd
 
-from ..stats import ReportSettings
-from ..stats.sequential import SequentialDecision, SequentialSeeds
-from .cells import number
-from .document import Element
+from ablate.report.cells import number
+from ablate.report.document import Element
+from ablate.stats import ReportSettings
+from ablate.stats.sequential import SequentialDecision, SequentialSeeds
 
 
 def per_seed_table(results: pd.DataFrame, settings: ReportSettings) -> pd.DataFrame:

@@ -8,10 +8,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..stats import ComparisonRow, ReportSettings, comparison_rows
-from .baselines import Trivial
-from .cells import NA, confidence, interval, isnan, mdd, mean_sd, number, p_decision, verdict
-from .document import md_table
+from ablate.report.baselines import Trivial
+from ablate.report.cells import NA, confidence, interval, isnan, mdd, mean_sd, number, p_decision, verdict
+from ablate.report.document import md_table
+from ablate.stats import ComparisonRow, ReportSettings, comparison_rows
 
 COSTS = [
     ("params", "params", "{:,.0f}"),

@@ -8,8 +8,8 @@ import math
 
 import pandas as pd
 
-from ..stats import MIN_SEEDS_TEST, ReportSettings
-from .cells import number, p_is
+from ablate.report.cells import number, p_is
+from ablate.stats import MIN_SEEDS_TEST, ReportSettings
 
 
 def _friedman_p(fr: dict) -> str:

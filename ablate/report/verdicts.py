@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 
-from ..stats import MIN_SEEDS_TEST, ComparisonRow, ReportSettings, Verdict
-from .cells import NA, against, effect, isnan, number, rate, too_few_seeds
+from ablate.report.cells import NA, against, effect, isnan, number, rate, too_few_seeds
+from ablate.stats import MIN_SEEDS_TEST, ComparisonRow, ReportSettings, Verdict
 
 # decided comparisons first in the running text
 _ORDER = {Verdict.BETTER: 0, Verdict.WORSE: 1, Verdict.EQUIVALENT: 2, Verdict.INCONCLUSIVE: 3, None: 4}

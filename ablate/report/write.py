@@ -19,15 +19,13 @@ from urllib.parse import urlsplit
 
 import pandas as pd
 
-from .. import stats, stopping
-from ..stats import ComparisonRow, ReportSettings
-from ..stats.resample import resampled_for_report
-from .baselines import baseline_warnings, trivial_baselines
-from .cells import isnan
-from .convergence import NotConverged, not_converged, warning_lines
-from .document import Element, to_html, to_markdown
-from .factorial import factorial_elements
-from .figures import (
+from ablate import stats, stopping
+from ablate.report.baselines import baseline_warnings, trivial_baselines
+from ablate.report.cells import isnan
+from ablate.report.convergence import NotConverged, not_converged, warning_lines
+from ablate.report.document import Element, to_html, to_markdown
+from ablate.report.factorial import factorial_elements
+from ablate.report.figures import (
     cd_figure,
     cost_figure,
     cost_time,
@@ -36,13 +34,15 @@ from .figures import (
     pairwise_figure,
     strip_figure,
 )
-from .gradnorms import CAPTION, grad_norm_elements, grad_norm_figure
-from .methods import calibration, methods_elements, seeds_by_label
-from .overview import overview_latex, overview_legend, overview_rows
-from .sequential import sequential_elements
-from .tables import cost_table, table_rows
-from .text import friedman_text, pairwise_text
-from .verdicts import exploratory_text, headline, verdict_sentences
+from ablate.report.gradnorms import CAPTION, grad_norm_elements, grad_norm_figure
+from ablate.report.methods import calibration, methods_elements, seeds_by_label
+from ablate.report.overview import overview_latex, overview_legend, overview_rows
+from ablate.report.sequential import sequential_elements
+from ablate.report.tables import cost_table, table_rows
+from ablate.report.text import friedman_text, pairwise_text
+from ablate.report.verdicts import exploratory_text, headline, verdict_sentences
+from ablate.stats import ComparisonRow, ReportSettings
+from ablate.stats.resample import resampled_for_report
 
 
 def _slug(text: str) -> str:

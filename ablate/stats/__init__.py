@@ -64,8 +64,8 @@ from typing import TYPE_CHECKING
 # each name's module is read from them (:data:`_HOME_OF`) and imported on first use, since the
 # study-file schema needs only ``settings`` and scipy would add ~0.85 s to every ``ablate validate``.
 if TYPE_CHECKING:  # pragma: no cover
-    from .calibration import calibrate, min_detectable_d  # noqa: F401
-    from .comparison import (  # noqa: F401
+    from ablate.stats.calibration import calibrate, min_detectable_d  # noqa: F401
+    from ablate.stats.comparison import (  # noqa: F401
         COLUMNS,
         MIN_SEEDS_TEST,
         ComparisonRow,
@@ -78,14 +78,14 @@ if TYPE_CHECKING:  # pragma: no cover
         seed_tests,
         unit_tests,
     )
-    from .corrections import CORRECTIONS, EQUIVALENCE, Correction, adjust_pvalues  # noqa: F401
+    from ablate.stats.corrections import CORRECTIONS, EQUIVALENCE, Correction, adjust_pvalues  # noqa: F401
 
     # the function is ablate.stats.factorial.factorial (a module of that name)
-    from .factorial import Factorial  # noqa: F401
-    from .intervals import CI_METHODS, MIN_SEEDS_CI, IntervalMethod, bootstrap_ci, min_seeds_ci  # noqa: F401
-    from .ranking import PAIRWISE_COLUMNS, friedman, pairwise, pairwise_matrix  # noqa: F401
-    from .settings import STUDY_FILE_KEYS, ReportSection, ReportSettings  # noqa: F401
-    from .verdicts import Decision, Verdict, decide, decide_family, minimum_detectable  # noqa: F401
+    from ablate.stats.factorial import Factorial  # noqa: F401
+    from ablate.stats.intervals import CI_METHODS, MIN_SEEDS_CI, IntervalMethod, bootstrap_ci, min_seeds_ci  # noqa: F401
+    from ablate.stats.ranking import PAIRWISE_COLUMNS, friedman, pairwise, pairwise_matrix  # noqa: F401
+    from ablate.stats.settings import STUDY_FILE_KEYS, ReportSection, ReportSettings  # noqa: F401
+    from ablate.stats.verdicts import Decision, Verdict, decide, decide_family, minimum_detectable  # noqa: F401
 
 
 def _homes() -> dict[str, str]:

@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .comparison import per_seed
-from .ranking import friedman
+from ablate.stats.comparison import per_seed
+from ablate.stats.ranking import friedman
 
 GENERALISES, VARIES, UNKNOWN = "generalises", "varies", "unknown"
 

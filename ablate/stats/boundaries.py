@@ -32,7 +32,7 @@ import math
 import numpy as np
 from scipy import optimize, special
 
-from .spending import SPENDING
+from ablate.stats.spending import SPENDING
 
 _GRID = 401  # points per look (odd, for Simpson's rule): crossing probabilities to ~1e-7
 _ESTIMATE_GRID = 81  # the estimate's root search evaluates the recursion ~30 times: Δ to ~1e-4 sd

@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from .. import stopping
-from .comparison import MIN_SEEDS_TEST, family_verdicts
-from .verdicts import Decision, Verdict, minimum_detectable
+from ablate import stopping
+from ablate.stats.comparison import MIN_SEEDS_TEST, family_verdicts
+from ablate.stats.verdicts import Decision, Verdict, minimum_detectable
 
 if TYPE_CHECKING:
-    from .settings import ReportSettings
+    from ablate.stats.settings import ReportSettings
 
 
 def min_detectable_d(n_seeds: int, alpha: float, power: float = 0.8) -> float:

@@ -13,17 +13,17 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ..errors import AblateError
-from .corrections import adjust_pvalues
-from .crossed import crossed_estimate, crossed_table
-from .intervals import bootstrap_ci
-from .power import seeds_for_difference
-from .resample import crossed_metrics
-from .sequential import decide_sequential
-from .verdicts import MIN_SEEDS_VERDICT, Decision, Verdict, decide_family
+from ablate.errors import AblateError
+from ablate.stats.corrections import adjust_pvalues
+from ablate.stats.crossed import crossed_estimate, crossed_table
+from ablate.stats.intervals import bootstrap_ci
+from ablate.stats.power import seeds_for_difference
+from ablate.stats.resample import crossed_metrics
+from ablate.stats.sequential import decide_sequential
+from ablate.stats.verdicts import MIN_SEEDS_VERDICT, Decision, Verdict, decide_family
 
 if TYPE_CHECKING:
-    from .settings import ReportSettings
+    from ablate.stats.settings import ReportSettings
 
 MIN_SEEDS_TEST = MIN_SEEDS_VERDICT  # paired seeds needed for a verdict, the seed tests and d
 

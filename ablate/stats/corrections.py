@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import AblateError
-from ..schema import Vocabulary
+from ablate.errors import AblateError
+from ablate.schema import Vocabulary
 
 # A level's share of α → the nominal level a test at one look may use (identity with fixed seeds;
 # a group-sequential look's boundary, :mod:`.boundaries`)

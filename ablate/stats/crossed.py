@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..schema import Vocabulary
+from ablate.schema import Vocabulary
 
 VARIANCE: Vocabulary[str] = Vocabulary(
     "variance source",

@@ -35,17 +35,17 @@ import pandas as pd
 import statsmodels.api as sm
 from scipy import stats
 
-from .comparison import per_seed
-from .corrections import adjust_pvalues
-from .verdicts import Decision, decide_estimate, decision_levels, equivalence_levels, tost_p
+from ablate.stats.comparison import per_seed
+from ablate.stats.corrections import adjust_pvalues
+from ablate.stats.verdicts import Decision, decide_estimate, decision_levels, equivalence_levels, tost_p
 
 if TYPE_CHECKING:
-    from .settings import ReportSettings
+    from ablate.stats.settings import ReportSettings
 
 
 def grid_cells(grid: dict[str, list]) -> dict[str, tuple[str, ...]]:
     """Each grid cell's variant name → its level labels, one per axis, in the grid's order. The
-    names are the ones ``ablate.study`` gives grid variants: ``axis=value`` joined by commas."""
+    names are the ones ``ablate.study.load`` gives grid variants: ``axis=value`` joined by commas."""
     axes = list(grid)
     cells = {}
     for values in itertools.product(*(grid[a] for a in axes)):

@@ -13,8 +13,8 @@ from functools import partial
 
 import numpy as np
 
-from ..errors import AblateError
-from ..schema import Vocabulary
+from ablate.errors import AblateError
+from ablate.schema import Vocabulary
 
 
 def _percentile(

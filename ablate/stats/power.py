@@ -25,11 +25,11 @@ import numpy as np
 import pandas as pd
 from scipy import integrate, special, stats
 
-from .sequential import decide_sequential, seeds_wanted
-from .verdicts import MIN_SEEDS_VERDICT, POWER, Verdict, difference_power
+from ablate.stats.sequential import decide_sequential, seeds_wanted
+from ablate.stats.verdicts import MIN_SEEDS_VERDICT, POWER, Verdict, difference_power
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .settings import ReportSettings
+    from ablate.stats.settings import ReportSettings
 
 MOST_SEEDS = 10_000  # a design that needs more seeds than this: none, in practice
 

@@ -31,11 +31,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .comparison import MIN_SEEDS_TEST, paired, per_seed, seed_tests, variants_in_order
-from .corrections import adjust_pvalues
+from ablate.stats.comparison import MIN_SEEDS_TEST, paired, per_seed, seed_tests, variants_in_order
+from ablate.stats.corrections import adjust_pvalues
 
 if TYPE_CHECKING:
-    from .settings import ReportSettings
+    from ablate.stats.settings import ReportSettings
 
 PAIRWISE_COLUMNS = ["metric", "a", "b", "n_paired", "delta", "p", "p_adj", "significant"]
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from .settings import ReportSettings
+from ablate.stats.settings import ReportSettings
 
 
 def _draw(units: pd.Series, seed: int) -> pd.Series:

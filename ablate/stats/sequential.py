@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from ..schema import Strict
-from .spending import SPENDING
+from ablate.schema import Strict
+from ablate.stats.spending import SPENDING
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from .verdicts import Decision
+    from ablate.stats.verdicts import Decision
 
 # The study-file schema holds SequentialSeeds: the verdicts (scipy, statsmodels) load on first use.
 MIN_SEEDS_VERDICT = 3  # as verdicts.MIN_SEEDS_VERDICT (tests/test_sequential.py checks)
@@ -90,7 +90,7 @@ class SequentialSeeds(Strict):
         """Each look's nominal level for its paired t-test, of the design at overall ``level``
         (two-sided, or one-sided for each of the two one-sided equivalence tests): the t-tests of
         the looks together spend the design's α (:func:`.boundaries.t_nominal_levels`)."""
-        from .boundaries import t_nominal_levels
+        from ablate.stats.boundaries import t_nominal_levels
 
         return list(t_nominal_levels(tuple(self.looks()), self.spending, float(level), sides))
 
@@ -135,7 +135,7 @@ class SequentialDecision:
     def _stagewise(self, design: SequentialSeeds, quantiles: tuple[float, ...]) -> list[float]:
         from scipy import special
 
-        from .boundaries import spending_bounds, stagewise_estimate
+        from ablate.stats.boundaries import spending_bounds, stagewise_estimate
 
         d = self.decision
         if d is None or not self.closed or not math.isfinite(self.share) or not d.ci_high > d.ci_low:
@@ -150,7 +150,7 @@ class SequentialDecision:
 
     @property
     def closed(self) -> bool:
-        from .verdicts import Verdict
+        from ablate.stats.verdicts import Verdict
 
         return self.decision is not None and (
             self.decision.verdict is not Verdict.INCONCLUSIVE or self.look == self.looks
@@ -178,8 +178,8 @@ def decide_sequential(
     already said inside the margin), and read their t-tests at the nominal levels of those shares'
     boundaries (``SequentialDecision.share``, from which :meth:`SequentialDecision.adjusted` gives
     the median-unbiased Δ)."""
-    from .corrections import CORRECTIONS
-    from .verdicts import Verdict, decide, equivalence_levels, family_pvalues
+    from ablate.stats.corrections import CORRECTIONS
+    from ablate.stats.verdicts import Verdict, decide, equivalence_levels, family_pvalues
 
     looks = design.looks()
     columns = [baseline, *(v for v in variants if v != baseline)]

@@ -20,13 +20,11 @@ from pydantic import (
     model_validator,
 )
 
-from ablate.schema import Bare
-
-from ..schema import Strict
-from .corrections import CORRECTIONS, EQUIVALENCE, Correction
-from .crossed import VARIANCE
-from .intervals import CI_METHODS, IntervalMethod
-from .sequential import SequentialDecision, SequentialSeeds, decide_sequential
+from ablate.schema import Bare, Strict
+from ablate.stats.corrections import CORRECTIONS, EQUIVALENCE, Correction
+from ablate.stats.crossed import VARIANCE
+from ablate.stats.intervals import CI_METHODS, IntervalMethod
+from ablate.stats.sequential import SequentialDecision, SequentialSeeds, decide_sequential
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

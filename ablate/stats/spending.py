@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 from statistics import NormalDist
 
-from ..schema import Vocabulary
+from ablate.schema import Vocabulary
 
 _NORMAL = NormalDist()
 

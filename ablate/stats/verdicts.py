@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special
 
-from .corrections import CORRECTIONS, EQUIVALENCE, Nominal
-from .crossed import Estimate
+from ablate.stats.corrections import CORRECTIONS, EQUIVALENCE, Nominal
+from ablate.stats.crossed import Estimate
 
 POWER = 0.8  # of the minimum detectable difference and of the seeds a plan asks for (:mod:`.power`)
 MIN_SEEDS_VERDICT = 3  # paired seeds a verdict needs (as the seed tests)

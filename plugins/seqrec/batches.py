@@ -157,7 +157,7 @@ def length_groups(batch: Batch, groups: int, width: int) -> list[Batch]:
     count, each padded only to its own longest row. Random ML-1M batches of 128: padded / real
     tokens 1.87 → 1.22 and attention entries × 0.54 with 4 groups.
 
-    Longest rows first: parallel streams (ablate.parts) take the groups in this order, and
+    Longest rows first: parallel streams (ablate.training.parts) take the groups in this order, and
     starting the costliest first balances them — SASRec ML-1M at 2 threads, 6.4–6.6 s/epoch
     against 7.3–7.8 s shortest first (benchmarks/RESULTS.md, session 12)."""
     order = torch.argsort(batch.lengths, stable=True, descending=True)

@@ -14,12 +14,12 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from ablate import registry, sizes
-from ablate.blocks import Backbone, Block, PreNorm
-from ablate.build import build_backbone, count_parameters
+from ablate import registry
 from ablate.components import BiasChannel, BuildContext, TokenContext
-from ablate.spec import ModelSpec
-from ablate.study import Part, Variant
+from ablate.model.blocks import Backbone, Block, PreNorm
+from ablate.model.build import build_backbone, count_parameters
+from ablate.study.load import Part, Variant, sizes
+from ablate.study.spec import ModelSpec
 from ablate_plugins.attention import SoftmaxAttention
 from ablate_plugins.bias import (
     AbsolutePosition,

@@ -13,9 +13,9 @@ import torch
 from torch import Tensor, nn
 
 from ablate import kernels
-from ablate.blocks import Backbone, Block, PostNorm, PreNorm, PreNormSkip, PreNormSkipSource
 from ablate.components import BuildContext, Stem
-from ablate.study import placement_problem
+from ablate.model.blocks import Backbone, Block, PostNorm, PreNorm, PreNormSkip, PreNormSkipSource
+from ablate.study.load import placement_problem
 from ablate_plugins.attention import SoftmaxAttention
 from ablate_plugins.connection import (
     HyperConnection,

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from ablate import stopping
-from ablate.study import load_study
+from ablate.study.load import load_study
 from ablate_plugins.forecast import read_csv
 from ablate_plugins.seqrec import SeqRecOptions, read_table, read_user_item, read_user_lines, synthetic
 from ablate_plugins.tabular import synthetic as tabular_synthetic

@@ -14,8 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from ablate import registry
-from ablate.blocks import Backbone, Block, PreNorm
 from ablate.components import BuildContext, Stem, TokenContext, dropout
+from ablate.model.blocks import Backbone, Block, PreNorm
 from ablate_plugins.connection import Residual
 from ablate_plugins.ffn import GEGLU, MFFN, MLPFFN, MoEFFN, NoFFN, PointwiseFFN, ReGLU, SwiGLU, glu_hidden
 from ablate_plugins.norm import NoNorm, RMSNorm

@@ -12,8 +12,8 @@ import torch
 import yaml
 
 from ablate.errors import DataError
-from ablate.study import load_study
-from ablate.train import train_trial
+from ablate.study.load import load_study
+from ablate.training.trainer import train_trial
 from ablate_plugins.forecast import (
     ForecastOptions,
     ForecastTask,
@@ -166,7 +166,7 @@ def test_window_errors_match_numpy():
 def test_model_embeds_each_channel_window_and_heads_to_the_horizon(tmp_path):
     """With no blocks and an identity final norm replaced, the forecast is head(embed(x)) per channel,
     de-normalised per window (RevIN without affine parameters)."""
-    from ablate.build import build_backbone
+    from ablate.model.build import build_backbone
 
     study = load_study(_write(tmp_path, {"model": {"blocks": 0, "norm": {"kind": "none"}}}))
     task, series = study.task, study.task.load()
@@ -187,7 +187,7 @@ def test_channel_masked_sees_each_channels_lookback_window(tmp_path):
     task, series = study.task, study.task.load()
     seen = {}
     ctx = study.build_context(study.variants["base"], task.max_len(series))
-    from ablate.build import build_backbone
+    from ablate.model.build import build_backbone
 
     model = task.build_model(build_backbone(study.variants["base"], ctx), ctx, series)
     attention = model.backbone.blocks[0].attention

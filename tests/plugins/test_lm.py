@@ -17,8 +17,8 @@ from ablate import registry
 from ablate.cache import cache_dir
 from ablate.components import BuildContext
 from ablate.errors import DataError
-from ablate.study import load_study
-from ablate.train import train_trial
+from ablate.study.load import load_study
+from ablate.training.trainer import train_trial
 from ablate_plugins.attention import SoftmaxAttention, SoftmaxOptions
 from ablate_plugins.lm import (
     LMModel,

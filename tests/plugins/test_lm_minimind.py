@@ -15,8 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ablate.blocks import Block, PreNorm
 from ablate.components import BuildContext, TokenContext
+from ablate.model.blocks import Block, PreNorm
 from ablate_plugins.attention import SoftmaxAttention
 from ablate_plugins.bias import Rotary
 from ablate_plugins.connection import Residual
@@ -209,8 +209,8 @@ def test_minimind_ffn_lm_study_matches_active_ffn_sizes():
     within 1%, the MoE counted by its active experts (top-2 routed + 1 shared) and router."""
     from pathlib import Path
 
-    from ablate.build import build_backbone
-    from ablate.study import load_study
+    from ablate.model.build import build_backbone
+    from ablate.study.load import load_study
 
     study = load_study(Path(__file__).resolve().parents[2] / "studies" / "minimind_ffn_lm.yaml")
     sizes = {}

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ablate import registry
-from ablate.blocks import PostNorm, PreNorm
+from ablate.model.blocks import PostNorm, PreNorm
 from ablate_plugins.connection import Residual
 from ablate_plugins.norm import LayerNorm, NoNorm, RMSNorm, rms_norm_reference
 
@@ -103,7 +103,7 @@ def test_gradcheck(build, gradcheck_all, kind):
     gradcheck_all(norm, norm, torch.randn(2, 3, 4, dtype=torch.float64))
 
 
-# -- placement through ablate.build --------------------------------------------------------
+# -- placement through ablate.model.build --------------------------------------------------------
 
 
 def branch(h: Tensor) -> Tensor:

@@ -14,11 +14,11 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
-from ablate.build import build_backbone
 from ablate.components import BuildContext, Component, Options
 from ablate.errors import DataError, StudyError
-from ablate.study import load_study
-from ablate.train import backward_parts, training_autocast
+from ablate.model.build import build_backbone
+from ablate.study.load import load_study
+from ablate.training.trainer import backward_parts, training_autocast
 from ablate_plugins.seqrec import (
     BCE,
     Interactions,

@@ -12,8 +12,8 @@ import torch
 from pydantic import ValidationError
 
 from ablate import kernels
-from ablate.build import build_backbone
-from ablate.study import load_study
+from ablate.model.build import build_backbone
+from ablate.study.load import load_study
 from ablate_plugins.seqrec import LossOptions, SampledSoftmax, SeqRecOptions, SeqRecTask, Softmax, synthetic
 from ablate_plugins.seqrec import losses as L
 from ablate_plugins.seqrec import metrics as M

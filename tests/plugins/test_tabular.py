@@ -15,10 +15,10 @@ import yaml
 from sklearn.metrics import accuracy_score, mean_absolute_error, mean_squared_error
 from sklearn.preprocessing import QuantileTransformer
 
-from ablate.build import build_backbone
 from ablate.errors import DataError
-from ablate.study import load_study
-from ablate.train import train_trial
+from ablate.model.build import build_backbone
+from ablate.study.load import load_study
+from ablate.training.trainer import train_trial
 from ablate_plugins.graph_attention import FRGraphAttention
 from ablate_plugins.tabular import FeatureTokenizer, TabularOptions, TabularTask
 from ablate_plugins.tabular.batches import collate

@@ -17,11 +17,11 @@ import torch
 from torch import Tensor
 
 from ablate import registry, testkit
-from ablate.build import build_backbone
 from ablate.components import BuildContext, TokenContext
-from ablate.sizes import backbone_parameters
-from ablate.spec import ModelSpec, NormSpec
-from ablate.study import Part, Variant
+from ablate.model.build import build_backbone
+from ablate.study.load import Part, Variant
+from ablate.study.sizes import backbone_parameters
+from ablate.study.spec import ModelSpec, NormSpec
 from ablate_plugins.attention import TimeIntervalAttention
 
 D, H, L, K = 8, 2, 9, 6

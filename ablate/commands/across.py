@@ -1,0 +1,214 @@
+"""A study over several data sets (``task.data: [beauty, sports, video]``): one study per data set,
+each the study file with ``task.data=<entry>`` and ``name=<study>.<data set>`` as overrides, so
+that a trial is a (variant, seed, data set) — its data set's experiment, store and fingerprint —
+and workers, resumption and reuse work as for any study. ``ablate run`` trains and reports each
+in turn, then writes the across-data-set report (:mod:`ablate.stats.across`,
+:mod:`ablate.report.across`) to ``<reports>/<study>/`` (``runs/<study>/report/`` without
+``--reports``); the data sets' own reports go to ``<reports>/<study>/<study>.<data set>/`` (their
+output folders' ``report/`` without it). ``ablate status`` and ``ablate plan`` show each data
+set's study, then the across-data-set step."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from ablate.commands.console import err, out
+from ablate.data.catalog import entry_override, label_of
+from ablate.errors import AblateError
+from ablate.study.load import Study, load_study
+
+
+def several(study: Study) -> bool:
+    """Whether the study lists several data sets."""
+    return study.dataset is not None and len(study.dataset.entries) > 1
+
+
+def one_dataset(study: Study, command: str) -> None:
+    """Refuse, in one line, a study over several data sets where ``command`` takes one study."""
+    if several(study):
+        first = shlex.join(dataset_overrides(study, study.dataset.entries[0])[len(study.overrides) :])
+        raise AblateError(
+            f"task.data lists data sets: {command} takes one data set's study (`{first}` for the first; "
+            f"`ablate run` runs them all)"
+        )
+
+
+def dataset_overrides(study: Study, entry: Any) -> list[str]:
+    """The overrides that make the study file one data set's study."""
+    return [*study.overrides, entry_override(entry), f"name={study.name}.{label_of(entry)}"]
+
+
+def per_dataset(study: Study, check_files: bool = True) -> dict[str, Study]:
+    """Data set → its study (loaded with :func:`dataset_overrides`)."""
+    entries = study.dataset.entries if study.dataset is not None else ()
+    return {label_of(e): load_study(study.path, check_files, dataset_overrides(study, e)) for e in entries}
+
+
+def each_study(study: Study, output: Path | None) -> list[tuple[Study, Path | None]]:
+    """The study and its ``--output``; for one over several data sets, each data set's."""
+    if not several(study):
+        return [(study, output)]
+    return [(sub, _where(study, label, output, None)[0]) for label, sub in per_dataset(study, False).items()]
+
+
+def _where(
+    study: Study, label: str, output: Path | None, reports: Path | None
+) -> tuple[Path | None, Path | None]:
+    """A data set's --output (under the study's --output or ``output:``, each its own folder) and
+    --reports (under the study's)."""
+    base = output or study.spec.output
+    return (Path(base) / label if base else None), (reports / study.name if reports else None)
+
+
+def run_across(study: Study, output: Path | None, reports: Path | None, *args: Any) -> list:
+    """Train and report every data set's study, one after another (``args``:
+    :func:`~ablate.commands.running.run_and_report`'s quiet, retry_failed, workers, storage, tracking_uri,
+    then ``(gpus, per_gpu)`` or None, reuse, rebuild_queue and the SLURM settings or None), then
+    write the across-data-set report. ``--gpus`` is planned for each data set (its items set the
+    embedding's size, so a trial's memory); SLURM jobs are one array per data set, the next
+    submitted when the last has ended. Returns the failures standing in any of them."""
+    from ablate.commands.running import run_and_report
+
+    quiet, retry_failed, workers, storage, tracking_uri, gpus, reuse, rebuild_queue, jobs = args
+    failed, done = [], {}
+    for label, sub in per_dataset(study).items():
+        err.print(f"data set {label}: study {sub.name}", markup=False, highlight=False)
+        sub_output, sub_reports = _where(study, label, output, reports)
+        placement, sub_workers = None, workers
+        if gpus is not None:
+            from ablate.commands.gpus import plan_gpus
+
+            placement = plan_gpus(sub, *gpus, workers)
+            sub_workers = placement.workers
+            if not quiet:
+                err.print(placement.describe(), markup=False, highlight=False, soft_wrap=True)
+        options = dict(quiet=quiet, retry_failed=retry_failed, storage=storage, reuse=reuse, slurm=jobs)
+        ran = run_and_report(
+            sub,
+            sub_output,
+            sub_reports,
+            workers=sub_workers,
+            gpus=placement,
+            tracking_uri=tracking_uri,
+            rebuild_queue=rebuild_queue,
+            **options,
+        )
+        failed += ran.failed
+        done[label] = (sub, ran.results, ran.paths["md"])
+    write_across_report(study, done, _across_dir(study, output, reports))
+    return failed
+
+
+def report_across(
+    study: Study, output: Path | None, reports: Path | None, tracking_uri: str | None, trials: Path | None
+) -> None:
+    """Rebuild every data set's report and the across-data-set report from the tracking stores;
+    with ``trials``, first write every data set's finished trials there as trial files (one
+    folder: a trial file's name holds its fingerprint, which holds the data set, so ``--reuse
+    DIR`` finds each data set's own)."""
+    from ablate.commands.running import check_folders, write_study_report
+    from ablate.drive import Stores, write_trials
+
+    wanted = {}
+    for label, sub in per_dataset(study, check_files=False).items():
+        sub_output, sub_reports = _where(study, label, output, reports)
+        stores = Stores.for_study(sub, sub_output, tracking_uri)
+        out_dir = sub_reports / sub.name if sub_reports else stores.output_dir / "report"
+        check_folders(sub, stores, sub_output, sub_reports, out_dir, trains=False)
+        wanted[label] = (sub, stores, out_dir)
+    if trials is not None:  # first: a data set whose study cannot make a report yet has its trials
+        for label, (sub, stores, _) in wanted.items():
+            written, kept = write_trials(stores.tracking_uri, sub.name, trials)
+            held = f" ({kept} left as they were: a file there holds the trial from another run)" * bool(kept)
+            err.print(f"trials of {label}: {len(written)} file(s) in {trials}{held}", markup=False)
+    done = {}
+    for label, (sub, stores, out_dir) in wanted.items():
+        paths, results = write_study_report(stores.tracking_uri, sub.name, out_dir, sub)
+        shown = f"report of {label}: {paths['html'].resolve()}"
+        out.print(shown, markup=False, highlight=False, soft_wrap=True)
+        done[label] = (sub, results, paths["md"])
+    write_across_report(study, done, _across_dir(study, output, reports))
+
+
+def show_status(study: Study, output: Path | None, storage: str | None) -> None:
+    """``ablate status``: the study's trials per variant (done / running / failed / left), its
+    ETA and SLURM jobs; for a study over several data sets each data set's, then where the
+    across-data-set report stands."""
+    if not several(study):
+        _status_of(study, output, storage)
+        return
+    finished = []
+    for label, sub in per_dataset(study, check_files=False).items():
+        out.print(f"data set {label}:", markup=False, highlight=False)
+        if _status_of(sub, _where(study, label, output, None)[0], storage):
+            finished.append(label)
+    k = len(study.dataset.entries)
+    where = _across_dir(study, output, None) / "across_datasets.md"
+    if len(finished) < k:
+        which = f" ({', '.join(finished)})" if finished else ""
+        line = f"{len(finished)} of {k} data sets finished{which}; across_datasets.md follows the last"
+    elif where.is_file():
+        line = f"every data set finished: {where}"
+    else:
+        line = (
+            f"every data set finished; across_datasets.md is in the --reports folder the run was given "
+            f"(`ablate report {study.path}` writes it again)"
+        )
+    out.print(f"across data sets: {line}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _status_of(study: Study, output: Path | None, storage: str | None) -> bool:
+    """One study's status lines; whether every trial of it has ended (none left or running)."""
+    from ablate.commands.progress import status_report
+    from ablate.commands.slurm import show_jobs
+    from ablate.drive import Stores, plan, progress
+    from ablate.drive.recovery import check_stores
+
+    stores = Stores.for_study(study, output, storage=storage)
+    check_stores(study, stores)  # says what `run` would say of a lost store
+    if not stores.started():
+        design = study.spec.sequential
+        first = f" at the first look, up to {len(study.variants) * design.max}" if design else ""
+        out.print(f"{study.name}: not started ({len(plan(study))} trials planned{first})")
+        return False
+    table, lines = status_report(study, stores)
+    out.print(table)
+    for line in lines:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+    show_jobs(stores.output_dir)  # `ablate run --launcher slurm`'s jobs: state and log
+    return not sum(r.left + r.running for r in progress(study, stores).values())
+
+
+def _across_dir(study: Study, output: Path | None, reports: Path | None) -> Path:
+    if reports:
+        return reports / study.name
+    return Path(output or study.spec.output or Path("runs") / study.name) / "report"
+
+
+def write_across_report(
+    study: Study, done: dict[str, tuple[Study, Any, Path]], out_dir: Path
+) -> dict[str, Path]:
+    """across_datasets.md / .csv from each data set's study, results and report."""
+    from ablate.report.across import write_across
+    from ablate.stats import compare
+    from ablate.stats.across import across_datasets, dataset_ranks
+
+    settings = next(iter(done.values()))[0].report_settings()
+    metric, baseline, alpha = settings.primary, settings.baseline, settings.alpha
+    higher = settings.higher(metric)
+    per = {label: results.results for label, (_, results, _) in done.items()}
+    compared = {
+        label: compare(results.results, results.units, sub.report_settings(), metric)
+        for label, (sub, results, _) in done.items()
+    }
+    table = across_datasets(per, compared, metric, baseline, higher, alpha)
+    ranks = dataset_ranks(per, metric, higher, alpha)
+    paths = write_across(
+        out_dir, study.name, table, ranks, metric, baseline, {k: v[2] for k, v in done.items()}
+    )
+    for row in table.itertuples():
+        out.print(f"across data sets: {row.variant}: {row.verdict} ({row.per_dataset})", markup=False)
+    out.print(f"across data sets: {paths['md'].resolve()}", markup=False, highlight=False, soft_wrap=True)
+    return paths

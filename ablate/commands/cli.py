@@ -1,0 +1,449 @@
+"""The ``ablate`` command line: run, validate, plan, report, compare, status, components.
+
+Exit statuses, as the README's table has them: 0 done; 1 trials failed, nothing finished to
+report, or a worker crashed; 2 bad input (study file, data file, argument, a store or folder that
+cannot be used), with one line naming it; 130 stopped by Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+import ablate
+from ablate import stopping
+from ablate.commands import slurm
+from ablate.commands.compare import (
+    BaselineOpt,
+    DirectionOpt,
+    ExperimentOpt,
+    GroupByOpt,
+    MarginOpt,
+    MetricOpt,
+    OutOpt,
+    SeedKeyOpt,
+    SourceArg,
+    UnpairedOpt,
+    compare_command,
+)
+from ablate.commands.console import (
+    ClickException,
+    UsageError,
+    err,
+    out,
+    print_resolved,
+    progress_bars,
+    say_error,
+    usage_line,
+    variants_table,
+)
+from ablate.commands.data import app as data_app
+from ablate.commands.options import (
+    OnlyOpt,
+    OutputOpt,
+    OverridesArg,
+    ReportsOpt,
+    ReuseOlderOpt,
+    ReuseOpt,
+    StorageOpt,
+    StudyArg,
+    TrackingOpt,
+)
+from ablate.commands.planning import EffectOpt, PilotOpt, SdOpt, SimulationsOpt, show_plan
+from ablate.errors import AblateError, first_line
+from ablate.study.overrides import command_line
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Comparative ablation studies of transformer-style sequence models.",
+)
+app.add_typer(data_app, name="data")  # ablate data list | fetch | path
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        out.print(f"ablate {ablate.__version__}", markup=False, highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="Show the version and exit."),
+    ] = False,
+) -> None:
+    pass
+
+
+# Bounds that catch a typo (an extra digit of workers forks a process each; a heartbeat beyond a
+# day overflows a timer) and leave every real setting room.
+MAX_WORKERS, MAX_HEARTBEAT_S, MAX_GRACE_S = 1024, 3600, 86_400
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or lines.")]
+RetryFailedOpt = Annotated[
+    bool, typer.Option(help="Run again trials that failed (not only interrupted ones).")
+]
+
+
+REBUILD_HELP = "Rebuild a lost Optuna journal from the MLflow store's finished trials (kept) first."
+PRINT_HELP = "Print the resolved study (overrides applied, defaults filled in) as YAML."
+
+
+@app.command()
+def run(
+    study_file: StudyArg,
+    overrides: OverridesArg = None,
+    output: OutputOpt = None,
+    reports: ReportsOpt = None,
+    quiet: QuietOpt = False,
+    retry_failed: RetryFailedOpt = False,
+    workers: Annotated[
+        int, typer.Option("--workers", "-w", min=1, max=MAX_WORKERS, help="Worker processes on this machine.")
+    ] = 1,
+    storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option(metavar="all|N", help="Spread the workers over GPUs (CUDA_VISIBLE_DEVICES per worker)."),
+    ] = None,
+    per_gpu: Annotated[
+        int | None, typer.Option(min=1, help="Trials at once per GPU.", show_default="as many fit: measured")
+    ] = None,
+    reuse: ReuseOpt = None,
+    reuse_older_kinds: ReuseOlderOpt = False,
+    rebuild_queue: Annotated[bool, typer.Option("--rebuild-queue", help=REBUILD_HELP)] = False,
+    launcher: slurm.LauncherOpt = slurm.Launcher.local,
+    partition: slurm.PartitionOpt = None,
+    time: slurm.TimeOpt = None,
+    mem: slurm.MemOpt = None,
+    cpus: slurm.CpusOpt = None,
+    gpus_per_task: slurm.GpusOpt = None,
+    account: slurm.AccountOpt = None,
+    sbatch: slurm.SbatchOpt = None,
+    only: OnlyOpt = None,
+    print_config: Annotated[bool, typer.Option("--print-config", help=PRINT_HELP)] = False,
+) -> None:
+    """Train every (variant, seed) of a study (searching first if it has a search: section),
+    resuming where it stopped, then write the report. A comma sweep (train.lr=1e-3,3e-3) runs
+    the study once per value, each its own study named <name>.lr_0.001."""
+    from ablate.commands.across import run_across, several
+    from ablate.commands.running import each_point, run_and_report
+    from ablate.drive import Donors
+    from ablate.study.load import load_study
+
+    if len(points := command_line(study_file, overrides or (), only)) > 1:  # a sweep: a study per point
+        raise typer.Exit(each_point(run, dict(locals()), points))
+    with stopping.stop_signals(), _resumable(study_file, False, points[0]):  # it may read the data
+        study = load_study(study_file, overrides=(overrides := points[0]))
+    if print_config:
+        return print_resolved(study)
+    _warn_duplicates(study)
+    reuse = Donors(reuse or (), older_kinds=True) if reuse_older_kinds else reuse  # on to every worker
+    jobs = slurm.settings(launcher, study, partition, time, mem, cpus, gpus_per_task, account, sbatch)
+    if several(study):  # task.data lists data sets: a study each, then the across-data-set report
+        with stopping.stop_signals(), _resumable(study_file, False, overrides):
+            placing = None if gpus is None and per_gpu is None else (gpus, per_gpu)  # per data set
+            args = (quiet, retry_failed, workers, storage, tracking_uri, placing, reuse, rebuild_queue, jobs)
+            raise typer.Exit(1 if run_across(study, output, reports, *args) else 0)
+    placement = None
+    if gpus is not None or per_gpu is not None:
+        from ablate.commands.gpus import plan_gpus
+
+        placement = plan_gpus(study, gpus, per_gpu, workers)
+        workers = placement.workers
+        if not quiet:
+            err.print(placement.describe(), markup=False, highlight=False, soft_wrap=True)
+    with stopping.stop_signals(), _resumable(study_file, False, overrides):  # `kill` or Ctrl-C: a clean stop
+        arguments = (output, reports, quiet, retry_failed, workers, storage, tracking_uri, placement, reuse)
+        ran = run_and_report(study, *arguments, rebuild_queue=rebuild_queue, slurm=jobs)
+    if ran.failed:
+        raise typer.Exit(1)
+
+
+@contextmanager
+def _resumable(study_file: Path, quiet: bool, overrides: list[str] | None = None) -> Iterator[None]:
+    """A stopped run says how to go on (exit status 130, as for any Ctrl-C)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not quiet:
+            again = shlex.join(["ablate", "run", str(study_file), *(overrides or ())])
+            err.print(
+                f"interrupted: trials in flight are re-queued; `{again}` resumes",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+        raise typer.Exit(130) from None
+
+
+@app.command()
+def worker(
+    study_file: StudyArg,
+    overrides: OverridesArg = None,
+    storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
+    output: OutputOpt = None,
+    quiet: QuietOpt = False,
+    retry_failed: RetryFailedOpt = False,
+    heartbeat: Annotated[
+        int, typer.Option(min=1, max=MAX_HEARTBEAT_S, help="Seconds between heartbeats on a shared database.")
+    ] = 20,
+    grace: Annotated[
+        int,
+        typer.Option(
+            min=2, max=MAX_GRACE_S, help="Seconds without a heartbeat after which a trial is re-queued."
+        ),
+    ] = 120,
+    reuse: ReuseOpt = None,
+    reuse_older_kinds: ReuseOlderOpt = False,
+) -> None:
+    """Take trials from a study's shared queue until none is left (start one per machine or GPU,
+    all with the same --storage and --tracking-uri); writes no report (run `ablate report`)."""
+    from ablate.commands.across import one_dataset
+    from ablate.commands.progress import BarReporter
+    from ablate.commands.running import check_folders, stop_with_parent
+    from ablate.drive import Donors, Stores, run_study
+    from ablate.drive.recovery import check_stores
+    from ablate.study.load import load_study
+
+    with stopping.stop_signals(), _resumable(study_file, quiet, overrides):  # it may read the data
+        study = load_study(study_file, overrides=overrides or ())
+    one_dataset(study, "ablate worker")  # each data set's study has its own queue
+    stores = Stores.for_study(study, output, tracking_uri, storage)
+    stores.heartbeat_s, stores.grace_s = heartbeat, grace
+    check_folders(study, stores, output)  # before any training
+    check_stores(study, stores)  # a store lost beside the other: one line, nothing retrained
+    donors = Donors(reuse or (), reuse_older_kinds)
+    with stopping.stop_signals(), _resumable(study_file, quiet, overrides), progress_bars(quiet) as bars:
+        stop_with_parent()
+        summary = run_study(study, stores, BarReporter(study, bars, quiet), retry_failed, donors=donors)
+    trained = f"{summary.finished} trial(s) and {summary.searched} search trial(s) trained here"
+    err.print(f"worker done: {trained}{f', {summary.reused} reused (--reuse)' if summary.reused else ''}")
+    for variant, seed, reason in summary.failed:
+        err.print(f"[red]failed[/red] {variant}{f' seed {seed}' if seed >= 0 else ''}: {escape(reason)}")
+    if summary.failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def validate(
+    study_file: StudyArg,
+    overrides: OverridesArg = None,
+    only: OnlyOpt = None,
+    resolved: Annotated[bool, typer.Option("--resolved", help=PRINT_HELP)] = False,
+) -> None:
+    """Check a study file without training: keys, types, kinds, compatibility, every model's
+    shapes and size, and the data (read as `ablate run` reads them, through the same cache)."""
+    from ablate.commands.across import dataset_overrides, several
+    from ablate.errors import warn
+    from ablate.study.folders import output_problem
+    from ablate.study.load import load_study
+    from ablate.study.sizes import machine_memory
+    from ablate.training.preflight import preflight
+
+    if len(points := command_line(study_file, overrides or (), only)) > 1:  # a sweep: each point's study
+        for point in points:
+            validate(study_file, point, None, resolved)
+        return
+    with stopping.stop_signals():  # reading the data may take a while: Ctrl-C / SIGTERM stop it
+        study = load_study(study_file, overrides=(overrides := points[0]))
+        if resolved:
+            print_resolved(study)
+        if several(study):  # each data set's study, in turn
+            for entry in study.dataset.entries:
+                validate(study_file, dataset_overrides(study, entry))
+            return
+        data = study.task.load()
+    sizes = preflight(study, data)
+    problem = output_problem(study)  # as `ablate run` would, without --output
+    if problem is not None:
+        raise problem
+    n, design = len(study.variants), study.spec.sequential
+    seeds = [len(study.spec.seed_list)] if design is None else [design.initial, design.max]
+    span = lambda times: " to ".join(str(times * k) for k in seeds)  # noqa: E731
+    title = f"{study.name}: {n} variants × {span(1)} seeds = {span(n)} trials"
+    out.print(variants_table(study, sizes, title))
+    summary = ", ".join(f"{label} {value}" for label, value in study.task.data_summary(data).items())
+    out.print(f"data: {summary or 'loaded'}", markup=False, highlight=False, soft_wrap=True)
+    largest = max(sizes.values(), key=lambda size: size.memory)
+    if largest.memory > machine_memory():
+        warn(f"the largest variant needs {largest.describe()}, more than this machine's memory")
+    search = study.spec.search
+    if search.enabled:
+        from ablate.study.search import search_budget
+
+        out.print(
+            f"search: {search_budget(study)} {search.sampler} trial(s) per variant over "
+            f"{', '.join(search.space)} (pruner: {search.pruner}), then the best parameters over every seed"
+        )
+    if study.spec.match_params:
+        out.print(
+            "match_params: each variant's width knob is scaled to the baseline's backbone parameter count "
+            "(±2%) when the run starts"
+        )
+    if design is not None:
+        out.print(f"seeds: {design.describe()}")
+    _warn_duplicates(study)
+    given = f" with {shlex.join(overrides)}" if overrides else ""
+    out.print(f"{study_file}{given}: valid", markup=False, highlight=False, soft_wrap=True)
+
+
+def _warn_duplicates(study) -> None:
+    from ablate.study.load import duplicate_warnings
+
+    for line in duplicate_warnings(study):
+        err.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def plan(
+    study_file: StudyArg,
+    overrides: OverridesArg = None,
+    effect: EffectOpt = None,
+    sd: SdOpt = None,
+    pilot: PilotOpt = None,
+    simulations: SimulationsOpt = 400,
+) -> None:
+    """Before the run: the seeds and trials its design needs for 80% power, and for 'equivalent' at Δ = 0."""
+    show_plan(study_file, overrides or [], effect, sd, pilot, simulations)
+
+
+@app.command()
+def report(
+    study_file: Annotated[
+        Path | None, typer.Argument(help="Study file (or give --experiment).", show_default=False)
+    ] = None,
+    overrides: OverridesArg = None,
+    output: OutputOpt = None,
+    reports: ReportsOpt = None,
+    experiment: Annotated[
+        str | None, typer.Option(help="Experiment (study) name in the tracking store.")
+    ] = None,
+    tracking_uri: Annotated[
+        str | None, typer.Option(help="MLflow tracking URI.", show_default="the study's store")
+    ] = None,
+    trials: Annotated[
+        Path | None,
+        typer.Option(metavar="DIR", help="Also write each finished trial to DIR as a file --reuse reads."),
+    ] = None,
+) -> None:
+    """Rebuild the report from the tracking store alone (no training)."""
+    from ablate.commands.across import report_across, several
+    from ablate.commands.running import check_folders, write_study_report
+    from ablate.drive import Stores, folder_problem, write_trials
+    from ablate.study.load import load_study
+    from ablate.tracking.store import tracking_problem
+
+    if trials is not None and (problem := folder_problem(trials)):
+        raise AblateError(f"--trials {trials}: {problem}")
+    if study_file is not None:
+        study = load_study(study_file, check_files=False, overrides=overrides or ())
+        if several(study):  # each data set's trials and report, then the across-data-set report
+            return report_across(study, output, reports, tracking_uri, trials)
+        stores = Stores.for_study(study, output, tracking_uri)
+        out_dir = reports / study.name if reports else stores.output_dir / "report"
+        check_folders(study, stores, output, reports, out_dir, trains=False)
+        uri, experiment = stores.tracking_uri, study.name
+    elif experiment and tracking_uri:
+        if problem := tracking_problem(tracking_uri):
+            raise AblateError(f"--tracking-uri {tracking_uri}: {problem}")
+        out_dir = reports / experiment if reports else Path("runs") / experiment / "report"
+        if problem := folder_problem(out_dir):
+            raise AblateError(f"--reports {reports}: {problem}" if reports else problem)
+        uri, study = tracking_uri, None
+    else:
+        raise AblateError("give a study file, or both --experiment and --tracking-uri")
+    if trials is not None:  # first: a half-finished study may not make a report yet, its trials do
+        written, kept = write_trials(uri, experiment, trials)
+        held = f" ({kept} left as they were: a file there holds the trial from another run)" if kept else ""
+        err.print(f"trials: {len(written)} file(s) in {trials}{held}", markup=False, highlight=False)
+    paths, _ = write_study_report(uri, experiment, out_dir, study)
+    out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def compare(
+    source: SourceArg,
+    metric: MetricOpt,
+    baseline: BaselineOpt,
+    out_dir: OutOpt,
+    experiment: ExperimentOpt = None,
+    group_by: GroupByOpt = None,
+    seed_key: SeedKeyOpt = "seed",
+    higher_is_better: DirectionOpt = None,
+    margin: MarginOpt = None,
+    unpaired: UnpairedOpt = False,
+) -> None:
+    """Verdicts for runs already made (an MLflow experiment, a CSV of runs, result files): runs
+    grouped by their parameters less the seed, each group against the baseline, the same report."""
+    arguments = (source, metric, baseline, out_dir, experiment, group_by, seed_key, higher_is_better)
+    compare_command(*arguments, margin, unpaired)
+
+
+@app.command()
+def status(
+    study_file: StudyArg, overrides: OverridesArg = None, output: OutputOpt = None, storage: StorageOpt = None
+) -> None:
+    """Trials done / running / failed / left per variant (and search progress), with an ETA;
+    for a study over several data sets, each data set's and the across-data-set step."""
+    from ablate.commands.across import show_status
+    from ablate.study.load import load_study
+
+    show_status(load_study(study_file, check_files=False, overrides=overrides or ()), output, storage)
+
+
+app.command("cancel")(slurm.cancel_command)
+
+
+@app.command()
+def components(slot: Annotated[str | None, typer.Argument(help="Only this slot.")] = None) -> None:
+    """List every registered kind per slot with its options: type, allowed values, default and
+    a one-line description."""
+    from ablate.commands.listing import show_components
+
+    show_components(slot)
+
+
+def main() -> None:
+    try:
+        # standalone_mode=False: usage errors reach us as exceptions, so they print as one line.
+        code = app(standalone_mode=False, prog_name="ablate")  # also run as `python -m ablate.commands.cli`
+    except AblateError as exc:
+        say_error(str(exc))
+        sys.exit(exc.exit_code)
+    except UsageError as exc:
+        if exc.__class__.__name__ == "NoArgsIsHelpError":  # plain `ablate`: the help text
+            exc.show()
+        else:
+            say_error(usage_line(exc))
+        sys.exit(exc.exit_code)
+    except ClickException as exc:
+        say_error(exc.format_message())
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        say_error("aborted")
+        sys.exit(1)
+    except Exception as exc:  # noqa: BLE001 - only a store's or the disk's failure is answered here
+        if not isinstance(exc, OSError) and type(exc).__module__.split(".")[0] not in STORE_LIBRARIES:
+            raise  # anything else is a bug: its traceback is what a report of it needs
+        say_error(f"{type(exc).__name__}: {first_line(exc)}; stopped (what finished is kept; rerun resumes)")
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+# Whose errors mean a store (or the disk under it) failed mid-run: one line, exit 1, as a failed run.
+STORE_LIBRARIES = frozenset({"sqlalchemy", "sqlite3", "mlflow", "optuna"})
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

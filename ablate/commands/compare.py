@@ -1,0 +1,87 @@
+"""``ablate compare``: its options, and what it prints. The work (:mod:`.foreign`) loads pandas,
+scipy and MLflow, so it is imported when the command runs, not with the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ablate.commands.console import err, out
+
+SourceArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="SOURCE",
+        help="The runs: a CSV file (one row per run, e.g. a Weights & Biases export), a folder of "
+        "JSON / YAML result files (one per run), or an MLflow tracking URI (sqlite:///mlflow.db, "
+        "http://host:5000) with --experiment.",
+        show_default=False,
+    ),
+]
+ExperimentOpt = Annotated[str | None, typer.Option(help="The MLflow experiment's name.", show_default=False)]
+MetricOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--metric", "-m", help="A metric column; repeatable, the first is primary.", show_default=False
+    ),
+]
+BaselineOpt = Annotated[
+    str,
+    typer.Option(
+        help="The baseline group: its name (lr=0.1) or key=value pairs selecting it.", show_default=False
+    ),
+]
+OutOpt = Annotated[
+    Path, typer.Option("--out", metavar="DIR", help="Folder for the report.", show_default=False)
+]
+GroupByOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="KEY",
+        help="A parameter that tells the groups apart; repeatable.",
+        show_default="every parameter but the seed",
+    ),
+]
+SeedKeyOpt = Annotated[str, typer.Option(metavar="KEY", help="The column holding each run's seed.")]
+DirectionOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--higher-is-better/--lower-is-better",
+        help="The metrics' direction.",
+        show_default="known names (accuracy, ndcg, loss, mae, …)",
+    ),
+]
+MarginOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Practical margin of equivalence: in the metric's units or '2%' of the baseline's mean.",
+        show_default="2%",
+    ),
+]
+UnpairedOpt = Annotated[
+    bool, typer.Option("--unpaired", help="Compare unpaired (Welch) even where seeds pair.")
+]
+
+
+def compare_command(
+    source: str,
+    metrics: list[str],
+    baseline: str,
+    out_dir: Path,
+    experiment: str | None,
+    group_by: list[str] | None,
+    seed_key: str,
+    higher: bool | None,
+    margin: str | None,
+    unpaired: bool,
+) -> None:
+    from ablate.report.foreign import compare_runs
+
+    compared = compare_runs(
+        source, metrics, baseline, out_dir, experiment, group_by, seed_key, higher, margin, unpaired
+    )
+    err.print(compared.grouping, markup=False, highlight=False, soft_wrap=True)
+    out.print(compared.table, markup=False, highlight=False, soft_wrap=True)
+    out.print(f"report: {compared.paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)

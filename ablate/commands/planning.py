@@ -1,0 +1,430 @@
+"""``ablate plan``: before a study runs, the seeds per variant and trials its design needs for
+80 % power to call a difference of the effect worth detecting, and for an 80 % chance to call no
+difference equivalent — each figure with the assumptions it rests on (:mod:`.stats.power`).
+
+The noise is the sd of one seed's paired difference (variant − baseline), given (``--sd``) or
+estimated from an earlier study's finished trials (``--pilot``): a report's results.csv, or an
+output folder's tracking store. A pilot's wall times give the expected compute.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ablate.errors import AblateError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from ablate.stats import ReportSettings
+
+# An amount is in the metric's units, or "N%" of the baseline's mean.
+EffectOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="The smallest true Δ worth detecting: in the metric's units (0.005) or of the baseline's "
+        "mean ('1%').",
+        show_default="the study's practical margin",
+    ),
+]
+SdOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--sd",
+        help="The sd of one seed's paired difference (variant − baseline): in the metric's units or "
+        "of the baseline's mean ('3%').",
+        show_default=False,
+    ),
+]
+PilotOpt = Annotated[
+    Path | None,
+    typer.Option(
+        metavar="PATH",
+        help="An earlier study's finished trials, for the noise (and the baseline's mean, the wall "
+        "time): a report's results.csv (or its folder), or an output folder with a tracking store.",
+        show_default=False,
+    ),
+]
+SimulationsOpt = Annotated[
+    int, typer.Option(min=50, max=100_000, help="Simulated studies per scenario (sequential seeds).")
+]
+
+
+@dataclass(frozen=True)
+class Amount:
+    """A number as given: in the metric's units, or (``relative``) a share of the baseline's mean."""
+
+    value: float
+    relative: bool
+
+    @classmethod
+    def parse(cls, text: str, option: str) -> Amount:
+        number = text.strip().removesuffix("%")
+        try:
+            value = float(number)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value <= 0:
+            raise AblateError(f"{option} {text}: expected a number > 0 (0.005) or a share of the mean ('2%')")
+        relative = text.strip().endswith("%")
+        return cls(value / 100.0 if relative else value, relative)
+
+    def units(self, mean: float | None) -> float | None:
+        """In the metric's units (None: relative, and no mean known)."""
+        if not self.relative:
+            return self.value
+        return None if mean is None else self.value * abs(mean)
+
+
+@dataclass(frozen=True)
+class Pilot:
+    """What an earlier study's trials say: the pooled sd of the paired differences (``df`` its
+    degrees of freedom), the baseline's mean, the mean wall time of a trial (None: not recorded)."""
+
+    source: str
+    sd: float
+    df: int
+    how: str
+    mean: float
+    wall_s: float | None
+
+
+def read_pilot(path: Path, study_name: str, baseline: str, metric: str) -> Pilot:
+    """The noise, mean and wall time of ``path``'s finished trials on ``metric``."""
+    results = _pilot_results(path, study_name)
+    column = f"test.{metric}"
+    for needed in ("variant", "seed", column):
+        if needed not in results.columns:
+            raise AblateError(f"--pilot {path}: no column {needed!r} in its finished trials")
+    from ablate.stats.comparison import per_seed
+
+    table = per_seed(results, metric)
+    if baseline not in table.columns:
+        known = ", ".join(map(str, table.columns))
+        raise AblateError(f"--pilot {path}: no trials of the baseline {baseline!r} (variants: {known})")
+    base = table[baseline]
+    squares, df, pairs = 0.0, 0, 0
+    for variant in table.columns.drop(baseline):
+        d = (table[variant] - base).dropna().to_numpy()
+        if len(d) >= 2:
+            squares += float(((d - d.mean()) ** 2).sum())
+            df, pairs = df + len(d) - 1, pairs + 1
+    if df:
+        how = f"pooled sd of the paired differences of {pairs} variant(s) against {baseline}, df {df}"
+        sd = math.sqrt(squares / df)
+    else:  # the baseline alone: a paired difference of two independent seeds
+        x = base.dropna().to_numpy()
+        if len(x) < 2:
+            raise AblateError(f"--pilot {path}: fewer than 2 finished seeds of {baseline}: no noise to read")
+        df, sd = len(x) - 1, math.sqrt(2.0) * float(x.std(ddof=1))
+        how = f"√2 × the sd of {baseline} over {len(x)} seeds (no variant paired with it), df {df}"
+    if not sd > 0:
+        raise AblateError(f"--pilot {path}: its paired differences do not vary: no noise to read")
+    wall = results["wall_s"].dropna() if "wall_s" in results.columns else ()
+    wall_s = float(wall.mean()) if len(wall) else None
+    return Pilot(str(path), sd, df, how, float(base.mean()), wall_s)
+
+
+def _pilot_results(path: Path, study_name: str) -> pd.DataFrame:
+    """Finished trials, one row each: from results.csv (a file, or a report folder holding one) or
+    from an output folder's tracking store (the experiment of the study's name, or its only one)."""
+    import pandas as pd
+
+    csv = path / "results.csv" if path.is_dir() else path
+    if path.is_dir() and (path / "mlflow.db").is_file():
+        return _store_results(path, study_name)
+    if not csv.is_file():
+        raise AblateError(
+            f"--pilot {path}: neither a results.csv nor a folder holding one or a tracking store"
+        )
+    try:
+        return pd.read_csv(csv)
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        raise AblateError(f"--pilot {csv}: not a readable CSV: {str(exc).splitlines()[0]}") from None
+
+
+def _store_results(folder: Path, study_name: str) -> pd.DataFrame:
+    from ablate.tracking.results import load_results
+    from ablate.tracking.store import default_uri, open_client
+
+    uri = default_uri(folder)
+    names = [e.name for e in open_client(uri).search_experiments() if e.name != "Default"]
+    if study_name not in names and len(names) != 1:
+        raise AblateError(f"--pilot {folder}: which study? its store holds {', '.join(names) or 'none'}")
+    return load_results(uri, study_name if study_name in names else names[0], curves=False).results
+
+
+@dataclass(frozen=True)
+class Row:
+    design: str
+    question: str
+    seeds: str
+    trials: str
+    trial_count: float | None  # for the compute column
+    short: str = ""  # the question without this study's numbers (the total over data sets)
+
+
+def _fixed_rows(
+    s: ReportSettings, m: int, variants: int, effect: float, sd: float, margin: float, seeds: int | None
+) -> list[Row]:
+    """The fixed design's rows: seeds for 80% power, for 80% equivalence, and (``seeds``) the
+    chances at the study's own seeds."""
+    from ablate.stats.power import equivalence_power, seeds_for_difference, seeds_for_equivalence
+    from ablate.stats.verdicts import difference_power
+
+    level = s.alpha / m
+    eq_level = s.alpha if s.equivalence == "per-comparison" else s.alpha / m
+    rows = []
+    n = seeds_for_difference(effect, sd, level)
+    say = lambda k: ("> 10,000", "—", None) if k is None else (str(k), str(k * variants), k * variants)  # noqa: E731
+    question = "better / worse at Δ = effect: 80% power"
+    rows.append(Row("fixed seeds", question, *say(n), short=question))
+    n = seeds_for_equivalence(sd, margin, level=eq_level)
+    question = "equivalent at Δ = 0: 80% chance"
+    rows.append(Row("fixed seeds", question, *say(n), short=question))
+    if seeds is not None and seeds >= 2:
+        power = difference_power(seeds, effect, sd, level)
+        equivalent = equivalence_power(seeds, 0.0, sd, margin, eq_level)
+        rows.append(
+            Row(
+                f"the study's {seeds} seeds",
+                f"power {power:.0%} at Δ = effect; equivalent at Δ = 0: {equivalent:.0%}",
+                str(seeds),
+                str(seeds * variants),
+                seeds * variants,
+                "power at Δ = effect; equivalent at Δ = 0",
+            )
+        )
+    return rows
+
+
+def _sequential_rows(
+    s: ReportSettings, m: int, trained: int, effect: float, sd: float, mean: float, simulations: int
+) -> tuple[list[Row], list[str]]:
+    """The sequential design's rows (every Δ = 0; one Δ = effect, the rest 0) and a note where
+    its power falls short of 80%."""
+    from ablate.stats.power import simulate_sequential
+    from ablate.stats.verdicts import Verdict
+
+    design, sign = s.sequential, 1.0 if s.higher(s.primary) else -1.0
+    label = f"sequential {design.initial}–{design.max}"
+    extra = trained - (m + 1)  # variants trained but not tested (duplicates): as the baseline
+    null = simulate_sequential(s, [0.0] * m, sd, mean, simulations, seed=0)
+    effect_run = simulate_sequential(s, [sign * effect] + [0.0] * (m - 1), sd, mean, simulations, seed=1)
+    better = Verdict.BETTER if sign > 0 else Verdict.WORSE
+    rows = []
+    for run, question, short in (
+        (
+            null,
+            f"every Δ = 0: equivalent {null.share(Verdict.EQUIVALENT):.0%}; any false better / worse "
+            f"{null.any_share(Verdict.BETTER, Verdict.WORSE):.1%}",
+            "every Δ = 0",
+        ),
+        (
+            effect_run,
+            f"one Δ = effect: {better} {effect_run.share(better, column=0):.0%} (power)",
+            "one Δ = effect",
+        ),
+    ):
+        trials = float(run.trials.mean() + extra * run.seeds.max(axis=1).mean())
+        rows.append(
+            Row(
+                label, question, f"{run.seeds[:, 0].mean():.1f} (mean)", f"{trials:.1f} (mean)", trials, short
+            )
+        )
+    power = effect_run.share(better, column=0)
+    short = f"its maximum of {design.max} seeds gives {power:.0%} power at Δ = effect: raise seeds.max"
+    return rows, [short] if power < 0.8 else []
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """The effect, margin and noise in the metric's units (or, with no mean known and all three
+    given as shares, in shares of a mean of 1), the mean the simulations use, and each one's
+    source in words."""
+
+    effect: float
+    margin: float
+    sd: float
+    mean: float
+    lines: list[str]
+
+
+def assumptions(s: ReportSettings, effect: str | None, sd: str | None, found: Pilot | None) -> Assumptions:
+    from ablate.stats.settings import OF_ERROR
+
+    margin = s.margin_of()  # the primary metric's: the study file's, else its task's default
+    if isinstance(margin, str) and margin.endswith(OF_ERROR):  # a share of 1 − mean: needs the mean
+        if found is None:
+            raise AblateError(
+                f"report.margin {margin} (the primary metric's) is a share of the baseline's error, which "
+                "needs its mean: give a --pilot, or an absolute report.margin in the study file"
+            )
+        margin = s.margin_for(found.mean)
+    margin_given = Amount.parse(str(margin), "report.margin")
+    wanted = margin_given if effect is None else Amount.parse(effect, "--effect")
+    noise = Amount(found.sd, False) if found is not None else Amount.parse(sd, "--sd")
+    absolute = sum(not a.relative for a in (margin_given, wanted, noise))
+    if found is None and 0 < absolute < 3:
+        raise AblateError(
+            "a relative margin, effect or sd needs the baseline's mean: give the margin (report.margin), "
+            "--effect and --sd all in the metric's units or all as shares ('2%'), or a --pilot"
+        )
+    # no mean known and all three relative: the plan is the same in shares of a mean of 1
+    mean = 1.0 if found is None else found.mean
+    shares = found is None and absolute == 0
+
+    def show(x: float) -> str:
+        return f"{100 * x:.3g} % of the mean" if shares else f"{x:.4g}"
+
+    effect_u, margin_u, sd_u = (a.units(mean) for a in (wanted, margin_given, noise))
+    of_mean = f" of {s.baseline}'s mean" if margin_given.relative else ""
+    practical = "the study's practical margin"
+    lines = [
+        f"effect: Δ = {show(effect_u)} ({'--effect' if effect else practical})",
+        f"margin: ±{show(margin_u)} (report.margin {s.margin_of()}{of_mean})",
+        f"noise: sd(d) = {show(sd_u)} ({'--sd' if found is None else f'{found.how}, in {found.source}'})",
+        *([f"{s.baseline}'s mean: {mean:.4g} (the pilot)"] if found is not None else []),
+    ]
+    return Assumptions(effect_u, margin_u, sd_u, mean, lines)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One study's plan: its title, the lines of its assumptions, its rows and the pilot's wall time."""
+
+    title: str
+    lines: list[str]
+    rows: list[Row]
+    wall: float | None
+
+
+def show_plan(
+    study_file: Path,
+    overrides: list[str],
+    effect: str | None,
+    sd: str | None,
+    pilot: Path | None,
+    simulations: int,
+) -> None:
+    """Print the plan of ``study_file``'s design (see the module docstring); for a study over
+    several data sets, each data set's (a ``--pilot`` folder of such a study gives each its own
+    noise) and the totals over them."""
+    from ablate.commands.across import per_dataset, several
+    from ablate.study.load import load_study
+
+    if (sd is None) == (pilot is None):
+        raise AblateError(
+            "give the noise, one of --sd S (the sd of a seed's paired difference) or --pilot PATH"
+        )
+    study = load_study(study_file, check_files=False, overrides=overrides)
+    if not several(study):
+        _show(plan_of(study, effect, sd, pilot, simulations))
+        return
+    plans = {}
+    for label, sub in per_dataset(study, check_files=False).items():
+        plans[label] = plan_of(
+            sub, effect, sd, None if pilot is None else _pilot_of(pilot, label, sub.name), simulations
+        )
+        _show(plans[label])
+    _show_total(study.name, plans)
+
+
+def _pilot_of(pilot: Path, label: str, name: str) -> Path:
+    """A data set's pilot in a ``--pilot`` folder of a study over several data sets: its output
+    folder (``<output>/<data set>``) or its report (``<reports>/<study>/<study>.<data set>``);
+    else the pilot given, for every data set."""
+    for inside in (pilot / label, pilot / name):
+        if inside.is_dir():
+            return inside
+    return pilot
+
+
+def plan_of(study, effect: str | None, sd: str | None, pilot: Path | None, simulations: int) -> Plan:
+    """The plan of one study's design."""
+    s = study.report_settings()
+    m = len([v for v in s.variants if v != s.baseline and v not in s.duplicates])
+    if not m:
+        raise AblateError(
+            f"{study.path}: no variant is compared with the baseline {s.baseline!r}: nothing to plan"
+        )
+    found = None if pilot is None else read_pilot(pilot, study.name, s.baseline, s.primary)
+    a = assumptions(s, effect, sd, found)
+    eq = "α per comparison" if s.equivalence == "per-comparison" else f"α/m = {s.alpha / m:.3g}"
+    lines = [
+        *a.lines,
+        f"tests: {m} comparison(s) with {s.baseline} on {s.primary}; better / worse by the paired t-test at "
+        f"α/m = {s.alpha / m:.3g} ({s.correction_method.label}'s first step: a lower bound on its power), "
+        f"equivalent by TOST against ±margin at {eq} per side",
+    ]
+    design, variants = s.sequential, len(s.variants)
+    seeds = None if design is not None else len(study.spec.seed_list)
+    rows = _fixed_rows(s, m, variants, a.effect, a.sd, a.margin, seeds)
+    if design is not None:
+        simulated, notes = _sequential_rows(s, m, variants, a.effect, a.sd, a.mean, simulations)
+        rows += simulated
+        lines.append(
+            f"sequential: {design.describe()}; {simulations} simulated studies per scenario (±"
+            f"{1.96 * math.sqrt(0.25 / simulations):.0%} on a share), seeds and trials their means"
+        )
+        lines += notes
+    wall = None if found is None else found.wall_s
+    if wall is not None:
+        lines.append(f"compute: trials × the pilot's mean wall time, {wall:.3g} s a trial, one worker")
+    return Plan(f"{study.name}: plan for {s.primary}", lines, rows, wall)
+
+
+def _show(plan: Plan) -> None:
+    from rich.table import Table
+
+    from ablate.commands.console import duration, out
+
+    wall = plan.wall
+    table = Table(title=plan.title, title_justify="left")
+    for column in ("design", "question", "seeds per variant", "trials", *(["compute"] if wall else [])):
+        table.add_column(column, justify="left" if column in ("design", "question") else "right")
+    for r in plan.rows:
+        cost = [duration(r.trial_count * wall) if r.trial_count is not None else "—"] if wall else []
+        table.add_row(r.design, r.question, r.seeds, r.trials, *cost)
+    for line in plan.lines:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+    out.print(table)
+
+
+def _show_total(name: str, plans: dict[str, Plan]) -> None:
+    """The trials (and compute, where every data set's pilot gave a wall time) summed over the data
+    sets, per row of the design; and what the across-data-set verdict can say with this many."""
+    from rich.table import Table
+
+    from ablate.commands.console import duration, out
+
+    walls = [p.wall for p in plans.values()]
+    timed = all(w is not None for w in walls)
+    table = Table(title=f"{name}: total over {len(plans)} data sets", title_justify="left")
+    columns = ("design", "question", *(f"trials: {label}" for label in plans), "trials", "compute")
+    for column in columns[: len(columns) - (not timed)]:
+        table.add_column(column, justify="left" if column in ("design", "question") else "right")
+    for rows in zip(*(p.rows for p in plans.values()), strict=True):
+        counts = [r.trial_count for r in rows]
+        known = all(c is not None for c in counts)
+        total = f"{sum(counts):,.{0 if all(float(c).is_integer() for c in counts) else 1}f}" if known else "—"
+        cost = duration(sum(c * w for c, w in zip(counts, walls, strict=True))) if known and timed else "—"
+        table.add_row(
+            rows[0].design, rows[0].short, *(r.trials for r in rows), total, *([cost] if timed else [])
+        )
+    out.print(table)
+    k = len(plans)
+    verdicts = "generalises / varies / unknown" if k >= 3 else "only varies or unknown"
+    out.print(
+        f"across data sets: the verdict pools the {k} data sets' relative effects (random effects, HKSJ "
+        f"interval with {k - 1} df, prediction interval with {k - 2} df): with {k} it can say {verdicts}"
+        + ("; list at least 3 data sets for 'generalises'" if k < 3 else ""),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )

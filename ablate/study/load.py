@@ -1,0 +1,444 @@
+"""A validated study: the study file's components resolved against the registry, variants
+expanded (named patches and the factorial grid), compatibility with the task checked.
+
+Every problem becomes a :class:`~ablate.errors.StudyError` whose one-line message names the
+file, the line and the key path (:mod:`ablate.study.file`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ablate.components import BuildContext, Component
+from ablate.data.catalog import NamedData, named_data
+from ablate.errors import DataError, StudyError
+from ablate.model.blocks import PLACEMENTS
+from ablate.registry import COMPONENT_SLOTS
+from ablate.schema import Bare, Locator
+from ablate.stats import ReportSettings
+from ablate.study.file import lookup, read_study, validate_options
+from ablate.study.load import sizes
+from ablate.study.overrides import OverriddenLocator, apply_overrides, parse_overrides
+from ablate.study.search import SEARCH_ROOTS, check_search
+from ablate.study.sizes import NOMINAL_TOKENS
+from ablate.study.spec import BASE, ComponentSpec, ModelSpec, StudySpec, TrainSpec
+from ablate.study.variants import expand, patched, variant_differences
+from ablate.tasks import Task
+
+
+def placement_problem(placement: str, attention: type, connection: type) -> str | None:
+    """Why ``placement`` cannot go with these attention / connection kinds, or None. A
+    placement that hands the attention a separate key / value source needs a kind that takes
+    one and a single-stream connection (whose branch input is its own input)."""
+    if not PLACEMENTS[placement].mix.gives_source:
+        return None
+    if not attention.takes_source:
+        return (
+            f"{placement!r} takes the attention's keys and values from the un-normalised stream, "
+            f"which attention kind '{attention.kind_name()}' does not support (softmax does); "
+            f"use placement 'pre_skip'"
+        )
+    if not connection.single_stream:
+        return (
+            f"{placement!r} needs a single-stream connection (residual), but connection kind "
+            f"'{connection.kind_name()}' keeps several streams; use placement 'pre_skip'"
+        )
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Resolved (registry-checked) form
+
+
+@dataclass(frozen=True)
+class Part:
+    """One resolved component: its class and validated options."""
+
+    slot: str
+    cls: type[Component]
+    options: Any
+
+    @property
+    def label(self) -> str:
+        return self.cls.describe(self.options)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    spec: ModelSpec
+    attention: Part
+    ffn: Part
+    norm: Part
+    connection: Part
+    bias: tuple[Part, ...]
+
+    def parts(self, slot: str) -> tuple[Part, ...]:
+        """The slot's resolved components: one, or the bias list."""
+        held = getattr(self, slot)
+        return held if isinstance(held, tuple) else (held,)
+
+    def components(self) -> dict[str, str]:
+        """Slot -> label, for tags and the report's 'differs' column."""
+        labels = {slot: "+".join(p.label for p in self.parts(slot)) or "none" for slot in COMPONENT_SLOTS}
+        labels["norm"] += f" ({self.spec.norm.placement})"
+        return {**labels, "shape": f"d={self.spec.dim},L={self.spec.blocks},p={self.spec.dropout}"}
+
+    def differs_from(self, other: Variant) -> str:
+        return variant_differences(self, other)
+
+
+@dataclass
+class Study:
+    spec: StudySpec
+    path: Path
+    task: Task
+    variants: dict[str, Variant]  # base first
+    loss: BaseModel
+    metrics: list[str] = field(default_factory=list)  # primary first
+    overrides: tuple[str, ...] = ()  # the `key=value` overrides applied to the file, as given
+    # Variant → where its problems are reported: the locator and its key (``("variants", name)``).
+    located: dict[str, tuple[Locator, tuple]] = field(default_factory=dict)
+    dataset: NamedData | None = None  # task.data by name (several listed: `labels`, ablate.commands.across)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def output_dir(self, override: str | Path | None = None) -> Path:
+        chosen = override or self.spec.output or Path("runs") / self.name
+        return Path(chosen).resolve()
+
+    def locate(self, variant: str) -> tuple[Locator, tuple]:
+        """Where a problem of ``variant`` is reported: its locator and key in the study file."""
+        return self.located.get(variant) or (Bare(self.path, {}), ("model",))
+
+    def report_settings(self) -> ReportSettings:
+        """What the report needs: the study file's ``report:`` section filled in with the study's
+        name, metrics and their directions, and variants (stored with the study in MLflow, so a
+        report can be rebuilt from the tracking store alone)."""
+        return ReportSettings.model_validate(
+            {
+                **self.spec.report.model_dump(),
+                "study": self.name,
+                "primary": self.metrics[0],
+                "metrics": self.metrics,
+                "variants": list(self.variants),
+                "higher_is_better": {m: self.task.metric_higher_is_better(m) for m in self.metrics},
+                "margins": {m: self.task.default_margin(m) for m in self.metrics},
+                "sequential": self.spec.sequential,
+                "duplicates": duplicate_variants(self),
+                "grid": self.spec.grid,
+            }
+        )
+
+    def report_settings_json(self) -> str:
+        """:meth:`report_settings` as the JSON text stored with the study in MLflow."""
+        return self.report_settings().model_dump_json()
+
+    def with_params(self, variant: str, params: dict[str, Any]) -> tuple[Study, Variant]:
+        """This study with ``params`` (dotted ``model.*`` / ``train.*`` keys) applied to
+        ``variant`` and to the training settings. Raises :class:`StudyError` naming the key.
+
+        Called for every parameter-matching probe and search value, so only what the keys can
+        change is validated again: the training settings (and the loss, for ``train.loss.*``),
+        the model settings and the slots whose settings changed; the rest was valid already."""
+        old = self.variants[variant]
+        model = old.spec.model_dump()
+        train = self.spec.train.model_dump()
+        touched: set[tuple[str, str]] = set()  # (root, first key under it)
+        for dotted, value in params.items():
+            root, *path = dotted.split(".")
+            if root not in SEARCH_ROOTS or not path:
+                raise StudyError(f"{dotted}: not a model.* or train.* key")
+            _set_dotted({"model": model, "train": train}[root], path, value)
+            touched.add((root, path[0]))
+        where = Bare(self.path, {})
+        spec, loss, resolved = self.spec, self.loss, old
+        if any(root == "train" for root, _ in touched):
+            try:
+                train_spec = TrainSpec.model_validate(train)
+            except ValidationError as exc:
+                raise where.pydantic(exc, ("train",)) from None
+            if ("train", "loss") in touched:
+                try:
+                    loss = type(self.loss).model_validate(train_spec.loss)
+                except ValidationError as exc:
+                    raise where.pydantic(exc, ("train", "loss")) from None
+            spec = self.spec.model_copy(update={"train": train_spec})
+        if any(root == "model" for root, _ in touched):
+            resolved = _re_resolve(where, old, model, ("model",), self.task)
+        if resolved is not old or ("train", "batch_size") in touched:
+            check_size(where, ("model",), self.task, spec.train.batch_size, resolved)
+        changed = replace(self, spec=spec, loss=loss, variants={**self.variants, variant: resolved})
+        return changed, resolved
+
+    def build_context(self, variant: Variant, max_len: int) -> BuildContext:
+        return BuildContext(
+            dim=variant.spec.dim,
+            dropout=variant.spec.dropout,
+            max_len=max_len,
+            ordered=self.task.ordered,
+            features=self.task.features(),
+            values_width=self.task.values_width(),
+        )
+
+
+def duplicate_variants(study: Study) -> dict[str, str]:
+    """Variant → the first variant (the baseline before all) configured exactly like it: the same
+    resolved components (a default spelt out counts as the default) and model settings, under the
+    study's one training setup, so it trains the same models and its comparison tests nothing."""
+
+    def configuration(variant: Variant) -> tuple:
+        shape = variant.spec.model_dump(exclude=set(COMPONENT_SLOTS))
+        parts = tuple(variant.parts(slot) for slot in COMPONENT_SLOTS)
+        return shape, variant.spec.norm.placement, parts
+
+    # The report's baseline first: a variant like it is the one left untested, never the baseline.
+    baseline = study.spec.report.baseline
+    names = [baseline, *(name for name in study.variants if name != baseline)]
+    seen: list[tuple[str, tuple]] = []
+    duplicates = {}
+    for name in names:
+        mine = configuration(study.variants[name])
+        first = next((other for other, theirs in seen if theirs == mine), None)
+        if first is None:
+            seen.append((name, mine))
+        else:
+            duplicates[name] = first
+    return duplicates
+
+
+def duplicate_warnings(study: Study) -> list[str]:
+    """One line per variant configured exactly like another (:func:`duplicate_variants`)."""
+    return [
+        f"variant '{name}' is configured exactly like '{first}': it trains the same models; "
+        f"its comparison is not tested"
+        for name, first in duplicate_variants(study).items()
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+
+
+# Task options that became training options: an old study file gets told where they went.
+MOVED_KEYS = {"micro_batches": "train.micro_batches"}
+MOVED_KEYS_WHY = "how a batch's loss is stepped belongs to training; the task only says how to cut a batch"
+
+
+def load_study(path: str | Path, check_files: bool = True, overrides: Iterable[str] = ()) -> Study:
+    """Parse and fully validate a study file, with ``key=value`` overrides (:mod:`ablate.study.overrides`)
+    applied first. Raises :class:`StudyError` / :class:`DataError`."""
+    path = Path(path)
+    raw, lines = read_study(path)
+    given = parse_overrides(overrides)
+    raw = apply_overrides(raw, given)
+    where = OverriddenLocator(path, lines, given) if given else Locator(path, lines)
+    try:
+        spec = StudySpec.model_validate(raw)
+    except ValidationError as exc:
+        raise where.pydantic(exc, ()) from None
+
+    task_cls = lookup(where, ("task", "kind"), "task", spec.task.kind)
+    raw_task = {k: v for k, v in raw["task"].items() if k != "kind"}
+    for key, now in MOVED_KEYS.items():
+        if key in raw_task:
+            raise where.error(("task", key), f"moved to {now}: {MOVED_KEYS_WHY}")
+    named, raw_task = named_data(where, raw_task, check_files)
+    task_options = validate_options(where, ("task",), task_cls, raw_task)
+    task: Task = task_cls(task_options, path.parent.resolve())
+    problem = task.options_problem()
+    if problem is not None:
+        raise where.error(("task", *problem[0]), problem[1])
+
+    try:
+        loss = task_cls.LossOptions.model_validate(spec.train.loss)
+    except ValidationError as exc:
+        raise where.pydantic(exc, ("train", "loss")) from None
+
+    metrics = [spec.metrics.primary.lower()] + [m.lower() for m in spec.metrics.also]
+    for i, metric in enumerate(metrics):
+        problem = task.check_metric(metric)
+        if problem:
+            key = ("metrics", "primary") if i == 0 else ("metrics", "also", i - 1)
+            raise where.error(key, problem)
+
+    if spec.train.micro_batches > 1 and not task.splits_batches:
+        raise where.error(
+            ("train", "micro_batches"),
+            f"the {task.kind_name()} task trains whole batches only (it cannot cut a batch into "
+            f"micro-batches): leave it at 1",
+        )
+
+    located = {BASE: (where, BASE_KEY)}
+    variants = {BASE: _resolve_variant(where, BASE, raw.get("model", {}), BASE_KEY, task)}
+    for name, (patch, at) in expand(where, spec).items():
+        if name == BASE:
+            raise where.error(
+                ("variants", name), f"'{BASE}' is the name of the base model; rename the variant"
+            )
+        merged = patched(raw.get("model", {}), patch)
+        located[name] = (at, ("variants", name))
+        variants[name] = _resolve_variant(at, name, merged, ("variants", name), task)
+    for name, variant in variants.items():
+        check_size(*located[name], task, spec.train.batch_size, variant)
+
+    if spec.report.baseline not in variants:
+        raise where.error(
+            ("report", "baseline"),
+            f"baseline '{spec.report.baseline}' is not a variant (variants: {', '.join(variants)})",
+        )
+    if problem := spec.report.combination_problem(spec.sequential is not None):
+        raise where.error(("report", problem[0]), problem[1])
+    study = Study(
+        spec=spec,
+        path=path.resolve(),
+        task=task,
+        variants=variants,
+        loss=loss,
+        metrics=metrics,
+        overrides=tuple(o.text for o in given),
+        located=located,
+        dataset=named,
+    )
+    check_search(where, study)
+    if check_files and (problem := task.check_files()):
+        raise DataError(f"{path}: task.data: {problem}")
+    return study
+
+
+# Keys a variant's patch does not touch are reported at their place in the base model.
+BASE_KEY = ("model",)
+# A change to any of these slots can make the norm placement unfit (:func:`placement_problem`).
+PLACEMENT_SLOTS = frozenset({"norm", "attention", "connection"})
+
+
+def _resolve_variant(where: Locator, name: str, raw_model: dict, key: tuple, task: Task) -> Variant:
+    spec = _model_spec(where, raw_model, key)
+    if spec.config and not task.runs_trials:
+        why = "model.config is read by a task that trains its own model (e.g. task kind 'function')"
+        raise where.error(key + ("config",), f"the {task.kind_name()} task trains ablate's model: {why}")
+    parts = _resolve_slots(where, spec, key, task, COMPONENT_SLOTS)
+    _check_placement(where, spec, key, parts["attention"], parts["connection"])
+    return Variant(name=name, spec=spec, **parts)
+
+
+def _re_resolve(where: Locator, old: Variant, raw_model: dict, key: tuple, task: Task) -> Variant:
+    """``old`` with its model settings replaced by ``raw_model``: only the slots whose settings
+    changed are resolved and checked again (the others were valid for this task already)."""
+    spec = _model_spec(where, raw_model, key)
+    before, after = old.spec.model_dump(), spec.model_dump()
+    changed = [slot for slot in COMPONENT_SLOTS if not _identical(before[slot], after[slot])]
+    parts = _resolve_slots(where, spec, key, task, changed)
+    variant = replace(old, spec=spec, **parts)
+    if PLACEMENT_SLOTS.intersection(changed):
+        _check_placement(where, spec, key, variant.attention, variant.connection)
+    return variant
+
+
+def _model_spec(where: Locator, raw_model: dict, key: tuple) -> ModelSpec:
+    try:
+        return ModelSpec.model_validate(raw_model)
+    except ValidationError as exc:
+        raise where.pydantic(exc, key, BASE_KEY) from None
+
+
+def _slot_components(spec: ModelSpec, slot: str) -> list[tuple[tuple, ComponentSpec]]:
+    """(key path under ``model``, settings) of each component a slot holds."""
+    held = getattr(spec, slot)
+    if isinstance(held, list):
+        return [((slot, i), comp) for i, comp in enumerate(held)]
+    return [((slot,), held)]
+
+
+def _resolve_slots(
+    where: Locator, spec: ModelSpec, key: tuple, task: Task, slots: Iterable[str]
+) -> dict[str, Any]:
+    """Slot -> its resolved :class:`Part` (a tuple of them for a list slot), for ``slots``: every
+    kind looked up and its options validated, then each checked against the task."""
+    resolved: dict[str, tuple[Part, ...]] = {}
+    for slot in slots:
+        parts = []
+        for sub, comp in _slot_components(spec, slot):
+            cls = lookup(where, key + sub + ("kind",), slot, comp.kind)
+            options = validate_options(where, key + sub, cls, comp.options(), BASE_KEY + sub)
+            parts.append(Part(slot, cls, options))
+        resolved[slot] = tuple(parts)
+    for slot, parts in resolved.items():
+        for (sub, _), part in zip(_slot_components(spec, slot), parts, strict=True):
+            problem = incompatibility(part, task.kind_name(), task.features(), task.ordered)
+            problem = problem or task.incompatibility(part.slot, part.cls, part.options)
+            if problem:
+                raise where.error(key + sub + ("kind",), problem, BASE_KEY + sub)
+    # A list slot (bias) holds the tuple, the others their one part.
+    return {
+        slot: parts if isinstance(getattr(spec, slot), list) else parts[0] for slot, parts in resolved.items()
+    }
+
+
+def check_size(where: Locator, key: tuple, task: Task, batch_size: int, variant: Variant) -> None:
+    """Every component of ``variant`` built on the meta device (:func:`ablate.study.sizes.check`): a
+    shape its constructor refuses, or a model past the memory limit, fails here naming the key.
+    The data's tokens per row are not known yet: :data:`~ablate.study.sizes.NOMINAL_TOKENS` stand in."""
+    ctx = BuildContext(
+        dim=variant.spec.dim,
+        dropout=variant.spec.dropout,
+        max_len=NOMINAL_TOKENS,
+        ordered=task.ordered,
+        features=task.features(),
+        values_width=task.values_width(),
+    )
+    sizes.check(where, key, variant, ctx, batch_size)
+
+
+def _check_placement(where: Locator, spec: ModelSpec, key: tuple, attention: Part, connection: Part) -> None:
+    problem = placement_problem(spec.norm.placement, attention.cls, connection.cls)
+    if problem:
+        raise where.error(key + ("norm", "placement"), problem, BASE_KEY + ("norm", "placement"))
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Equal, with the same types throughout: ``2 == 2.0``, but a kind's options may keep them apart."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_identical(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def incompatibility(part: Part, task: str, features: frozenset[str], ordered: bool) -> str | None:
+    """Why ``part`` cannot run on this task's tokens (naming both sides), or None."""
+    kind = f"{part.slot} kind '{part.cls.kind_name()}'"
+    missing = set(part.cls.requirements(part.options)) - set(features)
+    if missing:
+        return (
+            f"{kind} needs {', '.join(sorted(missing))}, but task '{task}' with these data options "
+            f"provides {', '.join(sorted(features)) or 'no side information'}"
+        )
+    if part.cls.ordered_only and not ordered:
+        return f"{kind} needs ordered tokens (sequences), but task '{task}' has unordered tokens"
+    if part.cls.unordered_only and ordered:
+        return f"{kind} works on unordered token sets, but task '{task}' has ordered tokens used causally"
+    return None
+
+
+def _set_dotted(node: dict, path: list[str], value: Any) -> None:
+    for part in path[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            raise StudyError(f"{'.'.join(path)}: '{part}' holds no keys")
+        node = child
+    if path[-1] == "kind":  # a new kind starts from its own defaults (as a variant patch does)
+        node.clear()
+    node[path[-1]] = value

@@ -1,0 +1,89 @@
+"""A new SQLite tracking store as a copy of an empty one MLflow migrated before.
+
+MLflow makes a SQLite store by running its schema migrations: 1.65 s for every new study, every
+test that runs one (measured at load 4 on 2 cores), where opening a migrated copy takes 0.03 s.
+The first store MLflow makes is kept, before anything is written into it, in this user's own
+cache folder (``stores-<uid>``, under the rules of the compiled kernels' folder: owned by this
+user, writable by no one else), one per MLflow version; each later new store starts as a copy.
+
+Nothing read back may lie: the kept store is checked before every copy — MLflow's one Default
+experiment and default workspace, no run, no other row in any table — so a file planted with runs
+in it is never copied into a study; anything amiss, and MLflow makes the store as before.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from importlib.metadata import version
+from pathlib import Path
+
+from ablate.cache import cache_dir
+from ablate.kernels.build import Unavailable, private_folder
+
+# the rows an empty store holds: MLflow's schema version, its Default experiment, the default workspace
+_SEEDED_ROWS = {"alembic_version": 1, "experiments": 1, "workspaces": 1}
+
+
+def _kept() -> Path:
+    return cache_dir() / f"stores-{os.getuid()}" / f"mlflow-{version('mlflow')}-empty.db"
+
+
+def _is_empty(db: Path) -> bool:
+    """Whether ``db`` is a store holding nothing but what MLflow writes into a new one."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as connection:
+        tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        if "experiments" not in tables or "runs" not in tables:
+            return False
+        for table in tables:
+            count = connection.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+            if count > _SEEDED_ROWS.get(table, 0):
+                return False
+        return connection.execute("SELECT experiment_id FROM experiments").fetchall() in ([], [(0,)])
+
+
+def seed(db: Path) -> bool:
+    """Start the store ``db`` (missing or empty) as a copy of the kept empty store, where a sound
+    one is kept; False where MLflow is to make it. The Default experiment's artifact folder is set
+    to what MLflow gives it here (``./mlruns/0`` of the working folder)."""
+    if db.exists() and db.stat().st_size:
+        return False
+    kept = _kept()
+    try:
+        private_folder(kept.parent)
+        if not kept.is_file() or not _is_empty(kept):
+            return False
+        partial = db.with_name(db.name + ".new")
+        shutil.copyfile(kept, partial)
+        from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
+        from mlflow.utils.uri import append_to_uri_path, resolve_uri_if_local
+
+        default = append_to_uri_path(resolve_uri_if_local(DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH), "0")
+        with sqlite3.connect(partial) as connection:
+            connection.execute(
+                "UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0", (default,)
+            )
+        connection.close()
+        os.replace(partial, db)
+        return True
+    except (Unavailable, OSError, sqlite3.Error):
+        return False
+
+
+def keep(db: Path) -> None:
+    """Keep a copy of the store MLflow has just made at ``db``, before anything is written into it,
+    where no sound copy is kept yet (a consistent snapshot through SQLite's backup)."""
+    kept = _kept()
+    try:
+        private_folder(kept.parent)
+        if kept.is_file() and _is_empty(kept) or not _is_empty(db):
+            return
+        partial = kept.with_name(f"{kept.name}.{os.getpid()}")
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as source, sqlite3.connect(partial) as target:
+            source.backup(target)
+        target.close()
+        source.close()
+        os.replace(partial, kept)
+    except (Unavailable, OSError, sqlite3.Error):
+        return
