@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate_studies import stop_if_clashing
+from ablate_namesake import stop_if_clashing
 
 # Before anything else of ours: with the unrelated PyPI `ablate` in this environment, one line
 # naming both (exit status 2), not an ImportError from a package half made of the other's files.

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.commands.data import catalog as datasets
+from ablate.data import catalog as datasets
 from ablate.data.catalog import Dataset
 from ablate.schema import Vocabulary
 from ablate.stats.across import across_datasets, dataset_ranks

@@ -26,8 +26,9 @@ from ablate.model.blocks import (
     PreNormSkipSource,
 )
 from ablate.model.build import build_backbone, count_parameters
-from ablate.study.load import Part, Variant, placement_problem
-from ablate.study.spec import ModelSpec
+from ablate.model.spec import ModelSpec
+from ablate.model.variant import Part, Variant
+from ablate.study.load import placement_problem
 
 B, N, D = 2, 5, 4
 

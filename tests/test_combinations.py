@@ -31,8 +31,9 @@ from torch import nn
 from ablate import registry
 from ablate.components import BuildContext, TokenContext
 from ablate.model.build import build_backbone
-from ablate.study.load import Part, Variant, incompatibility
-from ablate.study.spec import ModelSpec
+from ablate.model.spec import ModelSpec
+from ablate.model.variant import Part, Variant
+from ablate.study.load import incompatibility
 
 B, N, D, W = 2, 5, 8, 6  # batch, tokens, width, raw values per token
 

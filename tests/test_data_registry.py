@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ablate.commands.data import catalog as datasets
+from ablate.data import catalog as datasets
 from ablate.data.catalog import Dataset, download, locate, registry
 from ablate.errors import DataError
 from ablate.schema import Vocabulary

@@ -17,7 +17,6 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from ablate import registry
-from ablate.commands.across import per_dataset, several
 from ablate.drive.execution import Execution, Job
 from ablate.drive.ledger import (
     check_changed,
@@ -31,6 +30,7 @@ from ablate.drive.older import older_fingerprints
 from ablate.drive.reuse import TRIAL_FORMAT, TRIAL_SUFFIX, Donors, StoredTrial
 from ablate.errors import AblateError
 from ablate.study.load import load_study
+from ablate.study.several import per_dataset, several
 from ablate.study.spec import TrainSpec
 from ablate.tracking.store import REUSED_TAG
 from ablate.training.trainer import Checkpoint

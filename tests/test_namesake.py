@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCES = ["pyproject.toml", "README.md", "ablate_studies.py", "ablate", "plugins"]
+SOURCES = ["pyproject.toml", "README.md", "ablate_studies.py", "ablate_namesake.py", "ablate", "plugins"]
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
 ADVICE = "`pip uninstall ablate` and then `pip install --force-reinstall --no-deps ablate-studies`"
 
@@ -58,7 +58,7 @@ def test_our_wheel_holds_every_module_of_the_package(wheels):
     names = set(zipfile.ZipFile(wheels["ours"]).namelist())
     modules = {p.relative_to(REPO).as_posix() for p in (REPO / "ablate").rglob("*.py")}
     assert modules <= names, sorted(modules - names)
-    assert "ablate_studies.py" in names
+    assert {"ablate_studies.py", "ablate_namesake.py"} <= names
 
 
 def _environment(folder: Path, wheels: dict[str, Path], order: list[str]) -> Path:

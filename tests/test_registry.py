@@ -10,8 +10,8 @@ import pytest
 
 from ablate import components, registry
 from ablate.errors import AblateError
-from ablate.study.load import Variant
-from ablate.study.spec import ModelSpec
+from ablate.model.spec import ModelSpec
+from ablate.model.variant import Variant
 
 BASES = {
     "attention": components.Attention,

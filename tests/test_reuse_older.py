@@ -15,7 +15,7 @@ from tiny_study import tiny_spec
 
 import ablate
 from ablate import registry
-from ablate.commands.running import worker_command
+from ablate.commands.workers import worker_command
 from ablate.drive import Stores, write_trials
 from ablate.drive.ledger import OLDER_FINGERPRINT_TAG, OLDER_KINDS_TAG, fingerprint, legacy_fingerprint
 from ablate.drive.older import OlderDonor, older_fingerprints

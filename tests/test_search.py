@@ -9,17 +9,8 @@ import pytest
 
 from ablate.errors import StudyError
 from ablate.study.load import load_study
-from ablate.study.search import (
-    PRUNERS,
-    SAMPLERS,
-    Categorical,
-    FloatRange,
-    IntRange,
-    grid_order,
-    make_pruner,
-    make_sampler,
-    search_budget,
-)
+from ablate.study.search import PRUNERS, SAMPLERS, Categorical, FloatRange, IntRange
+from ablate.study.tuning import grid_order, make_pruner, make_sampler, search_budget
 
 
 def _trial() -> optuna.Trial:

@@ -446,7 +446,8 @@ def test_exponent_strings_are_integers_where_an_integer_goes():
     """PyYAML reads ``1e3`` as a string; an integer field takes it as the number it writes."""
     from pydantic import ValidationError
 
-    from ablate.study.spec import ModelSpec, TrainSpec
+    from ablate.model.spec import ModelSpec
+    from ablate.study.spec import TrainSpec
 
     assert ModelSpec.model_validate({"dim": "1e3"}).dim == 1000
     assert ModelSpec.model_validate({"dim": "1.5E2"}).dim == 150

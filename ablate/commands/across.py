@@ -10,56 +10,12 @@ set's study, then the across-data-set step."""
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Any
 
 from ablate.commands.console import err, out
-from ablate.data.catalog import entry_override, label_of
-from ablate.errors import AblateError
-from ablate.study.load import Study, load_study
-
-
-def several(study: Study) -> bool:
-    """Whether the study lists several data sets."""
-    return study.dataset is not None and len(study.dataset.entries) > 1
-
-
-def one_dataset(study: Study, command: str) -> None:
-    """Refuse, in one line, a study over several data sets where ``command`` takes one study."""
-    if several(study):
-        first = shlex.join(dataset_overrides(study, study.dataset.entries[0])[len(study.overrides) :])
-        raise AblateError(
-            f"task.data lists data sets: {command} takes one data set's study (`{first}` for the first; "
-            f"`ablate run` runs them all)"
-        )
-
-
-def dataset_overrides(study: Study, entry: Any) -> list[str]:
-    """The overrides that make the study file one data set's study."""
-    return [*study.overrides, entry_override(entry), f"name={study.name}.{label_of(entry)}"]
-
-
-def per_dataset(study: Study, check_files: bool = True) -> dict[str, Study]:
-    """Data set → its study (loaded with :func:`dataset_overrides`)."""
-    entries = study.dataset.entries if study.dataset is not None else ()
-    return {label_of(e): load_study(study.path, check_files, dataset_overrides(study, e)) for e in entries}
-
-
-def each_study(study: Study, output: Path | None) -> list[tuple[Study, Path | None]]:
-    """The study and its ``--output``; for one over several data sets, each data set's."""
-    if not several(study):
-        return [(study, output)]
-    return [(sub, _where(study, label, output, None)[0]) for label, sub in per_dataset(study, False).items()]
-
-
-def _where(
-    study: Study, label: str, output: Path | None, reports: Path | None
-) -> tuple[Path | None, Path | None]:
-    """A data set's --output (under the study's --output or ``output:``, each its own folder) and
-    --reports (under the study's)."""
-    base = output or study.spec.output
-    return (Path(base) / label if base else None), (reports / study.name if reports else None)
+from ablate.study.load import Study
+from ablate.study.several import data_set_folders, per_dataset, several
 
 
 def run_across(study: Study, output: Path | None, reports: Path | None, *args: Any) -> list:
@@ -75,7 +31,7 @@ def run_across(study: Study, output: Path | None, reports: Path | None, *args: A
     failed, done = [], {}
     for label, sub in per_dataset(study).items():
         err.print(f"data set {label}: study {sub.name}", markup=False, highlight=False)
-        sub_output, sub_reports = _where(study, label, output, reports)
+        sub_output, sub_reports = data_set_folders(study, label, output, reports)
         placement, sub_workers = None, workers
         if gpus is not None:
             from ablate.commands.gpus import plan_gpus
@@ -113,7 +69,7 @@ def report_across(
 
     wanted = {}
     for label, sub in per_dataset(study, check_files=False).items():
-        sub_output, sub_reports = _where(study, label, output, reports)
+        sub_output, sub_reports = data_set_folders(study, label, output, reports)
         stores = Stores.for_study(sub, sub_output, tracking_uri)
         out_dir = sub_reports / sub.name if sub_reports else stores.output_dir / "report"
         check_folders(sub, stores, sub_output, sub_reports, out_dir, trains=False)
@@ -142,7 +98,7 @@ def show_status(study: Study, output: Path | None, storage: str | None) -> None:
     finished = []
     for label, sub in per_dataset(study, check_files=False).items():
         out.print(f"data set {label}:", markup=False, highlight=False)
-        if _status_of(sub, _where(study, label, output, None)[0], storage):
+        if _status_of(sub, data_set_folders(study, label, output, None)[0], storage):
             finished.append(label)
     k = len(study.dataset.entries)
     where = _across_dir(study, output, None) / "across_datasets.md"

@@ -135,10 +135,11 @@ def run(
     """Train every (variant, seed) of a study (searching first if it has a search: section),
     resuming where it stopped, then write the report. A comma sweep (train.lr=1e-3,3e-3) runs
     the study once per value, each its own study named <name>.lr_0.001."""
-    from ablate.commands.across import run_across, several
+    from ablate.commands.across import run_across
     from ablate.commands.running import each_point, run_and_report
     from ablate.drive import Donors
     from ablate.study.load import load_study
+    from ablate.study.several import several
 
     if len(points := command_line(study_file, overrides or (), only)) > 1:  # a sweep: a study per point
         raise typer.Exit(each_point(run, dict(locals()), points))
@@ -209,12 +210,13 @@ def worker(
 ) -> None:
     """Take trials from a study's shared queue until none is left (start one per machine or GPU,
     all with the same --storage and --tracking-uri); writes no report (run `ablate report`)."""
-    from ablate.commands.across import one_dataset
     from ablate.commands.progress import BarReporter
-    from ablate.commands.running import check_folders, stop_with_parent
+    from ablate.commands.running import check_folders
+    from ablate.commands.workers import stop_with_parent
     from ablate.drive import Donors, Stores, run_study
     from ablate.drive.recovery import check_stores
     from ablate.study.load import load_study
+    from ablate.study.several import one_dataset
 
     with stopping.stop_signals(), _resumable(study_file, quiet, overrides):  # it may read the data
         study = load_study(study_file, overrides=overrides or ())
@@ -244,10 +246,10 @@ def validate(
 ) -> None:
     """Check a study file without training: keys, types, kinds, compatibility, every model's
     shapes and size, and the data (read as `ablate run` reads them, through the same cache)."""
-    from ablate.commands.across import dataset_overrides, several
     from ablate.errors import warn
     from ablate.study.folders import output_problem
     from ablate.study.load import load_study
+    from ablate.study.several import dataset_overrides, several
     from ablate.study.sizes import machine_memory
     from ablate.training.preflight import preflight
 
@@ -280,7 +282,7 @@ def validate(
         warn(f"the largest variant needs {largest.describe()}, more than this machine's memory")
     search = study.spec.search
     if search.enabled:
-        from ablate.study.search import search_budget
+        from ablate.study.tuning import search_budget
 
         out.print(
             f"search: {search_budget(study)} {search.sampler} trial(s) per variant over "
@@ -338,10 +340,11 @@ def report(
     ] = None,
 ) -> None:
     """Rebuild the report from the tracking store alone (no training)."""
-    from ablate.commands.across import report_across, several
+    from ablate.commands.across import report_across
     from ablate.commands.running import check_folders, write_study_report
     from ablate.drive import Stores, folder_problem, write_trials
     from ablate.study.load import load_study
+    from ablate.study.several import several
     from ablate.tracking.store import tracking_problem
 
     if trials is not None and (problem := folder_problem(trials)):

@@ -315,8 +315,8 @@ def show_plan(
     """Print the plan of ``study_file``'s design (see the module docstring); for a study over
     several data sets, each data set's (a ``--pilot`` folder of such a study gives each its own
     noise) and the totals over them."""
-    from ablate.commands.across import per_dataset, several
     from ablate.study.load import load_study
+    from ablate.study.several import per_dataset, several
 
     if (sd is None) == (pilot is None):
         raise AblateError(

@@ -28,7 +28,7 @@ from ablate.drive import (
 )
 from ablate.drive.ledger import key_of
 from ablate.study.load import Study
-from ablate.study.search import search_budget
+from ablate.study.tuning import search_budget
 from ablate.training.trainer import TrialResult, checkpoint_summaries
 
 HEARTBEAT_S = 60.0  # in a log, a line at least this often during a trial (at an epoch's end or a step)

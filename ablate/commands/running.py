@@ -4,10 +4,6 @@ this process or in N worker processes on this machine, then write its report."""
 from __future__ import annotations
 
 import inspect
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +13,9 @@ from rich.markup import escape
 
 from ablate import stopping
 from ablate.commands.console import err, out, progress_bars, say
-from ablate.commands.progress import BarReporter, StoreWatch, plan_line
-from ablate.drive import Donors, Stores, prepare, progress, run_study
+from ablate.commands.progress import BarReporter, plan_line
+from ablate.commands.workers import run_workers, standing_failures
+from ablate.drive import Donors, Stores, run_study
 from ablate.drive.records import resolved_yaml
 from ablate.drive.recovery import check_stores
 from ablate.drive.reference import fill_reference
@@ -32,10 +29,6 @@ from ablate.tracking.store import attach_report
 if TYPE_CHECKING:
     from ablate.commands.gpus import GpuPlan
     from ablate.study.spec import SlurmSpec
-
-# Set by `ablate run --workers N` for its workers: the pid they stop with.
-PARENT_ENV = "ABLATE_WORKER_OF"
-POLL_S = 2.0  # how often the parent of N workers reads the store for its progress
 
 
 @dataclass
@@ -97,7 +90,7 @@ def run_and_report(
         # Every failure standing in the study, not only this invocation's (a rerun leaves them).
         failed = [f for f in summary.failed if f[1] < 0] + standing_failures(study, stores)
     else:
-        skipped, failed = _run_workers(study, stores, workers, quiet, retry_failed, gpus, donors)
+        skipped, failed = run_workers(study, stores, workers, quiet, retry_failed, gpus, donors)
     if skipped and not silent:
         err.print(f"resumed: {skipped} trial(s) were already complete and were not retrained")
     try:
@@ -113,63 +106,6 @@ def run_and_report(
     if not silent:
         out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
     return Ran(paths, results, failed, skipped)
-
-
-def _run_workers(
-    study: Study,
-    stores: Stores,
-    workers: int,
-    quiet: bool,
-    retry_failed: bool,
-    gpus: GpuPlan | None = None,
-    donors: Donors | None = None,
-):
-    """N ``ablate worker`` processes on this machine, sharing the study's stores (with ``gpus``:
-    each sees the GPU the plan deals it)."""
-    prepare(study, stores)  # create the stores and queues once: schema creation must not race
-    cmd = worker_command(study, stores, retry_failed, donors)
-    with progress_bars(quiet) as bars:
-        watch = StoreWatch(study, stores, bars, quiet, workers)  # before any worker takes a trial
-        env = {**os.environ, PARENT_ENV: str(os.getpid())}
-        procs = [subprocess.Popen(cmd, env={**env, **(gpus.env(i) if gpus else {})}) for i in range(workers)]
-        try:
-            while any(p.poll() is None for p in procs):
-                stopping.sleep(POLL_S)
-                watch.poll()
-            watch.poll()
-        except BaseException:
-            for p in procs:
-                p.terminate()
-            for p in procs:  # they record their trials as interrupted before this run returns
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    pass
-            raise
-    crashed = [p.returncode for p in procs if p.returncode not in (0, 1)]
-    if crashed:
-        # Workers that met bad input (status 2) said why; a crash or kill is a failed run.
-        error = AblateError if all(code == 2 for code in crashed) else RunFailed
-        raise error(
-            f"{len(crashed)} of {workers} workers exited with status {crashed[0]}; "
-            f"run the study again to resume"
-        )
-    return watch.before, standing_failures(study, stores)
-
-
-def worker_command(study: Study, stores: Stores, retry_failed: bool, donors: Donors | None) -> list[str]:
-    """The ``ablate worker`` command line of one of a study's workers (run in this folder: a
-    SLURM job starts in the folder it was submitted from)."""
-    cmd = [sys.executable, "-m", "ablate.commands.cli", "worker", str(study.path), *study.overrides]
-    cmd += ["--output", str(stores.output_dir), "--storage", stores.optuna_url]
-    cmd += ["--tracking-uri", stores.tracking_uri, "--quiet"]
-    if retry_failed:
-        cmd.append("--retry-failed")
-    for source in donors.sources if donors else ():
-        cmd += ["--reuse", source]
-    if donors and donors.older_kinds:
-        cmd.append("--reuse-older-kinds")
-    return cmd
 
 
 def each_point(command, given: dict, points: list[list[str]]) -> int:
@@ -225,25 +161,6 @@ def check_folders(
         f"{problem} (the output folder is runs/<name> in the current folder; output: in "
         f"{study.path} or --output puts it elsewhere)"
     )
-
-
-def standing_failures(study: Study, stores: Stores) -> list[tuple[str, int, str]]:
-    return [(v, seed, reason) for v, r in progress(study, stores).items() for seed, reason in r.failures]
-
-
-def stop_with_parent() -> None:
-    """On Linux, a worker of `ablate run --workers N` gets SIGTERM (a clean stop, see
-    :mod:`ablate.stopping`) when that process dies, even by SIGKILL, instead of training on as
-    an orphan."""
-    parent = os.environ.get(PARENT_ENV)
-    if not parent or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    if os.getppid() != int(parent):  # it died before the request took effect
-        raise KeyboardInterrupt
 
 
 def write_study_report(

@@ -247,7 +247,7 @@ def run_jobs(
     stop cancels them); the trials complete before, and the failures standing in the study."""
     from ablate import stopping
     from ablate.commands.progress import StoreWatch
-    from ablate.commands.running import standing_failures, worker_command
+    from ablate.commands.workers import standing_failures, worker_command
     from ablate.drive import prepare, progress
 
     prepare(study, stores)  # the stores and queues made once, before any job opens them
@@ -288,9 +288,9 @@ def show_jobs(output_dir: Path) -> None:
 def cancel_command(study_file: StudyArg, overrides: OverridesArg = None, output: OutputOpt = None) -> None:
     """Cancel the SLURM jobs `ablate run --launcher slurm` submitted for a study; their trials
     in flight are queued again for the next run."""
-    from ablate.commands.across import each_study
     from ablate.drive import Stores
     from ablate.study.load import load_study
+    from ablate.study.several import each_study
 
     study = load_study(study_file, check_files=False, overrides=overrides or ())
     for each, where in each_study(study, output):  # several data sets: each data set's jobs

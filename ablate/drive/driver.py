@@ -55,12 +55,12 @@ from ablate.errors import AblateError, StudyError
 from ablate.faults import fault_point
 from ablate.stats import ReportSettings
 from ablate.study.load import Study
-from ablate.study.search import grid_order, search_budget, search_seed
-from ablate.study.sizes import trained_sizes
+from ablate.study.tuning import grid_order, search_budget, search_seed
 from ablate.tracking.provenance import pin_threads
 from ablate.tracking.store import DATA_ARTIFACTS, DATA_SUMMARY, STUDY_ARTIFACT, Tracker, provenance
 from ablate.training import match as matching
 from ablate.training.memory import frozen_before_trials
+from ablate.training.preflight import trained_sizes
 from ablate.training.trainer import TrialResult, checkpoint_interval, resolve_device
 
 POLL_S = 1.0  # idle workers look for new work this often while others still run trials

@@ -28,8 +28,9 @@ from optuna.trial import TrialState
 
 from ablate.drive.ledger import INTERRUPTED, fingerprint_of, fingerprints, trained_with
 from ablate.faults import fault_point
+from ablate.model.variant import Variant
 from ablate.registry import COMPONENT_SLOTS
-from ablate.study.load import Study, Variant
+from ablate.study.load import Study
 from ablate.tasks import TrialReporter
 from ablate.tracking.store import TRAINED_WITH, Tracker
 from ablate.training import match as matching

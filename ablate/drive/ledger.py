@@ -28,8 +28,8 @@ from ablate.registry import COMPONENT_SLOTS
 from ablate.stats import ReportSettings
 from ablate.stats.sequential import SequentialDecision, seeds_wanted
 from ablate.study.load import Study
-from ablate.study.search import make_pruner, make_sampler, search_budget
 from ablate.study.spec import Precision
+from ablate.study.tuning import make_pruner, make_sampler, search_budget
 from ablate.tasks import Task
 
 Key = tuple[str, int]  # (variant, seed) of a final trial, (variant, slot) of a search trial

@@ -13,7 +13,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ablate.drive.ledger import Key, elapsed, failure_of, key_of, plan, search_name, settled, standing
 from ablate.drive.stores import Stores
 from ablate.study.load import Study
-from ablate.study.search import search_budget
+from ablate.study.tuning import search_budget
 
 
 @dataclass

@@ -20,17 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from ablate.components import BuildContext, Dropout, TokenContext, total_auxiliary_loss
+from ablate.components import Dropout, TokenContext, total_auxiliary_loss
 from ablate.jagged import last_of_rows
 from ablate.schema import Vocabulary
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ablate.study.load import Variant
 
 
 class Placed(nn.Module):
@@ -268,53 +265,3 @@ INITIALISERS: Vocabulary[Callable[[nn.Module], None]] = Vocabulary(
         "xavier_normal": xavier_normal_linears,
     },
 )
-
-
-# How one module of a variant's component (an ``ablate.study.load.Part``) is made, given the call that
-# constructs it: as it is (a model), or on the meta device with the component blamed when it
-# refuses its settings (a size estimate).
-Maker = Callable[[Any, Callable[[], nn.Module]], nn.Module]
-
-
-def construct(part: Any, constructor: Callable[[], nn.Module]) -> nn.Module:
-    return constructor()
-
-
-def assemble(variant: Variant, ctx: BuildContext, made: Maker = construct) -> Backbone:
-    """The backbone of a resolved variant: its shared bias channels, its connection's stem,
-    ``spec.blocks`` blocks (attention, FFN, each placed with a norm and a connection, and the bias
-    channels of the block's own), the final norm. Every kind is built as ``Kind(options, ctx)``;
-    sub-layer ``l`` (block ``i``'s attention is ``2i``, its FFN ``2i + 1``) gets ``ctx.layer = l``."""
-    spec = variant.spec
-    ctx = replace(ctx, shared={})  # what this backbone's blocks share, and no other build's
-    placement = PLACEMENTS[spec.norm.placement]  # the study loader checked the kinds fit
-    initialise = INITIALISERS[spec.init]
-
-    def make(part: Any, here: BuildContext) -> nn.Module:
-        return made(part, lambda: part.cls(part.options, here))
-
-    def placed(placed_cls: type[Placed], layer: int) -> nn.Module:
-        here = replace(ctx, layer=layer)
-        return placed_cls(make(variant.norm, here), make(variant.connection, here))
-
-    own = [b for b in variant.bias if b.cls.one_per_block(b.options)]  # one instance per block
-    blocks = [
-        Block(
-            make(variant.attention, replace(ctx, layer=2 * i)),
-            make(variant.ffn, replace(ctx, layer=2 * i + 1)),
-            placed(placement.mix, 2 * i),
-            placed(placement.feed, 2 * i + 1),
-            bias=[make(b, replace(ctx, layer=2 * i)) for b in own],
-        )
-        for i in range(spec.blocks)
-    ]
-    for block in blocks:
-        initialise(block)
-    connection = variant.connection
-    return Backbone(
-        bias=[make(b, ctx) for b in variant.bias if not b.cls.one_per_block(b.options)],
-        stem=made(connection, lambda: connection.cls.stem(connection.options, ctx)),
-        blocks=blocks,
-        final_norm=make(variant.norm, ctx) if spec.final_norm else nn.Identity(),
-        dropout=spec.dropout,
-    )

@@ -19,10 +19,10 @@ data, verdicts, convergence, costs, calibration, software and configuration), :m
 
 from __future__ import annotations
 
-from ablate_studies import stop_if_clashing
+from ablate_namesake import stop_if_clashing
 
 # The unrelated PyPI `ablate`'s __init__, once it has replaced ours, imports this package as its
-# own `report` module: the one line about the clash (ablate_studies) before any import below fails.
+# own `report` module: the one line about the clash (ablate_namesake) before any import below fails.
 stop_if_clashing()
 # ruff: noqa: E402 (the imports below follow that check on purpose)
 

@@ -14,20 +14,22 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ablate.components import BuildContext, Component
+from ablate.components import BuildContext
 from ablate.data.catalog import NamedData, named_data
 from ablate.errors import DataError, StudyError
 from ablate.model.blocks import PLACEMENTS
+from ablate.model.spec import ComponentSpec, ModelSpec
+from ablate.model.variant import Part, Variant
 from ablate.registry import COMPONENT_SLOTS
 from ablate.schema import Bare, Locator
 from ablate.stats import ReportSettings
+from ablate.study import sizes
 from ablate.study.file import lookup, read_study, validate_options
-from ablate.study.load import sizes
 from ablate.study.overrides import OverriddenLocator, apply_overrides, parse_overrides
-from ablate.study.search import SEARCH_ROOTS, check_search
+from ablate.study.search import SEARCH_ROOTS
 from ablate.study.sizes import NOMINAL_TOKENS
-from ablate.study.spec import BASE, ComponentSpec, ModelSpec, StudySpec, TrainSpec
-from ablate.study.variants import expand, patched, variant_differences
+from ablate.study.spec import BASE, StudySpec, TrainSpec
+from ablate.study.variants import expand, patched
 from ablate.tasks import Task
 
 
@@ -49,48 +51,6 @@ def placement_problem(placement: str, attention: type, connection: type) -> str 
             f"'{connection.kind_name()}' keeps several streams; use placement 'pre_skip'"
         )
     return None
-
-
-# ---------------------------------------------------------------------------------------
-# Resolved (registry-checked) form
-
-
-@dataclass(frozen=True)
-class Part:
-    """One resolved component: its class and validated options."""
-
-    slot: str
-    cls: type[Component]
-    options: Any
-
-    @property
-    def label(self) -> str:
-        return self.cls.describe(self.options)
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str
-    spec: ModelSpec
-    attention: Part
-    ffn: Part
-    norm: Part
-    connection: Part
-    bias: tuple[Part, ...]
-
-    def parts(self, slot: str) -> tuple[Part, ...]:
-        """The slot's resolved components: one, or the bias list."""
-        held = getattr(self, slot)
-        return held if isinstance(held, tuple) else (held,)
-
-    def components(self) -> dict[str, str]:
-        """Slot -> label, for tags and the report's 'differs' column."""
-        labels = {slot: "+".join(p.label for p in self.parts(slot)) or "none" for slot in COMPONENT_SLOTS}
-        labels["norm"] += f" ({self.spec.norm.placement})"
-        return {**labels, "shape": f"d={self.spec.dim},L={self.spec.blocks},p={self.spec.dropout}"}
-
-    def differs_from(self, other: Variant) -> str:
-        return variant_differences(self, other)
 
 
 @dataclass
@@ -442,3 +402,35 @@ def _set_dotted(node: dict, path: list[str], value: Any) -> None:
     if path[-1] == "kind":  # a new kind starts from its own defaults (as a variant patch does)
         node.clear()
     node[path[-1]] = value
+
+
+def check_search(where: Locator, study: Study) -> None:
+    """Bad search spaces fail here, before any training: unknown keys, empty categoricals,
+    inverted ranges, log ranges reaching 0, values a variant cannot take, a missing budget."""
+    search = study.spec.search
+    for key, dim in search.space.items():
+        at = ("search", "space", key)
+        root = key.split(".")[0]
+        if root not in SEARCH_ROOTS or "." not in key:
+            raise where.error(
+                at,
+                f"search keys are dotted model.* or train.* keys (e.g. train.lr, "
+                f"model.ffn.mult), got '{key}'",
+            )
+        problem = dim.check(grid=search.grid)
+        if problem:
+            raise where.error(at, problem)
+        if study.spec.match_params and key.startswith(f"model.{study.spec.matched_slot()}."):
+            raise where.error(
+                at, "this key is the knob match_params scales; search another key or drop match_params"
+            )
+        for name in study.variants:
+            for value in dim.values():
+                try:
+                    study.with_params(name, {key: value})
+                except StudyError as exc:
+                    raise where.error(at, f"{value!r} does not fit variant '{name}' ({exc})") from None
+    if search.space and search.trials == 0 and not search.grid:
+        raise where.error(("search", "trials"), "a search space needs a trial budget per variant (trials: N)")
+    if search.trials and not search.space:
+        raise where.error(("search", "space"), "search.trials is set but no space is given")

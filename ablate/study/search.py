@@ -7,23 +7,16 @@ trials a variant gets and in which order a grid is visited.
 
 from __future__ import annotations
 
-import itertools
-import math
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
-from ablate.errors import StudyError
 from ablate.schema import Strict, Vocabulary
 
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
-
-    from ablate.schema import Locator
-    from ablate.study.load import Study
 
 
 def _bounds_problem(low: float, high: float, log: bool) -> str | None:
@@ -170,69 +163,3 @@ class SearchSpec(Strict):
     def grid(self) -> bool:
         """Whether the sampler visits the grid of the space rather than sampling it."""
         return SAMPLERS[self.sampler].grid
-
-
-def search_seed(study: Study) -> int:
-    """The seed search trials train with (and their sampler draws with)."""
-    search = study.spec.search
-    return search.seed if search.seed is not None else study.spec.seed_list[0]
-
-
-def make_sampler(study: Study) -> optuna.samplers.BaseSampler:
-    return SAMPLERS[study.spec.search.sampler].make(search_seed(study))
-
-
-def make_pruner(study: Study) -> optuna.pruners.BasePruner:
-    return PRUNERS[study.spec.search.pruner](study.spec.train.epochs)
-
-
-def search_budget(study: Study) -> int:
-    """Search trials per variant: ``trials``, or for a grid its size (at most ``trials`` if given)."""
-    search = study.spec.search
-    if not search.enabled:
-        return 0
-    if search.grid:
-        size = math.prod(len(d.grid_points()) for d in search.space.values())
-        return min(search.trials, size) if search.trials else size
-    return search.trials
-
-
-def grid_order(study: Study) -> list[dict[str, Any]]:
-    """Grid points in a seeded random order (a budget below the grid's size samples it evenly)."""
-    space = study.spec.search.space
-    axes = [d.grid_points() for d in space.values()]
-    points = [dict(zip(space, values, strict=True)) for values in itertools.product(*axes)]
-    random.Random(study.spec.search.seed or 0).shuffle(points)
-    return points
-
-
-def check_search(where: Locator, study: Study) -> None:
-    """Bad search spaces fail here, before any training: unknown keys, empty categoricals,
-    inverted ranges, log ranges reaching 0, values a variant cannot take, a missing budget."""
-    search = study.spec.search
-    for key, dim in search.space.items():
-        at = ("search", "space", key)
-        root = key.split(".")[0]
-        if root not in SEARCH_ROOTS or "." not in key:
-            raise where.error(
-                at,
-                f"search keys are dotted model.* or train.* keys (e.g. train.lr, "
-                f"model.ffn.mult), got '{key}'",
-            )
-        problem = dim.check(grid=search.grid)
-        if problem:
-            raise where.error(at, problem)
-        if study.spec.match_params and key.startswith(f"model.{study.spec.matched_slot()}."):
-            raise where.error(
-                at, "this key is the knob match_params scales; search another key or drop match_params"
-            )
-        for name in study.variants:
-            for value in dim.values():
-                try:
-                    study.with_params(name, {key: value})
-                except StudyError as exc:
-                    raise where.error(at, f"{value!r} does not fit variant '{name}' ({exc})") from None
-    if search.space and search.trials == 0 and not search.grid:
-        raise where.error(("search", "trials"), "a search space needs a trial budget per variant (trials: N)")
-    if search.trials and not search.space:
-        raise where.error(("search", "space"), "search.trials is set but no space is given")

@@ -23,12 +23,12 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from ablate.components import BuildContext
-from ablate.model.blocks import assemble
+from ablate.model.build import assemble
 from ablate.registry import COMPONENT_SLOTS
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ablate.model.variant import Part, Variant
     from ablate.schema import Locator
-    from ablate.study.load import Part, Study, Variant
 
 BYTES_PER_PARAMETER = 16  # training one fp32 parameter with Adam: weight, gradient, two moments
 FLOATS_PER_TOKEN = 16  # values per token and unit of width a block keeps for backward (q, k, v, FFN, norms)
@@ -315,27 +315,3 @@ def check(
         raise where.error(key + problem.key, problem.message, MODEL_KEY + problem.key)
     assert size is not None
     return size
-
-
-def trained_sizes(study: Study, data: Any) -> dict[str, Size]:
-    """Each variant's size with the loaded data: the task's embedding and head counted, the
-    data's tokens per row. Raises :class:`StudyError` as :func:`check`."""
-    max_len = study.task.max_len(data)
-    # The task option that sets the tokens per row, where one holds their number (seqrec's max_len).
-    named = [k for k, v in study.task.options.model_dump().items() if type(v) is int and v == max_len]
-    tokens_key = ("task", named[0]) if len(named) == 1 else TASK_KEY
-
-    def task_parameters(ctx: BuildContext) -> int:
-        try:
-            return parameters(built(lambda: study.task.build_model(nn.Identity(), ctx, data), TASK_KEY))
-        except ShapeProblem as exc:
-            raise ShapeProblem(TASK_KEY, exc.message, absolute=True) from None
-
-    sizes = {}
-    for name, variant in study.variants.items():
-        where, key = study.locate(name)
-        ctx = study.build_context(variant, max_len)
-        sizes[name] = check(
-            where, key, variant, ctx, study.spec.train.batch_size, task_parameters, tokens_key
-        )
-    return sizes

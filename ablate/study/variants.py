@@ -8,7 +8,6 @@ import copy
 import itertools
 
 from ablate.errors import StudyError
-from ablate.registry import COMPONENT_SLOTS
 from ablate.schema import Locator
 from ablate.study.spec import StudySpec
 
@@ -26,57 +25,6 @@ def patched(base: dict, patch: dict) -> dict:
         else:
             out[key] = copy.deepcopy(value)
     return out
-
-
-def flattened(config: dict, prefix: str = "") -> dict[str, object]:
-    """A nested mapping's leaves by dotted key (``{"optim": {"lr": 0.1}}`` → ``{"optim.lr": 0.1}``)."""
-    leaves: dict[str, object] = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value:
-            leaves.update(flattened(value, f"{prefix}{key}."))
-        else:
-            leaves[f"{prefix}{key}"] = value
-    return leaves
-
-
-def config_differences(mine: dict, theirs: dict) -> list[str]:
-    """``config.<key>: <value>`` for each leaf of ``model.config`` where ``mine`` differs from
-    ``theirs`` (``unset`` for a leaf only ``theirs`` has): the report's 'differs' column."""
-    a, b = flattened(mine), flattened(theirs)
-    keys = dict.fromkeys([*a, *b])
-    return [f"config.{k}: {a.get(k, 'unset')}" for k in keys if (k in a, a.get(k)) != (k in b, b.get(k))]
-
-
-def _resolved(variant) -> dict[str, object]:
-    """A resolved variant (:class:`ablate.study.load.Variant`) as flat settings: each slot → its
-    kinds, ``slot.option`` → every option's value (defaults filled in; a bias list's as
-    ``bias.<kind>.option``), and the model's own settings (``dim``, ``norm.placement``, …)."""
-    found: dict[str, object] = {}
-    for slot in COMPONENT_SLOTS:
-        parts, listed = variant.parts(slot), isinstance(getattr(variant, slot), tuple)  # bias: a list
-        found[slot] = "+".join(p.cls.kind_name() for p in parts) or "none"
-        for p in parts:
-            at = f"{slot}.{p.cls.kind_name()}" if listed else slot
-            found |= {f"{at}.{k}": v for k, v in p.options.model_dump().items()}
-    own = variant.spec.model_dump(exclude={*COMPONENT_SLOTS, "config"})
-    return found | own | {"norm.placement": variant.spec.norm.placement}
-
-
-def variant_differences(mine, theirs) -> str:
-    """What the report's 'differs' column says of ``mine`` against ``theirs`` (resolved
-    variants): a component of another kind as its label (``attention: linear(rank=8)``), an option
-    or model setting that changed as ``attention.heads: 4→1`` (the baseline's value first), then
-    ``model.config``'s changed leaves; ``—`` when nothing differs."""
-    a, b = _resolved(mine), _resolved(theirs)
-    labels = {slot: "+".join(p.label for p in mine.parts(slot)) or "none" for slot in COMPONENT_SLOTS}
-    found = []
-    for key in dict.fromkeys([*a, *b]):
-        slot = key.split(".")[0]
-        if a.get(key) == b.get(key) or (key != slot and slot in labels and a[slot] != b[slot]):
-            continue  # the same, or an option of a component whose kind changed (said by its label)
-        found.append(f"{key}: {labels[key]}" if key in labels else f"{key}: {b.get(key)}→{a.get(key)}")
-    found += config_differences(mine.spec.config, theirs.spec.config)
-    return "; ".join(found) if found else "—"
 
 
 def expand(where: Locator, spec: StudySpec) -> dict[str, tuple[dict, Locator]]:

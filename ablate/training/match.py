@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from ablate.errors import AblateError, StudyError
 from ablate.model.build import build_backbone, count_parameters
-from ablate.study.load import Study, Variant
+from ablate.model.variant import Variant
+from ablate.study.load import Study
 
 TOLERANCE = 0.02
 _LARGEST = 2**20

@@ -13,11 +13,13 @@ import re
 from typing import Any
 
 import torch
+from torch import nn
 
 from ablate import fastpaths
+from ablate.components import BuildContext
 from ablate.model.build import build_backbone
 from ablate.study.load import BASE, Study
-from ablate.study.sizes import Size, trained_sizes
+from ablate.study.sizes import TASK_KEY, ShapeProblem, Size, built, check, parameters
 from ablate.training.trainer import resolve_device
 
 # A model this small is built for real and takes one forward pass before training (≈ 0.1 s).
@@ -111,3 +113,27 @@ def first_forward_problem(study: Study, name: str, data: Any) -> str | None:
         except Exception:  # noqa: BLE001 - not a component's own check: training reports it
             return None
     return None
+
+
+def trained_sizes(study: Study, data: Any) -> dict[str, Size]:
+    """Each variant's size with the loaded data: the task's embedding and head counted, the
+    data's tokens per row. Raises :class:`StudyError` as :func:`check`."""
+    max_len = study.task.max_len(data)
+    # The task option that sets the tokens per row, where one holds their number (seqrec's max_len).
+    named = [k for k, v in study.task.options.model_dump().items() if type(v) is int and v == max_len]
+    tokens_key = ("task", named[0]) if len(named) == 1 else TASK_KEY
+
+    def task_parameters(ctx: BuildContext) -> int:
+        try:
+            return parameters(built(lambda: study.task.build_model(nn.Identity(), ctx, data), TASK_KEY))
+        except ShapeProblem as exc:
+            raise ShapeProblem(TASK_KEY, exc.message, absolute=True) from None
+
+    sizes = {}
+    for name, variant in study.variants.items():
+        where, key = study.locate(name)
+        ctx = study.build_context(variant, max_len)
+        sizes[name] = check(
+            where, key, variant, ctx, study.spec.train.batch_size, task_parameters, tokens_key
+        )
+    return sizes

@@ -27,8 +27,9 @@ from ablate import stopping
 from ablate.components import end_stage
 from ablate.faults import fault_point
 from ablate.model.build import build_backbone, count_parameters
+from ablate.model.variant import Variant
 from ablate.optim.schedules import LR_SCHEDULES, build_optimizer
-from ablate.study.load import Study, Variant
+from ablate.study.load import Study
 from ablate.training.checkpoints import CHECKPOINT_ENV, Checkpoint, checkpoint_interval, checkpoint_summaries  # noqa: F401 - their home was here
 from ablate.training.flops import flops_per_token
 from ablate.training.memory import PeakMemory

@@ -18,8 +18,9 @@ from ablate import registry
 from ablate.components import BiasChannel, BuildContext, TokenContext
 from ablate.model.blocks import Backbone, Block, PreNorm
 from ablate.model.build import build_backbone, count_parameters
-from ablate.study.load import Part, Variant, sizes
-from ablate.study.spec import ModelSpec
+from ablate.model.spec import ModelSpec
+from ablate.model.variant import Part, Variant
+from ablate.study import sizes
 from ablate_plugins.attention import SoftmaxAttention
 from ablate_plugins.bias import (
     AbsolutePosition,

@@ -19,9 +19,9 @@ from torch import Tensor
 from ablate import registry, testkit
 from ablate.components import BuildContext, TokenContext
 from ablate.model.build import build_backbone
-from ablate.study.load import Part, Variant
+from ablate.model.spec import ModelSpec, NormSpec
+from ablate.model.variant import Part, Variant
 from ablate.study.sizes import backbone_parameters
-from ablate.study.spec import ModelSpec, NormSpec
 from ablate_plugins.attention import TimeIntervalAttention
 
 D, H, L, K = 8, 2, 9, 6
