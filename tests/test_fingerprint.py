@@ -32,7 +32,7 @@ from ablate.errors import AblateError
 from ablate.study.load import load_study
 from ablate.study.several import per_dataset, several
 from ablate.study.spec import TrainSpec
-from ablate.tracking.store import REUSED_TAG
+from ablate.tracking.names import REUSED_TAG
 from ablate.training.trainer import Checkpoint
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,10 +17,11 @@ import ablate
 from ablate import registry
 from ablate.commands.workers import worker_command
 from ablate.drive import Stores, write_trials
-from ablate.drive.ledger import OLDER_FINGERPRINT_TAG, OLDER_KINDS_TAG, fingerprint, legacy_fingerprint
+from ablate.drive.ledger import fingerprint, legacy_fingerprint
 from ablate.drive.older import OlderDonor, older_fingerprints
 from ablate.drive.reuse import TRIAL_SUFFIX, Donors
 from ablate.study.load import load_study
+from ablate.tracking.names import OLDER_FINGERPRINT_TAG, OLDER_KINDS_TAG
 from ablate.tracking.results import load_results
 
 FAST_REPORT = {"calibration": 0, "bootstrap": 200}  # the report's statistics are not under test

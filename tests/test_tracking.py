@@ -23,8 +23,9 @@ import ablate.drive.execution as execution
 from ablate import drive, stopping
 from ablate.study.load import load_study
 from ablate.tasks import BASELINES_ARTIFACT
+from ablate.tracking.names import PARAM_VALUE_CHARS, flat_params
 from ablate.tracking.results import load_results
-from ablate.tracking.store import PARAM_VALUE_CHARS, flat_params, provenance
+from ablate.tracking.store import provenance
 from ablate.training.trainer import Checkpoint, TrialFailed, train_trial
 
 FAST = {"train": {"epochs": 1}, "seeds": [0], "report": {"calibration": 0, "bootstrap": 200}}

@@ -10,7 +10,8 @@ from typing import Any, Protocol
 
 from ablate.drive.ledger import fingerprint_of
 from ablate.errors import first_line, warn
-from ablate.tracking.store import REUSED_TAG, Tracker, flat_params
+from ablate.tracking.names import REUSED_TAG, flat_params
+from ablate.tracking.store import Tracker
 from ablate.training.trainer import TrialResult
 
 

@@ -56,8 +56,9 @@ from ablate.faults import fault_point
 from ablate.stats import ReportSettings
 from ablate.study.load import Study
 from ablate.study.tuning import grid_order, search_budget, search_seed
+from ablate.tracking.names import DATA_ARTIFACTS, DATA_SUMMARY, STUDY_ARTIFACT
 from ablate.tracking.provenance import pin_threads
-from ablate.tracking.store import DATA_ARTIFACTS, DATA_SUMMARY, STUDY_ARTIFACT, Tracker, provenance
+from ablate.tracking.store import Tracker, provenance
 from ablate.training import match as matching
 from ablate.training.memory import frozen_before_trials
 from ablate.training.preflight import trained_sizes

@@ -32,7 +32,8 @@ from ablate.model.variant import Variant
 from ablate.registry import COMPONENT_SLOTS
 from ablate.study.load import Study
 from ablate.tasks import TrialReporter
-from ablate.tracking.store import TRAINED_WITH, Tracker
+from ablate.tracking.names import TRAINED_WITH
+from ablate.tracking.store import Tracker
 from ablate.training import match as matching
 from ablate.training.memory import PeakMemory
 from ablate.training.preflight import preflight

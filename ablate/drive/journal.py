@@ -20,14 +20,12 @@ import time
 from pathlib import Path
 
 from optuna.storages.journal import JournalFileSymlinkLock
-from optuna.storages.journal._file import LOCK_FILE_SUFFIX
-from optuna.storages.journal._storage import JournalOperation
 
+from ablate.drive.optuna_private import JOURNAL_OPERATIONS, LOCK_FILE_SUFFIX
 from ablate.errors import AblateError, warn
 
-# What a record's op_code may be: Optuna's own operations (a private module, but the only place
-# they are named; tests/test_resume.py replays a real journal through this check).
-KNOWN_OPERATIONS = frozenset(int(op) for op in JournalOperation)
+# What a record's op_code may be (tests/test_resume.py replays a real journal through this check).
+KNOWN_OPERATIONS = JOURNAL_OPERATIONS
 
 
 def check_journal(path: Path) -> None:

@@ -173,9 +173,6 @@ def legacy_fingerprint(study: Study, variant: str) -> str:
 
 # The version every kind had when legacy fingerprints were made (before kinds had versions).
 LEGACY_VERSION = 1
-# A trial copied though trained under earlier versions of its kinds (``--reuse-older-kinds``,
-# :mod:`.older`): "ams v1 (now v2)", and the fingerprint it was trained under, which names its file.
-OLDER_KINDS_TAG, OLDER_FINGERPRINT_TAG = "ablate.older_kinds", "ablate.older_fingerprint"
 
 
 def fingerprints(study: Study, variant: str) -> tuple[str, ...]:

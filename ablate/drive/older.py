@@ -22,17 +22,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ablate.drive.donor import Donor, Finder
-from ablate.drive.ledger import (
-    LEGACY_VERSION,
-    OLDER_FINGERPRINT_TAG,
-    OLDER_KINDS_TAG,
-    fingerprint_of,
-    fingerprints,
-    legacy_fingerprint,
-    trained_with,
-)
+from ablate.drive.ledger import LEGACY_VERSION, fingerprint_of, fingerprints, legacy_fingerprint, trained_with
 from ablate.errors import AblateError, warn
 from ablate.registry import COMPONENT_SLOTS
+from ablate.tracking.names import OLDER_FINGERPRINT_TAG, OLDER_KINDS_TAG
 
 if TYPE_CHECKING:  # pragma: no cover
     from ablate.study.load import Study

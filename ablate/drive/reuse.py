@@ -11,7 +11,7 @@ where they came from. Search trials are never reused.
 
 A donor is checked before anything of it is copied: the fingerprint and seed its record holds
 against the name it was found by, its numbers for being finite, and — a record made since trial
-runs keep them (:data:`~ablate.tracking.store.TRAINED_WITH`) — the fingerprint recomputed from the settings it
+runs keep them (:data:`~ablate.tracking.names.TRAINED_WITH`) — the fingerprint recomputed from the settings it
 was trained with against that name and this study's trial; an older record without them, its
 parameter count against this trial's model. A donor that fails one is refused in one line and the
 trial trained.
@@ -35,15 +35,13 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ablate.drive.donor import Donor
-from ablate.drive.ledger import OLDER_FINGERPRINT_TAG, OLDER_KINDS_TAG, trained_with
 from ablate.drive.ledger import fingerprints as fingerprints_of
+from ablate.drive.ledger import trained_with
 from ablate.drive.older import find_with_older
 from ablate.errors import AblateError, first_line, warn
+from ablate.tracking.names import OLDER_FINGERPRINT_TAG, OLDER_KINDS_TAG, REUSED_TAG, ROLE, TRAINED_WITH
 from ablate.tracking.store import (
     PROVENANCE_TAGS,
-    REUSED_TAG,
-    ROLE,
-    TRAINED_WITH,
     Tracker,
     default_uri,
     open_client,

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from ablate.drive.ledger import OLDER_KINDS_TAG
 from ablate.errors import AblateError
 from ablate.stats import ReportSettings
 from ablate.tasks import BASELINES_ARTIFACT
-from ablate.tracking.store import REUSED_TAG, Tracker, read_units, trial_metrics
+from ablate.tracking.names import OLDER_KINDS_TAG, REUSED_TAG
+from ablate.tracking.store import Tracker, read_units, trial_metrics
 from ablate.training.trainer import PRECISION_TAG
 
 COST_KEYS = (
