@@ -42,7 +42,6 @@ from ablate.commands.console import (
     progress_bars,
     say_error,
     usage_line,
-    variants_table,
 )
 from ablate.commands.data import app as data_app
 from ablate.commands.options import (
@@ -57,6 +56,7 @@ from ablate.commands.options import (
     TrackingOpt,
 )
 from ablate.commands.planning import EffectOpt, PilotOpt, SdOpt, SimulationsOpt, show_plan
+from ablate.commands.validate import PRINT_HELP, validate_command, warn_duplicates
 from ablate.errors import AblateError, first_line
 from ablate.study.overrides import command_line
 
@@ -95,7 +95,6 @@ RetryFailedOpt = Annotated[
 
 
 REBUILD_HELP = "Rebuild a lost Optuna journal from the MLflow store's finished trials (kept) first."
-PRINT_HELP = "Print the resolved study (overrides applied, defaults filled in) as YAML."
 
 
 @app.command()
@@ -147,7 +146,7 @@ def run(
         study = load_study(study_file, overrides=(overrides := points[0]))
     if print_config:
         return print_resolved(study)
-    _warn_duplicates(study)
+    warn_duplicates(study)
     reuse = Donors(reuse or (), older_kinds=True) if reuse_older_kinds else reuse  # on to every worker
     jobs = slurm.settings(launcher, study, partition, time, mem, cpus, gpus_per_task, account, sbatch)
     if several(study):  # task.data lists data sets: a study each, then the across-data-set report
@@ -237,74 +236,7 @@ def worker(
         raise typer.Exit(1)
 
 
-@app.command()
-def validate(
-    study_file: StudyArg,
-    overrides: OverridesArg = None,
-    only: OnlyOpt = None,
-    resolved: Annotated[bool, typer.Option("--resolved", help=PRINT_HELP)] = False,
-) -> None:
-    """Check a study file without training: keys, types, kinds, compatibility, every model's
-    shapes and size, and the data (read as `ablate run` reads them, through the same cache)."""
-    from ablate.errors import warn
-    from ablate.study.folders import output_problem
-    from ablate.study.load import load_study
-    from ablate.study.several import dataset_overrides, several
-    from ablate.study.sizes import machine_memory
-    from ablate.training.preflight import preflight
-
-    if len(points := command_line(study_file, overrides or (), only)) > 1:  # a sweep: each point's study
-        for point in points:
-            validate(study_file, point, None, resolved)
-        return
-    with stopping.stop_signals():  # reading the data may take a while: Ctrl-C / SIGTERM stop it
-        study = load_study(study_file, overrides=(overrides := points[0]))
-        if resolved:
-            print_resolved(study)
-        if several(study):  # each data set's study, in turn
-            for entry in study.dataset.entries:
-                validate(study_file, dataset_overrides(study, entry))
-            return
-        data = study.task.load()
-    sizes = preflight(study, data)
-    problem = output_problem(study)  # as `ablate run` would, without --output
-    if problem is not None:
-        raise problem
-    n, design = len(study.variants), study.spec.sequential
-    seeds = [len(study.spec.seed_list)] if design is None else [design.initial, design.max]
-    span = lambda times: " to ".join(str(times * k) for k in seeds)  # noqa: E731
-    title = f"{study.name}: {n} variants × {span(1)} seeds = {span(n)} trials"
-    out.print(variants_table(study, sizes, title))
-    summary = ", ".join(f"{label} {value}" for label, value in study.task.data_summary(data).items())
-    out.print(f"data: {summary or 'loaded'}", markup=False, highlight=False, soft_wrap=True)
-    largest = max(sizes.values(), key=lambda size: size.memory)
-    if largest.memory > machine_memory():
-        warn(f"the largest variant needs {largest.describe()}, more than this machine's memory")
-    search = study.spec.search
-    if search.enabled:
-        from ablate.study.tuning import search_budget
-
-        out.print(
-            f"search: {search_budget(study)} {search.sampler} trial(s) per variant over "
-            f"{', '.join(search.space)} (pruner: {search.pruner}), then the best parameters over every seed"
-        )
-    if study.spec.match_params:
-        out.print(
-            "match_params: each variant's width knob is scaled to the baseline's backbone parameter count "
-            "(±2%) when the run starts"
-        )
-    if design is not None:
-        out.print(f"seeds: {design.describe()}")
-    _warn_duplicates(study)
-    given = f" with {shlex.join(overrides)}" if overrides else ""
-    out.print(f"{study_file}{given}: valid", markup=False, highlight=False, soft_wrap=True)
-
-
-def _warn_duplicates(study) -> None:
-    from ablate.study.load import duplicate_warnings
-
-    for line in duplicate_warnings(study):
-        err.print(line, markup=False, highlight=False, soft_wrap=True)
+app.command("validate")(validate_command)
 
 
 @app.command()

@@ -14,7 +14,8 @@ Modules: :mod:`.stores` (where the queues and results live, local or shared; :mo
 checks a journal file as it opens), :mod:`.ledger`
 (planned trials and their states), :mod:`.execution` (training one trial), :mod:`.driver` (the
 worker loop), :mod:`.reuse` (finished trials copied from another study's store or trial files), :mod:`.status`
-(progress and ETA).
+(progress and ETA). It imports ``training``, ``tracking`` and the layers below them; never the
+report or the commands.
 """
 
 from ablate.drive.driver import Driver, RunSummary, prepare, run_study

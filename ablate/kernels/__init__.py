@@ -24,6 +24,8 @@ tensors of a dtype it has, the library built, the ``kernels`` fast path on:
 compiled on first use with ``$CC`` or ``cc`` and cached in a private folder under
 :func:`ablate.cache.cache_dir` (where parsed data sets are cached too); whatever keeps it from
 being built or loaded, the torch forms run, after one warning line (:mod:`.build`).
+
+A foundation: it imports ``cache`` and ``fastpaths`` only, so that plugins may import it.
 """
 
 from __future__ import annotations

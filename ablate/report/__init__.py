@@ -14,7 +14,9 @@ Markdown and LaTeX; cost), :mod:`.convergence` (not-converged warnings), :mod:`.
 :mod:`.verdicts` (the verdicts in words: opening lines, settings, calibration), :mod:`.text` (the
 ranking paragraphs), :mod:`.sequential`, :mod:`.factorial`, :mod:`.methods` (the Methods section:
 data, verdicts, convergence, costs, calibration, software and configuration), :mod:`.write`
-(``analyse``: the statistics as typed data; ``render``: them written; ``write_report``: both).
+(``analyse``: the statistics as typed data; ``render``: them written; ``write_report``: both),
+:mod:`.foreign` (runs ablate did not make, read and reported the same way). It imports ``stats``,
+``tracking`` and the layers below; never the driver or the commands.
 """
 
 from __future__ import annotations

@@ -50,7 +50,9 @@ Modules: :mod:`.settings` (what the report compares and how), :mod:`.intervals` 
 :mod:`.corrections` (multiple comparisons), :mod:`.verdicts` (one comparison's verdict),
 :mod:`.sequential` (seeds added look by look), :mod:`.boundaries` (their group-sequential
 boundaries), :mod:`.comparison` (each variant against the
-baseline), :mod:`.ranking` (Friedman, all pairs), :mod:`.calibration` (simulated error rates).
+baseline), :mod:`.ranking` (Friedman, all pairs), :mod:`.calibration` (simulated error rates),
+:mod:`.spending` (the α-spending functions). The lowest package: it imports the foundations only
+(``schema``, ``errors``, ``stopping``), nothing of studies, models or stores.
 """
 
 from __future__ import annotations
@@ -103,4 +105,4 @@ __all__ = sorted(_HOME_OF)
 def __getattr__(name: str):
     if name not in _HOME_OF:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_HOME_OF[name]}", __name__), name)
+    return getattr(importlib.import_module(_HOME_OF[name]), name)

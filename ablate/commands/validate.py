@@ -1,0 +1,85 @@
+"""``ablate validate``: a study file checked without training, as ``ablate run`` would check it
+before its first trial; the variants' table, sizes and data summary printed."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Annotated
+
+import typer
+
+from ablate import stopping
+from ablate.commands.console import err, out, print_resolved, variants_table
+from ablate.commands.options import OnlyOpt, OverridesArg, StudyArg
+from ablate.study.overrides import command_line
+
+PRINT_HELP = "Print the resolved study (overrides applied, defaults filled in) as YAML."
+
+
+def validate_command(
+    study_file: StudyArg,
+    overrides: OverridesArg = None,
+    only: OnlyOpt = None,
+    resolved: Annotated[bool, typer.Option("--resolved", help=PRINT_HELP)] = False,
+) -> None:
+    """Check a study file without training: keys, types, kinds, compatibility, every model's
+    shapes and size, and the data (read as `ablate run` reads them, through the same cache)."""
+    from ablate.errors import warn
+    from ablate.study.folders import output_problem
+    from ablate.study.load import load_study
+    from ablate.study.several import dataset_overrides, several
+    from ablate.study.sizes import machine_memory
+    from ablate.training.preflight import preflight
+
+    if len(points := command_line(study_file, overrides or (), only)) > 1:  # a sweep: each point's study
+        for point in points:
+            validate_command(study_file, point, None, resolved)
+        return
+    with stopping.stop_signals():  # reading the data may take a while: Ctrl-C / SIGTERM stop it
+        study = load_study(study_file, overrides=(overrides := points[0]))
+        if resolved:
+            print_resolved(study)
+        if several(study):  # each data set's study, in turn
+            for entry in study.dataset.entries:
+                validate_command(study_file, dataset_overrides(study, entry))
+            return
+        data = study.task.load()
+    sizes = preflight(study, data)
+    problem = output_problem(study)  # as `ablate run` would, without --output
+    if problem is not None:
+        raise problem
+    n, design = len(study.variants), study.spec.sequential
+    seeds = [len(study.spec.seed_list)] if design is None else [design.initial, design.max]
+    span = lambda times: " to ".join(str(times * k) for k in seeds)  # noqa: E731
+    title = f"{study.name}: {n} variants × {span(1)} seeds = {span(n)} trials"
+    out.print(variants_table(study, sizes, title))
+    summary = ", ".join(f"{label} {value}" for label, value in study.task.data_summary(data).items())
+    out.print(f"data: {summary or 'loaded'}", markup=False, highlight=False, soft_wrap=True)
+    largest = max(sizes.values(), key=lambda size: size.memory)
+    if largest.memory > machine_memory():
+        warn(f"the largest variant needs {largest.describe()}, more than this machine's memory")
+    search = study.spec.search
+    if search.enabled:
+        from ablate.study.tuning import search_budget
+
+        out.print(
+            f"search: {search_budget(study)} {search.sampler} trial(s) per variant over "
+            f"{', '.join(search.space)} (pruner: {search.pruner}), then the best parameters over every seed"
+        )
+    if study.spec.match_params:
+        out.print(
+            "match_params: each variant's width knob is scaled to the baseline's backbone parameter count "
+            "(±2%) when the run starts"
+        )
+    if design is not None:
+        out.print(f"seeds: {design.describe()}")
+    warn_duplicates(study)
+    given = f" with {shlex.join(overrides)}" if overrides else ""
+    out.print(f"{study_file}{given}: valid", markup=False, highlight=False, soft_wrap=True)
+
+
+def warn_duplicates(study) -> None:
+    from ablate.study.load import duplicate_warnings
+
+    for line in duplicate_warnings(study):
+        err.print(line, markup=False, highlight=False, soft_wrap=True)
