@@ -283,7 +283,7 @@ def test_a_study_over_two_datasets_trains_each_and_reports_across(
         return 4, []
 
     monkeypatch.setattr(gpus, "cuda_device_count", lambda: 2)
-    monkeypatch.setattr(running, "_run_workers", workers)
+    monkeypatch.setattr(running, "run_workers", workers)
     code, _, err = cli("run", study, "--gpus", "all", "--per-gpu", "2")
     assert code == 0 and calls[2:] == [("tiny.tiny-a", 4, ("0", "1")), ("tiny.tiny-b", 4, ("0", "1"))], err
     pd.testing.assert_frame_equal(pd.read_csv(runs / "report" / "across_datasets.csv"), table)

@@ -28,7 +28,7 @@ from ablate.model.blocks import (
 from ablate.model.build import build_backbone, count_parameters
 from ablate.model.spec import ModelSpec
 from ablate.model.variant import Part, Variant
-from ablate.study.load import placement_problem
+from ablate.study.resolve import placement_problem
 
 B, N, D = 2, 5, 4
 

@@ -33,7 +33,7 @@ from ablate.components import BuildContext, TokenContext
 from ablate.model.build import build_backbone
 from ablate.model.spec import ModelSpec
 from ablate.model.variant import Part, Variant
-from ablate.study.load import incompatibility
+from ablate.study.resolve import incompatibility
 
 B, N, D, W = 2, 5, 8, 6  # batch, tokens, width, raw values per token
 

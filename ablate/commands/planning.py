@@ -101,7 +101,7 @@ def read_pilot(path: Path, study_name: str, baseline: str, metric: str) -> Pilot
     for needed in ("variant", "seed", column):
         if needed not in results.columns:
             raise AblateError(f"--pilot {path}: no column {needed!r} in its finished trials")
-    from ablate.stats.comparison import per_seed
+    from ablate.stats.paired import per_seed
 
     table = per_seed(results, metric)
     if baseline not in table.columns:

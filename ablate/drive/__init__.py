@@ -18,10 +18,11 @@ worker loop), :mod:`.reuse` (finished trials copied from another study's store o
 report or the commands.
 """
 
-from ablate.drive.driver import Driver, RunSummary, prepare, run_study
+from ablate.drive.driver import Driver, RunSummary
 from ablate.drive.ledger import plan
 from ablate.drive.reporter import Reporter
 from ablate.drive.reuse import Donors, write_trials
+from ablate.drive.start import prepare, run_study
 from ablate.drive.status import (
     VariantStatus,
     checkpointed_fractions,

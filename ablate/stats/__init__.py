@@ -69,7 +69,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ablate.stats.calibration import calibrate, min_detectable_d  # noqa: F401
     from ablate.stats.comparison import (  # noqa: F401
         COLUMNS,
-        MIN_SEEDS_TEST,
         ComparisonRow,
         Standing,
         compare,
@@ -77,14 +76,17 @@ if TYPE_CHECKING:  # pragma: no cover
         comparison_rows,
         comparisons,
         family_verdicts,
-        seed_tests,
-        unit_tests,
     )
     from ablate.stats.corrections import CORRECTIONS, EQUIVALENCE, Correction, adjust_pvalues  # noqa: F401
 
     # the function is ablate.stats.factorial.factorial (a module of that name)
     from ablate.stats.factorial import Factorial  # noqa: F401
     from ablate.stats.intervals import CI_METHODS, MIN_SEEDS_CI, IntervalMethod, bootstrap_ci, min_seeds_ci  # noqa: F401
+    from ablate.stats.paired import (  # noqa: F401
+        MIN_SEEDS_TEST,
+        seed_tests,
+        unit_tests,
+    )
     from ablate.stats.ranking import PAIRWISE_COLUMNS, friedman, pairwise, pairwise_matrix  # noqa: F401
     from ablate.stats.settings import STUDY_FILE_KEYS, ReportSection, ReportSettings  # noqa: F401
     from ablate.stats.verdicts import Decision, Verdict, decide, decide_family, minimum_detectable  # noqa: F401

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ablate.stats.comparison import per_seed
+from ablate.stats.paired import per_seed
 from ablate.stats.ranking import friedman
 
 GENERALISES, VARIES, UNKNOWN = "generalises", "varies", "unknown"

@@ -14,7 +14,8 @@ import pandas as pd
 from scipy import optimize, stats
 
 from ablate import stopping
-from ablate.stats.comparison import MIN_SEEDS_TEST, family_verdicts
+from ablate.stats.comparison import family_verdicts
+from ablate.stats.paired import MIN_SEEDS_TEST
 from ablate.stats.verdicts import Decision, Verdict, minimum_detectable
 
 if TYPE_CHECKING:

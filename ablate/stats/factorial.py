@@ -35,8 +35,8 @@ import pandas as pd
 import statsmodels.api as sm
 from scipy import stats
 
-from ablate.stats.comparison import per_seed
 from ablate.stats.corrections import adjust_pvalues
+from ablate.stats.paired import per_seed
 from ablate.stats.verdicts import Decision, decide_estimate, decision_levels, equivalence_levels, tost_p
 
 if TYPE_CHECKING:

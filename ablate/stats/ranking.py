@@ -31,8 +31,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ablate.stats.comparison import MIN_SEEDS_TEST, paired, per_seed, seed_tests, variants_in_order
+from ablate.stats.comparison import variants_in_order
 from ablate.stats.corrections import adjust_pvalues
+from ablate.stats.paired import MIN_SEEDS_TEST, paired, per_seed, seed_tests
 
 if TYPE_CHECKING:
     from ablate.stats.settings import ReportSettings

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from ablate import kernels
 from ablate.components import BuildContext, Stem
 from ablate.model.blocks import Backbone, Block, PostNorm, PreNorm, PreNormSkip, PreNormSkipSource
-from ablate.study.load import placement_problem
+from ablate.study.resolve import placement_problem
 from ablate_plugins.attention import SoftmaxAttention
 from ablate_plugins.connection import (
     HyperConnection,
