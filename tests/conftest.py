@@ -16,7 +16,7 @@ from tiny_study import TINY_STUDY, deep_update, tiny_spec  # noqa: F401 - re-exp
 # Tests use tiny tensors: one intra-op thread avoids OpenMP spin contention on 2-core machines
 # (measured ~3x faster for the component tests). Subprocess tests run with the defaults.
 torch.set_num_threads(1)
-# The data mirror (ablate/datasets.py): the shared data folder beside the clone.
+# The data mirror (ablate/data/catalog.py): the shared data folder beside the clone.
 MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 

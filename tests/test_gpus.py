@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ablate.commands import gpus, running
+from ablate.commands import gpus, workers
 from ablate.commands.gpus import CONTEXT_MB, Footprint, GpuPlan, plan_gpus
 from ablate.errors import AblateError
 from ablate.study.load import load_study
@@ -165,7 +165,7 @@ def test_run_starts_each_worker_with_its_gpu(write_study, cli, cuda_devices, mon
             seen.append(env[gpus.VISIBLE])
         return real_popen(cmd, *args, env=env, **kwargs)
 
-    monkeypatch.setattr(running.subprocess, "Popen", spy)
+    monkeypatch.setattr(workers.subprocess, "Popen", spy)
     study = write_study({"train": {"epochs": 1}, **FAST_REPORT})
     code, _, err = cli("run", study, "--gpus", "all", "--per-gpu", "1", "--reports", tmp_path / "reports")
     assert code == 0, err

@@ -372,7 +372,7 @@ def test_pipes_in_names_do_not_break_markdown():
 
 
 def write_store(tmp_path, seeds: int = 3, epochs: int = 3) -> str:
-    """An MLflow store written by hand, shaped as ``ablate run`` writes it (see ablate/track.py):
+    """An MLflow store written by hand, shaped as ``ablate run`` writes it (see ablate/tracking/store.py):
     a parent run tagged ``ablate.role=study`` with the report settings, one child run per trial
     tagged ``ablate.role=trial``, metric names with '@' stored as '_at_', per-epoch validation
     history, the per-unit test metrics as the artifact ``units/test.csv``; plus one FAILED trial

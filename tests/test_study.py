@@ -17,8 +17,10 @@ from optuna.storages.journal import JournalFileBackend
 
 from ablate.errors import StudyError
 from ablate.model.build import build_backbone
-from ablate.study.load import load_study, sizes
+from ablate.study import sizes
+from ablate.study.load import load_study
 from ablate.tracking.results import load_results
+from ablate.training.preflight import trained_sizes
 
 STUDIES = sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml"))
 
@@ -150,7 +152,7 @@ def test_the_size_estimate_counts_the_backbone_exactly(path):
 def test_trained_sizes_count_the_whole_model(write_study):
     study = load_study(write_study())
     data = study.task.load()
-    found = sizes.trained_sizes(study, data)
+    found = trained_sizes(study, data)
     for name, variant in study.variants.items():
         ctx = study.build_context(variant, study.task.max_len(data))
         model = study.task.build_model(build_backbone(variant, ctx), ctx, data)
@@ -196,7 +198,7 @@ def test_the_tokens_and_the_task_are_blamed_once_the_data_are_known(write_study)
     with pytest.raises(
         StudyError, match=r"override task.max_len=1e9: task.max_len: variant 'base': 1000000000 tok"
     ):
-        sizes.trained_sizes(study, study.task.load())
+        trained_sizes(study, study.task.load())
     study = load_study(write_study())
     variant = study.variants["base"]
     ctx = study.build_context(variant, 16)
