@@ -111,10 +111,11 @@ def test_python_run_with_overrides_returns_the_results(write_study, tmp_path, mo
     ]
     assert set(results.units.columns) >= {"variant", "seed", "unit", "ndcg@10"}  # full=True's frames
     assert results.settings is not None and results.settings.primary == "ndcg@10"
-    assert (tmp_path / "runs" / "tiny" / "report" / "report.html").is_file()  # as `ablate run` writes it
+    # As `ablate run` writes it: a study of its own, named for the override that changes training.
+    assert (tmp_path / "runs" / "tiny.lr_0.001" / "report" / "report.html").is_file()
     # The trials trained with the overridden study.
-    client = MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'tiny' / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    client = MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'tiny.lr_0.001' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("tiny.lr_0.001").experiment_id])
     trials = [r for r in runs if r.data.tags.get("ablate.role") == "trial"]
     assert len(trials) == 2 and {r.data.params["train.lr"] for r in trials} == {"0.001"}
     # A loaded study with more overrides keeps its own; nothing is left to train.

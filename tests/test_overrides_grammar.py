@@ -45,10 +45,10 @@ def test_a_comma_outside_brackets_and_quotes_is_a_sweep():
         parse_overrides(["train.lr=1e-3,3e-3"])
     points = expand_sweeps(["train.lr=1e-3,3e-3", "seeds=[0,1]", "model.dim=16,32"], "q")
     assert [p[-1] for p in points] == [
-        "name=q.lr_1e-3.dim_16",
-        "name=q.lr_1e-3.dim_32",
-        "name=q.lr_3e-3.dim_16",
-        "name=q.lr_3e-3.dim_32",
+        "name=q.lr_0.001.dim_16",
+        "name=q.lr_0.001.dim_32",
+        "name=q.lr_0.003.dim_16",
+        "name=q.lr_0.003.dim_32",
     ]
     assert points[1][:3] == ["train.lr=1e-3", "seeds=[0,1]", "model.dim=32"]
     assert expand_sweeps(["train.lr=1e-3"], "q") == [["train.lr=1e-3"]]
@@ -59,7 +59,7 @@ def test_sweep_points_and_only_reach_the_validated_study(write_study):
     points = command_line(path, ["train.lr=1e-3,3e-3"], only="wide")
     assert len(points) == 2
     studies = [load_study(path, overrides=p) for p in points]
-    assert [s.name for s in studies] == ["tiny.lr_1e-3", "tiny.lr_3e-3"]
+    assert [s.name for s in studies] == ["tiny.lr_0.001", "tiny.lr_0.003"]
     assert [s.spec.train.lr for s in studies] == [0.001, 0.003]
     assert all(list(s.variants) == ["base", "wide"] for s in studies)  # mlp left out, the baseline kept
     with pytest.raises(
@@ -74,7 +74,7 @@ def test_validate_prints_the_resolved_study_and_run_prints_its_config(write_stud
     path = write_study()
     code, out, err = cli("validate", str(path), "~variants.mlp", "train.epochs=5", "--resolved")
     assert code == 0, err
-    head = out[: out.index("tiny: 1 variants")]  # the resolved study, then validate's table
+    head = out[: out.index("tiny.epochs_5: 1 variants")]  # the resolved study, then validate's table
     resolved = yaml.safe_load(head[: head.rindex("\n")])
     assert resolved["variants"] == {} and resolved["train"]["epochs"] == 5
     assert resolved["train"]["batch_size"] == 64 and "threads" in resolved["train"]  # defaults filled in

@@ -69,7 +69,8 @@ def test_a_killed_own_trial_resumes_at_its_saved_epoch_to_the_uninterrupted_numb
     code, _, err = cli("worker", study, *TINY, "--output", out, "--quiet")  # the trials, no report
     assert code == 0, err
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("torch-loop")
+    # A study of its own, named for the overrides that change what it trains.
+    experiment = client.get_experiment_by_name("torch-loop.rows_100.epochs_4")
     finished = client.search_runs(
         [experiment.experiment_id], "tags.variant = 'base' and attributes.status = 'FINISHED'"
     )
@@ -83,7 +84,7 @@ def test_a_killed_own_trial_resumes_at_its_saved_epoch_to_the_uninterrupted_numb
     never = Recording(0, tmp_path / "never")
     seed_everything(0)
     metrics = example.train(copy.deepcopy(config), 0, never)
-    got = load_results(f"sqlite:///{out / 'mlflow.db'}", "torch-loop")
+    got = load_results(f"sqlite:///{out / 'mlflow.db'}", "torch-loop.rows_100.epochs_4")
     row = got.results.set_index("variant").loc["base"]
     assert (row["valid.acc"], row["test.acc"], row["epochs"]) == (
         metrics["valid.acc"],

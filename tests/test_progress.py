@@ -64,9 +64,9 @@ def test_the_parent_of_workers_follows_the_store(write_study, tmp_path):
     assert all(m for _, m in trials), [text for _, text in lines]
     assert sorted((m[3], m[4]) for _, m in trials) == KEYS
     assert [m[1] for _, m in trials] == ["1", "2", "3", "4"]
-    # The workers trained the overridden study, as the parent planned it.
-    client = MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'tiny' / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    # The workers trained the overridden study, as the parent planned it (its own: tiny.epochs_1).
+    client = MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'tiny.epochs_1' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("tiny.epochs_1").experiment_id])
     trained = [r for r in runs if r.data.tags.get("ablate.role") == "trial"]
     assert len(trained) == 4 and {r.data.params["train.epochs"] for r in trained} == {"1"}
 

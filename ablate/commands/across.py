@@ -117,6 +117,7 @@ def show_status(study: Study, output: Path | None, storage: str | None) -> None:
 
 def _status_of(study: Study, output: Path | None, storage: str | None) -> bool:
     """One study's status lines; whether every trial of it has ended (none left or running)."""
+    from ablate.commands.configurations import not_here
     from ablate.commands.progress import status_report
     from ablate.commands.slurm import show_jobs
     from ablate.drive import Stores, plan, progress
@@ -127,7 +128,10 @@ def _status_of(study: Study, output: Path | None, storage: str | None) -> bool:
     if not stores.started():
         design = study.spec.sequential
         first = f" at the first look, up to {len(study.variants) * design.max}" if design else ""
-        out.print(f"{study.name}: not started ({len(plan(study))} trials planned{first})")
+        where = not_here(study, stores.output_dir, "status")
+        out.print(
+            f"{study.name}: not started ({len(plan(study))} trials planned{first}){where}", markup=False
+        )
         return False
     table, lines = status_report(study, stores)
     out.print(table)

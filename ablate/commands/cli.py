@@ -288,6 +288,13 @@ def report(
         stores = Stores.for_study(study, output, tracking_uri)
         out_dir = reports / study.name if reports else stores.output_dir / "report"
         check_folders(study, stores, output, reports, out_dir, trains=False)
+        if tracking_uri is None and not stores.started():  # perhaps run with overrides: say where
+            from ablate.commands.configurations import not_here
+
+            where = not_here(study, stores.output_dir, "report")
+            raise AblateError(
+                f"{study.name}: no trials in {stores.output_dir} (has the study been run?){where}"
+            )
         uri, experiment = stores.tracking_uri, study.name
     elif experiment and tracking_uri:
         if problem := tracking_problem(tracking_uri):

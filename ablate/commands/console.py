@@ -55,7 +55,10 @@ def print_resolved(study) -> None:
     """The validated study (overrides applied, defaults filled in) as YAML, on stdout."""
     import yaml
 
-    text = yaml.safe_dump(study.spec.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    # Each a document of its own (`---`): a sweep prints one per study, read back by safe_load_all.
+    text = yaml.safe_dump(
+        study.spec.model_dump(mode="json"), sort_keys=False, allow_unicode=True, explicit_start=True
+    )
     out.print(text, markup=False, highlight=False, soft_wrap=True, end="")
 
 

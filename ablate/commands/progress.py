@@ -28,6 +28,7 @@ from ablate.drive import (
 )
 from ablate.drive.ledger import key_of
 from ablate.study.load import Study
+from ablate.study.overrides import changes_training
 from ablate.study.tuning import search_budget
 from ablate.training.trainer import TrialResult, checkpoint_summaries
 
@@ -42,8 +43,10 @@ def plan_line(study: Study, stores: Stores, report_dir: Path, workers: int = 1) 
     searched = search_budget(study) if study.spec.search.enabled else 0
     search = f", after {searched} search trials per variant" if searched else ""
     who = f"{workers} workers" if workers > 1 else "this process"
+    named = next(filter(changes_training, study.overrides), None)
+    own = f"study {study.name} (its own: {named} changes what trials train), " if named else ""
     return (
-        f"plan: {variants} variants × {seeds} seeds = {trials} trials{search}, "
+        f"plan: {own}{variants} variants × {seeds} seeds = {trials} trials{search}, "
         f"{'up to ' if study.spec.train.patience else ''}{study.spec.train.epochs} epochs each, in {who}; "
         f"output {stores.output_dir} "
         f"(MLflow {stores.tracking_uri}, Optuna {stores.optuna_url}); report {report_dir}"

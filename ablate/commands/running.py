@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 
 from ablate import stopping
+from ablate.commands.configurations import record
 from ablate.commands.console import err, out, progress_bars, say
 from ablate.commands.progress import BarReporter, plan_line
 from ablate.commands.workers import run_workers, standing_failures
@@ -71,6 +72,7 @@ def run_and_report(
     stores = Stores.for_study(study, output, tracking_uri, storage)
     out_dir = reports / study.name if reports else stores.output_dir / "report"
     check_folders(study, stores, output, reports, out_dir)  # before any training
+    record(study, stores.output_dir)  # which configuration this folder holds
     rebuilt = check_stores(study, stores, rebuild_queue)  # a store lost beside the other: one line
     if rebuilt and not silent:
         err.print(f"rebuilt: {rebuilt} finished trial(s) of the queue from the tracking records")
@@ -117,7 +119,8 @@ def each_point(command, given: dict, points: list[list[str]]) -> int:
     codes = []
     for point in points:
         each = {k: given[k] for k in inspect.signature(command).parameters}
-        output, name = each.get("output"), point[-1].split("=", 1)[1]
+        output = each.get("output")
+        name = next(text.split("=", 1)[1] for text in point if text.startswith("name="))
         each.update(overrides=point, only=None, output=output / name if output else None)
         try:
             command(**each)

@@ -22,7 +22,7 @@ from ablate.registry import COMPONENT_SLOTS
 from ablate.schema import Bare, Locator
 from ablate.stats import ReportSettings
 from ablate.study.file import lookup, read_study, validate_options
-from ablate.study.overrides import OverriddenLocator, apply_overrides, parse_overrides
+from ablate.study.overrides import OverriddenLocator, apply_overrides, configuration_name, parse_overrides
 from ablate.study.resolve import BASE_KEY, check_size, re_resolve, resolve_variant
 from ablate.study.search import SEARCH_ROOTS
 from ablate.study.spec import BASE, StudySpec, TrainSpec
@@ -179,6 +179,17 @@ def load_study(path: str | Path, check_files: bool = True, overrides: Iterable[s
     raw, lines = read_study(path)
     given = parse_overrides(overrides)
     raw = apply_overrides(raw, given)
+    if isinstance(raw.get("name"), str) and not any(o.key == ("name",) for o in given):
+        # Overrides that change what trials train make a study of their own: its own name (MLflow
+        # experiment, Optuna queue) and output folder, so it never meets the study file's trials.
+        named = configuration_name(raw["name"], [o.text for o in given])
+        if (
+            named != raw["name"]
+            and isinstance(raw.get("output"), str)
+            and not any(o.key == ("output",) for o in given)
+        ):
+            raw["output"] = raw["output"].rstrip("/") + named.removeprefix(raw["name"])
+        raw["name"] = named
     where = OverriddenLocator(path, lines, given) if given else Locator(path, lines)
     try:
         spec = StudySpec.model_validate(raw)

@@ -7,7 +7,10 @@ adds one the file does not have (an error where it has), ``++key=value`` sets it
 ``~key`` deletes it (``~variants.two-heads``; ``~key=value`` only where it holds that value).
 A comma outside brackets and quotes makes a sweep, ``train.lr=1e-3,3e-3``: ``ablate run`` runs
 the study once per value (every combination of several sweeps), each its own study named
-``<name>.lr_0.001`` (:func:`expand_sweeps`), as Hydra's multirun runs one job per value.
+``<name>.lr_1e-3`` (:func:`expand_sweeps`), as Hydra's multirun runs one job per value. Any
+override that changes what a trial trains names its study alike (``train.epochs=2``:
+``<name>.epochs_2``, :func:`configuration_name`), so each configuration has its own output folder,
+MLflow experiment and Optuna queue, and a run with overrides never meets the study's own trials.
 :func:`only_variants` keeps the variants named (``--only``).
 
 Overrides are applied to the parsed mapping before it is validated, so they are checked exactly
@@ -20,7 +23,9 @@ from __future__ import annotations
 
 import copy
 import difflib
+import hashlib
 import itertools
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -149,9 +154,56 @@ def _near(node: dict, key: str) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
+# The sections whose settings change what a trial trains: an override of one of them makes another
+# study, named for it (:func:`configuration_name`), with its own folder, experiment and queue.
+TRAINING_ROOTS = frozenset({"model", "train", "task", "metrics", "search"})
+
+
+def _name_part(text: str) -> str | None:
+    """``epochs_2`` for ``train.epochs=2``, ``no_final_norm`` for ``~model.final_norm``; None for an
+    override that leaves every trial as it is (seeds, report settings, the name or output folder, a
+    variant added or left out)."""
+    prefix, rest = _prefix(text.strip())
+    dotted, equals, value = rest.partition("=")
+    key = dotted.split(".")
+    patched_variant = key[0] == "variants" and prefix != "+" and (len(key) > 2 or prefix != "~")
+    if key[0] not in TRAINING_ROOTS and not patched_variant:
+        return None
+    if prefix == "~" or not equals:
+        return f"no_{key[-1]}"
+    try:  # named by the value it sets, so that `lr=1e-3` and `lr=0.001` are one study
+        (override,) = parse_overrides([f"{dotted}={value}"])
+        shown = override.value if isinstance(override.value, str) else json.dumps(override.value)
+    except StudyError:  # a sweep's whole value, or one the study's loading refuses in its own words
+        shown = value
+    safe = re.sub("_+", "_", _NAME_UNSAFE.sub("_", shown.strip().strip(chr(39) + chr(34)))).strip("_")
+    return f"{key[-1]}_{safe}"
+
+
+def changes_training(text: str) -> bool:
+    """Whether an override changes what a trial trains (and so names a study of its own)."""
+    return _name_part(text) is not None
+
+
+def configuration_name(name: str, texts: Iterable[str]) -> str:
+    """The study's name with what its overrides change: ``quickstart.epochs_2`` for ``train.epochs=2``
+    (each such override in the order given, as a sweep names its studies); ``name`` where none changes
+    what a trial trains. A name past :data:`~ablate.study.spec.MAX_NAME` ends in a digest instead."""
+    from ablate.study.spec import MAX_NAME  # the same layer; the schema loads only where a name is made
+
+    parts = [part for part in map(_name_part, texts) if part]
+    if not parts:
+        return name
+    named = f"{name}.{'.'.join(parts)}"
+    if len(named) > MAX_NAME:
+        named = f"{name[: MAX_NAME - 13]}.{hashlib.sha256(named.encode()).hexdigest()[:12]}"
+    return named
+
+
 def expand_sweeps(texts: Iterable[str], name: str) -> list[list[str]]:
     """The override lists of a sweep's studies, each naming its study ``<name>.<key>_<value>``
-    (every combination of several sweeps, in the order given); ``[texts]`` without a sweep."""
+    (every combination of several sweeps, with the other overrides that change training, in the
+    order given: :func:`configuration_name`); ``[texts]`` without a sweep."""
     texts = list(texts)
     axes = []
     for i, text in enumerate(texts):
@@ -159,16 +211,15 @@ def expand_sweeps(texts: Iterable[str], name: str) -> list[list[str]]:
         dotted, equals, value_text = rest.partition("=")
         values = sweep_values(value_text) if equals else None
         if values:
-            axes.append((i, f"{prefix}{dotted}", dotted.split(".")[-1], [v.strip() for v in values]))
+            axes.append((i, f"{prefix}{dotted}", [v.strip() for v in values]))
     if not axes:
         return [texts]
     points = []
     for chosen in itertools.product(*(values for *_, values in axes)):
-        point, suffix = list(texts), []
-        for (i, key, short, _), value in zip(axes, chosen, strict=True):
+        point = list(texts)
+        for (i, key, _), value in zip(axes, chosen, strict=True):
             point[i] = f"{key}={value}"
-            suffix.append(f"{short}_{_NAME_UNSAFE.sub('_', value.strip(chr(39) + chr(34)))}")
-        points.append([*point, f"name={name}.{'.'.join(suffix)}"])
+        points.append([*point, f"name={configuration_name(name, point)}"])
     return points
 
 
