@@ -5,10 +5,12 @@ Where the files are: under the folder ``$ABLATE_DATA_MIRROR`` names, when it is 
 stands in for the network (CI and the tests point it at the shared data folder beside the clone),
 laid out as the registry's paths (``movielens/ml-100k/u.data``); else in the download cache,
 ``$ABLATE_DATA_DIR`` or ``<cache_dir>/datasets`` (:func:`ablate.cache.cache_dir`), laid out the
-same way. A file with a recorded SHA-256 is checked against it wherever it is read from.
+same way. A file with a recorded SHA-256 is checked against it wherever it is read from (a
+``.gz`` file's content, decompressed: what the loaders read).
 
 Downloads go through pooch (a registry of checksums, retries, a progress bar); its downloader here
-resumes an interrupted download with an HTTP ``Range`` request (:class:`ResumingDownloader`).
+resumes an interrupted download with an HTTP ``Range`` request (:class:`ResumingDownloader`). An
+entry with ``derive`` is made here from another entry's download (:mod:`ablate.derived`).
 
 In a study file, ``task.data`` names a data set (``ml-100k``, or ``{name: ml-100k, k_core: 5}``
 with settings of the study's own over the entry's loader settings) or lists several
@@ -18,6 +20,7 @@ reads the user's own file as before.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -25,6 +28,7 @@ import shutil
 import sys
 import tomllib
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -65,6 +69,12 @@ class Dataset:
     redistribute: bool
     member: str = ""
     why: str = ""
+    derive: dict[str, Any] = field(default_factory=dict)  # made from another entry: ablate.derived
+
+    @property
+    def fetchable(self) -> bool:
+        """Whether ``ablate data fetch`` can get it: downloaded, or made from a download."""
+        return bool(self.url or self.derive)
 
     @property
     def verified(self) -> bool:
@@ -111,11 +121,38 @@ def root() -> Path:
     return mirror() or data_dir()
 
 
+# (resolved path, size, mtime in ns) → SHA-256 of a .gz file's decompressed content
+_CONTENT_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def content_digest(file: Path) -> str:
+    """The SHA-256 the registry records for a file: of its bytes, or, for a ``.gz`` file, of its
+    decompressed content (gzip builds write different bytes for the same lines). Raises
+    ``OSError`` (or ``EOFError``, ``zlib.error``) where it cannot be read."""
+    if file.suffix != ".gz":
+        return file_digest(file)
+    stat = file.stat()
+    key = (str(file.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _CONTENT_DIGESTS:
+        digest = hashlib.sha256()
+        with gzip.open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        _CONTENT_DIGESTS[key] = digest.hexdigest()
+    return _CONTENT_DIGESTS[key]
+
+
 def _checksum_problem(dataset: Dataset, relpath: str, file: Path) -> str | None:
     sha = dataset.files[relpath][0]
-    if sha and file_digest(file) != sha:
-        got = file_digest(file)[:16]
-        return f"{file} does not hold the recorded data (SHA-256 {got}…, expected {sha[:16]}…)"
+    if not sha:
+        return None
+    try:
+        got = content_digest(file)
+    except (OSError, EOFError, zlib.error) as exc:
+        return f"{file} cannot be read ({exc})"
+    if got != sha:
+        what = "SHA-256 of its decompressed content" if file.suffix == ".gz" else "SHA-256"
+        return f"{file} does not hold the recorded data ({what} {got[:16]}…, expected {sha[:16]}…)"
     return None
 
 
@@ -129,8 +166,14 @@ def present(dataset: Dataset) -> bool:
 def how_to_get(dataset: Dataset) -> str:
     """The sentence saying how to get a data set that is not here."""
     where = f"set {MIRROR_ENV} to a folder holding {dataset.path} (the mirror's layout)"
-    if not dataset.url:
+    if not dataset.fetchable:
         return f"it cannot be downloaded ({dataset.why}): {where}"
+    if dataset.derive:
+        source = lookup(dataset.derive["from"])
+        return (
+            f"run `ablate data fetch {dataset.name}` where {_host(source.url)} can be reached "
+            f"(it is made from {source.name}'s download), or {where}"
+        )
     return f"run `ablate data fetch {dataset.name}` where {_host(dataset.url)} can be reached, or {where}"
 
 
@@ -166,14 +209,20 @@ def download(dataset: Dataset, progress: bool | None = None, retries: int = RETR
     one without a recorded hash is kept and its hash printed, flagged as unverified). The licence
     is printed first. Raises ``DataError`` with one line on any failure."""
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
-    if not dataset.url:
+    if not dataset.fetchable:
         raise DataError(f"data set '{dataset.name}' is not here: {how_to_get(dataset)}")
+    base = data_dir()
+    say(f"{dataset.name}: {dataset.licence}. Cite: {dataset.citation}")
+    if dataset.derive:
+        if present(dataset):
+            return base / dataset.path
+        from .derived import make
+
+        return make(dataset, progress, retries, say)
     import pooch
     import requests
 
     pooch.get_logger().setLevel("WARNING")
-    base = data_dir()
-    say(f"{dataset.name}: {dataset.licence}. Cite: {dataset.citation}")
     progress = sys.stderr.isatty() if progress is None else progress
     downloader = ResumingDownloader(base / ".partial", progress)
     for relpath, (sha, _) in dataset.files.items():
@@ -202,7 +251,7 @@ def download(dataset: Dataset, progress: bool | None = None, retries: int = RETR
         if not sha:
             say(
                 f"warning: {relpath}: no SHA-256 is recorded for it, so nothing verified this download; "
-                f"its SHA-256 is {file_digest(target)}"
+                f"its SHA-256 is {content_digest(target)}"
             )
     return base / dataset.path
 

@@ -16,7 +16,7 @@ CORE = REPO / "ablate"
 LAYERS = [
     {"errors", "faults", "stopping", "schema", "fastpaths", "jagged", "cache", "kernels", "provenance"},
     {"components", "tasks", "registry"},
-    {"studyfile", "overrides", "blocks", "optimizers", "schedules", "datasets", "testkit"},
+    {"studyfile", "overrides", "blocks", "optimizers", "schedules", "datasets", "derived", "testkit"},
     {"stats"},
     {"search", "spec", "variants"},
     {"study", "sizes"},
