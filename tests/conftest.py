@@ -1,4 +1,6 @@
-"""Shared fixtures: tiny study files and an in-process CLI runner."""
+"""Shared fixtures: tiny study files, an in-process CLI runner, and the named data sets a test
+reads (``@pytest.mark.data(NAME, ...)`` or the ``data_file`` fixture): where one is not here the
+test skips with one line saying how to get it, and with ``ABLATE_REQUIRE_DATA=1`` (CI) it fails."""
 
 from __future__ import annotations
 
@@ -13,11 +15,72 @@ import torch
 import yaml
 from tiny_study import TINY_STUDY, deep_update, tiny_spec  # noqa: F401 - re-exported to the test modules
 
+from ablate.data import catalog as datasets
+
 # Tests use tiny tensors: one intra-op thread avoids OpenMP spin contention on 2-core machines
 # (measured ~3x faster for the component tests). Subprocess tests run with the defaults.
 torch.set_num_threads(1)
-# The data mirror (ablate/data/catalog.py): the shared data folder beside the clone.
+# The data mirror (ablate/data/catalog.py): the shared data folder beside the clone, where there is one.
 MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data"
+REQUIRE_DATA_ENV = "ABLATE_REQUIRE_DATA"  # set (CI): a test whose data set is not here fails
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "data(*names): the named data sets the test reads; it skips where one is not here"
+    )
+    # Named data sets come from $ABLATE_DATA_MIRROR, else the shared folder beside the clone, else
+    # the user's own download cache (`ablate data fetch NAME` fills it; ABLATE_CACHE_DIR is a
+    # per-session folder below, so the cache is named before). Nothing is downloaded: a test whose
+    # data are not here skips before it reads them.
+    if not os.environ.get(datasets.MIRROR_ENV) and MIRROR.is_dir():
+        os.environ[datasets.MIRROR_ENV] = str(MIRROR)
+    elif not os.environ.get(datasets.MIRROR_ENV):
+        os.environ.pop(datasets.MIRROR_ENV, None)
+        os.environ[datasets.DATA_DIR_ENV] = str(datasets.data_dir())
+
+
+def data_missing(why: str) -> None:
+    """Skip the running test for want of its data (one line: ``why``); fail it under
+    ``ABLATE_REQUIRE_DATA=1``."""
+    if os.environ.get(REQUIRE_DATA_ENV, "0") not in ("", "0"):
+        pytest.fail(f"{REQUIRE_DATA_ENV} is set but the test {why}", pytrace=False)
+    pytest.skip(why)
+
+
+def need_data(*names: str) -> None:
+    """Go on only where every named data set is here (its files, checked against their SHA-256)."""
+    for name in names:
+        dataset = datasets.lookup(name)
+        if not datasets.present(dataset):
+            data_missing(f"needs data set '{name}', not in {datasets.root()}: {datasets.how_to_get(dataset)}")
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("data"):
+        need_data(*mark.args)
+
+
+@pytest.fixture(scope="session")
+def data_file():
+    """``data_file(name, beside=None) -> Path``: where the named data set's file is here; the test
+    skips (or fails under ``ABLATE_REQUIRE_DATA=1``) where the data set is not here. ``beside``: a
+    file no registry entry holds that the test reads from the same folder (then its path)."""
+
+    def find(name: str, beside: str | None = None) -> Path:
+        need_data(name)
+        file = datasets.root() / datasets.lookup(name).path
+        if beside is None:
+            return file
+        if not (file.parent / beside).is_file():
+            where = (file.parent / beside).relative_to(datasets.root())
+            data_missing(
+                f"needs {beside} beside data set '{name}', not in {file.parent}: no registry entry "
+                f"fetches it; set {datasets.MIRROR_ENV} to a folder holding it as {where}"
+            )
+        return file.parent / beside
+
+    return find
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -25,8 +88,6 @@ def _dataset_cache(tmp_path_factory):
     """Parsed data sets go to a per-session folder, not the user's cache."""
     mp = pytest.MonkeyPatch()
     mp.setenv("ABLATE_CACHE_DIR", str(tmp_path_factory.mktemp("dataset-cache")))
-    # Named data sets come from the shared data folder beside the clone: no test touches the network.
-    mp.setenv("ABLATE_DATA_MIRROR", os.environ.get("ABLATE_DATA_MIRROR") or str(MIRROR))
     yield
     mp.undo()
 

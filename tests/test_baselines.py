@@ -228,10 +228,10 @@ def test_plan_reads_each_metrics_default_margin():
     assert plain.margin == pytest.approx(0.02)  # 2% of a mean of 1: the default, in shares
 
 
-def test_repeat_last_on_etth1_is_the_published_repeat_row():
+def test_repeat_last_on_etth1_is_the_published_repeat_row(data_file):
     """ETTh1, lookback 96, horizon 96, the 12/4/4-month split: DLinear's paper (Zeng et al. 2023,
     Table 2, 'Repeat') reports MSE 1.295, MAE 0.713."""
-    data = Path(__file__).resolve().parents[2] / "shared/data/timeseries/ETT-small"
+    data = data_file("etth1").parent
     options = {"data": {"format": "csv", "path": "ETTh1.csv"}, "lookback": 96, "horizon": 96}
     task = ForecastTask(ForecastOptions.model_validate(options), data)
     found = {b.name: b.values for b in task.baselines(task.load(), ["mse", "mae"])}

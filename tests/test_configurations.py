@@ -25,6 +25,8 @@ FAST_REPORT = {"report": {"calibration": 0, "bootstrap": 200}}  # the statistics
         (["model.attention.kind=pointwise", "train.betas=[0.9, 0.98]"], "q.kind_pointwise.betas_0.9_0.98"),
         (["variants.wide.ffn.mult=8"], "q.mult_8"),
         (["~model.final_norm"], "q.no_final_norm"),
+        (["task.data=beauty"], "q.data_beauty"),
+        (["task.data=[beauty, sports]"], "q"),  # several data sets: each its own study already
     ],
 )
 def test_a_configuration_is_named_for_what_changes_its_trials(overrides, named):

@@ -1,67 +1,67 @@
-"""Data by name: the registry against the mirror's files, studies that name their data, the mirror's
-one-line errors, and downloads served over loopback HTTP (a small server in a thread): a download,
-a corrupted file refused by its checksum, the cache reused, an interrupted download resumed."""
+"""Data by name: the registry against the files here (the mirror's, or the cache's), studies that
+name their data, the mirror's one-line errors, and downloads served over loopback HTTP (a small
+server in a thread): a download, a corrupted file refused by its checksum, the cache reused, an
+interrupted download resumed."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
-import http.server
-import os
 import re
-import threading
 from pathlib import Path
 
 import pytest
 import yaml
+from loopback import Server as _Server
 
 from ablate.data import catalog as datasets
-from ablate.data.catalog import Dataset, download, locate, registry
+from ablate.data import derived
+from ablate.data.catalog import Dataset, registry
+from ablate.data.download import download, locate
 from ablate.errors import DataError
 from ablate.schema import Vocabulary
-from ablate.study.load import load_study
 
 REPO = Path(__file__).resolve().parents[1]
-MIRROR = Path(os.environ.get(datasets.MIRROR_ENV, REPO.parent / "shared" / "data"))
-needs_mirror = pytest.mark.skipif(not MIRROR.is_dir(), reason=f"no data mirror at {MIRROR}")
+# The entries the shared data folder holds (its README lists them): 19 files.
+MIRRORED = ("ml-100k", "ml-1m-users2999", "ml-1m-sasrec-minus978", "beauty", "sports", "video")
+MIRRORED += ("etth1", "etth2", "ettm1", "ettm2", "illness", "california-housing")
 
 
-@needs_mirror
-def test_every_recorded_hash_is_the_mirrors_file():
-    """Each SHA-256 in the registry, computed here again from the mirror's file."""
+@pytest.mark.data(*MIRRORED)
+def test_every_recorded_hash_is_the_file_here():
+    """Each SHA-256 and size in the registry, computed again from the file here (a .gz file's
+    from its decompressed content)."""
     checked = 0
     for dataset in registry().values():
         for relpath, (sha, size) in dataset.files.items():
-            file = MIRROR / relpath
-            if not sha:
+            file = datasets.root() / relpath
+            if not sha or not file.is_file():
                 continue
-            data = file.read_bytes()
+            data = gzip.decompress(file.read_bytes()) if file.suffix == ".gz" else file.read_bytes()
             assert hashlib.sha256(data).hexdigest() == sha, relpath
             assert len(data) == size, relpath
             checked += 1
-    assert checked >= 19  # every file of the mirror the registry names
+    assert checked >= 19  # every file of the shared data folder the registry names
 
 
 def test_every_entry_is_complete():
     for d in registry().values():
         assert d.title and d.licence and d.citation and d.task in {"seqrec", "forecast", "tabular"}, d.name
         assert d.path and all(rel == d.path or rel.startswith(d.path + "/") for rel in d.files), d.name
-        assert d.url or d.why, f"{d.name}: neither a URL nor why it has none"
+        assert d.fetchable or d.why, f"{d.name}: neither a URL, a derivation nor why it has none"
+        assert not d.derive or derived.problem(d) is None, f"{d.name}: {d.derive and derived.problem(d)}"
         assert not d.url or not d.redistribute or d.url.startswith("https://"), d.name
 
 
-@needs_mirror
 @pytest.mark.parametrize("study", sorted(p.name for p in (REPO / "studies").glob("*.yaml")))
 def test_studies_name_their_data(study):
-    """No study reads a folder beside the clone; a study that reads a file names its data set,
-    and loads with the mirror set (files checked, not read)."""
+    """No study reads a folder beside the clone; a study that reads a file names its data set
+    (tests/test_studies.py loads each from where its data are here)."""
     text = (REPO / "studies" / study).read_text()
     assert "shared/data" not in text
     data = yaml.safe_load(text)["task"].get("data", {})
     if isinstance(data, dict) and "path" in data:
         pytest.fail(f"{study}: task.data.path: name the data set instead")
-    loaded = load_study(REPO / "studies" / study)
-    if loaded.dataset is not None:
-        assert Path(loaded.task.data_path()).is_relative_to(MIRROR.resolve())
 
 
 def _registry_of(monkeypatch, *entries: Dataset) -> None:
@@ -100,7 +100,7 @@ def test_a_file_missing_from_the_mirror_is_one_line(tmp_path, monkeypatch, write
 
 def test_neither_network_nor_mirror_says_how_to_get_the_data(tmp_path, monkeypatch, write_study, cli):
     _registry_of(monkeypatch, _entry("toy", "toy/lines.txt", "", url="http://127.0.0.1:9/toy.txt"))
-    monkeypatch.delenv(datasets.MIRROR_ENV)
+    monkeypatch.delenv(datasets.MIRROR_ENV, raising=False)
     monkeypatch.setenv(datasets.DATA_DIR_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(datasets, "RETRIES", 0)
     code, _, err = cli("validate", write_study(replace={"task.data": "toy"}))
@@ -110,47 +110,6 @@ def test_neither_network_nor_mirror_says_how_to_get_the_data(tmp_path, monkeypat
     assert (
         "run `ablate data fetch toy` where 127.0.0.1:9 can be reached, or set ABLATE_DATA_MIRROR" in lines[0]
     )
-
-
-class _Server:
-    """A loopback HTTP server of ``files`` (name → bytes) that honours ``Range: bytes=N-``, can
-    cut its next answer short (``cut``: bytes sent before the connection drops) and records every
-    request's path and Range header."""
-
-    def __init__(self, files: dict[str, bytes]):
-        self.files, self.requests, self.cut = files, [], None
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's name
-                body = server.files[self.path.lstrip("/")]
-                asked = self.headers.get("Range")
-                server.requests.append((self.path, asked))
-                start = int(re.fullmatch(r"bytes=(\d+)-", asked).group(1)) if asked else 0
-                self.send_response(206 if asked else 200)
-                if asked:
-                    self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-                self.send_header("Content-Length", str(len(body) - start))
-                self.end_headers()
-                part = body[start:]
-                if server.cut is not None:
-                    part, server.cut = part[: server.cut], None
-                    self.wfile.write(part)
-                    self.wfile.flush()
-                    self.close_connection = True
-                    return
-                self.wfile.write(part)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
@@ -163,7 +122,7 @@ def server():
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.delenv(datasets.MIRROR_ENV)
+    monkeypatch.delenv(datasets.MIRROR_ENV, raising=False)
     monkeypatch.setenv(datasets.DATA_DIR_ENV, str(tmp_path / "cache"))
     return tmp_path / "cache"
 

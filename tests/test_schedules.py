@@ -267,6 +267,7 @@ def test_schedule_options_are_in_the_json_schema():
 STUDIES = Path(__file__).resolve().parents[1] / "studies"
 
 
+@pytest.mark.data("etth1")
 def test_duet_runs_every_horizon_with_the_published_schedule_and_widths():
     horizons = {}
     for path in sorted(STUDIES.glob("duet_etth1*.yaml")):
@@ -277,6 +278,7 @@ def test_duet_runs_every_horizon_with_the_published_schedule_and_widths():
     assert {h: s.spec.model.dim for h, s in horizons.items()} == {96: 256, 192: 256, 336: 512, 720: 512}
 
 
+@pytest.mark.data("california-housing")
 def test_t2g_california_is_the_published_configuration_with_two_stages():
     study = load_study(STUDIES / "t2g_california.yaml")
     model, train = study.spec.model, study.spec.train
@@ -287,6 +289,7 @@ def test_t2g_california_is_the_published_configuration_with_two_stages():
     assert len(study.spec.seed_list) == 15  # the papers' 15 seeds
 
 
+@pytest.mark.data("ml-1m-users2999")
 def test_tisasrec_ml1m_compares_the_four_models_with_at_least_five_seeds():
     study = load_study(STUDIES / "tisasrec_ml1m.yaml")
     assert {"base", "tisasrec", "sasrec-mhc", "tisasrec-mhc"} <= set(study.variants)

@@ -38,7 +38,15 @@ def list_() -> None:
     for column in ("name", "task", "format", "size", "SHA-256", "source", "here", "title"):
         table.add_column(column, overflow="fold" if column == "title" else "ellipsis")
     for d in registry().values():
-        source = "publisher" if d.url and not d.redistribute else "download" if d.url else "mirror only"
+        source = (
+            "derived"  # made here from another entry's download
+            if d.derive
+            else "publisher"
+            if d.url and not d.redistribute
+            else "download"
+            if d.url
+            else "mirror only"
+        )
         table.add_row(
             d.name,
             d.task,
@@ -55,16 +63,27 @@ def list_() -> None:
 @app.command()
 def fetch(name: NameArg) -> None:
     """Download a data set into the cache (each file checked against its SHA-256; an interrupted
-    download resumes), printing its licence and citation; with ABLATE_DATA_MIRROR set, check the
-    mirror holds it instead."""
-    from ablate.data.catalog import locate
+    download resumes), printing its licence and citation; a derived one is made from its source's
+    download. With ABLATE_DATA_MIRROR set, check the mirror holds it instead."""
+    from ablate.data.catalog import MIRROR_ENV, data_dir, mirror, present
+    from ablate.data.download import download, locate
 
     dataset = _lookup(name)
-    if dataset.url and not dataset.redistribute:
-        err.print(
-            f"{name}: its licence forbids redistribution: fetched from its publisher only", markup=False
-        )
-    path = locate(dataset, fetch=True, say=lambda line: err.print(line, markup=False, soft_wrap=True))
+
+    def say(line: str) -> None:
+        err.print(line, markup=False, soft_wrap=True)
+
+    checked = "checked against its SHA-256" if dataset.verified else "no SHA-256 recorded to check"
+    if mirror() is not None:  # the mirror stands in for the network: nothing is downloaded
+        path = locate(dataset, fetch=True)
+        say(f"{name}: in the data mirror {mirror()} ({MIRROR_ENV} is set; {checked}): nothing downloaded")
+    elif present(dataset):
+        path = locate(dataset, fetch=False)
+        say(f"{name}: already in the cache {data_dir()} ({checked}): nothing downloaded")
+    else:
+        if dataset.url and not dataset.redistribute:
+            say(f"{name}: its licence forbids copies: downloaded from its publisher")
+        path = download(dataset, say=say)
     out.print(str(path), markup=False, highlight=False, soft_wrap=True)
 
 
@@ -72,7 +91,8 @@ def fetch(name: NameArg) -> None:
 def path(name: NameArg) -> None:
     """Where a data set's file (or folder) is here: the mirror, else the cache. Not there yet:
     one line saying how to get it (status 2)."""
-    from ablate.data.catalog import how_to_get, locate, present
+    from ablate.data.catalog import how_to_get, present
+    from ablate.data.download import locate
 
     dataset = _lookup(name)
     if not present(dataset):

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ablate.components import BuildContext
-from ablate.data.catalog import NamedData, named_data
+from ablate.data.named import NamedData, named_data
 from ablate.errors import DataError, StudyError
 from ablate.model.variant import Variant
 from ablate.registry import COMPONENT_SLOTS

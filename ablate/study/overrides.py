@@ -175,7 +175,9 @@ def _name_part(text: str) -> str | None:
         (override,) = parse_overrides([f"{dotted}={value}"])
         shown = override.value if isinstance(override.value, str) else json.dumps(override.value)
     except StudyError:  # a sweep's whole value, or one the study's loading refuses in its own words
-        shown = value
+        override, shown = None, value
+    if key == ["task", "data"] and override is not None and isinstance(override.value, list):
+        return None  # several data sets: each is a study of its own, named for its data set already
     safe = re.sub("_+", "_", _NAME_UNSAFE.sub("_", shown.strip().strip(chr(39) + chr(34)))).strip("_")
     return f"{key[-1]}_{safe}"
 

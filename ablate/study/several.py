@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ablate.data.catalog import entry_override, label_of
+from ablate.data.named import entry_override, label_of
 from ablate.errors import AblateError
 from ablate.study.load import Study, load_study
 

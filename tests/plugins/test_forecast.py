@@ -23,11 +23,6 @@ from ablate_plugins.forecast import (
 )
 from ablate_plugins.forecast.batches import collate, eval_batches, train_batches
 
-DATA = Path(__file__).resolve().parents[3] / "shared/data/timeseries"
-ETTH1 = DATA / "ETT-small/ETTh1.csv"
-ETTM1 = DATA / "ETT-small/ETTm1.csv"
-ILLNESS = DATA / "illness/national_illness.csv"
-
 
 def task_for(base: Path, **options) -> ForecastTask:
     return ForecastTask(ForecastOptions.model_validate(options), base)
@@ -37,11 +32,12 @@ def task_for(base: Path, **options) -> ForecastTask:
 # Loader and splits on the real files
 
 
-def test_etth1_loads_with_the_standard_hourly_split():
+def test_etth1_loads_with_the_standard_hourly_split(data_file):
+    etth1 = data_file("etth1")
     series = task_for(
-        ETTH1.parent, data={"format": "csv", "path": ETTH1.name}, lookback=96, horizon=96
+        etth1.parent, data={"format": "csv", "path": etth1.name}, lookback=96, horizon=96
     ).load()
-    frame = pd.read_csv(ETTH1)
+    frame = pd.read_csv(etth1)
     assert (
         series.channels == list(frame.columns[1:]) == ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
     )
@@ -59,25 +55,27 @@ def test_etth1_loads_with_the_standard_hourly_split():
     assert not np.allclose(series.values[8640:].mean(0), 0, atol=1e-2)  # later rows are not re-centred
 
 
-def test_ettm1_uses_the_same_span_at_15_minute_rows():
-    borders = split_borders(len(pd.read_csv(ETTM1, usecols=[0])), "ett_minute", 96)
+def test_ettm1_uses_the_same_span_at_15_minute_rows(data_file):
+    borders = split_borders(len(pd.read_csv(data_file("ettm1"), usecols=[0])), "ett_minute", 96)
     assert borders == {"train": (0, 34560), "valid": (34464, 46080), "test": (45984, 57600)}
 
 
-def test_illness_uses_70_10_20_by_time():
-    raw, channels = read_csv(ILLNESS)
+def test_illness_uses_70_10_20_by_time(data_file):
+    illness = data_file("illness")
+    raw, channels = read_csv(illness)
     assert raw.shape == (966, 7) and channels[-1] == "OT"
     borders = split_borders(len(raw), "ratio", 36)
     train, test = int(966 * 0.7), int(966 * 0.2)
     assert borders == {"train": (0, train), "valid": (train - 36, 966 - test), "test": (966 - test - 36, 966)}
     series = task_for(
-        ILLNESS.parent, data={"format": "csv", "path": ILLNESS.name}, lookback=36, horizon=24
+        illness.parent, data={"format": "csv", "path": illness.name}, lookback=36, horizon=24
     ).load()
     assert series.windows("test") == test - 24 + 1
 
 
-def test_windows_are_consecutive_rows_channel_major():
-    series = task_for(ETTH1.parent, data={"format": "csv", "path": ETTH1.name}, lookback=8, horizon=4).load()
+def test_windows_are_consecutive_rows_channel_major(data_file):
+    etth1 = data_file("etth1")
+    series = task_for(etth1.parent, data={"format": "csv", "path": etth1.name}, lookback=8, horizon=4).load()
     starts = np.array([0, 100, series.borders["test"][0]])
     batch = collate(series, starts)
     assert batch.inputs.shape == (3, 7, 8) and batch.targets.shape == (3, 7, 4)

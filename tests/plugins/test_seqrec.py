@@ -36,8 +36,6 @@ from ablate_plugins.seqrec.losses import SeenItems, sample_negatives
 
 NO_AUTOCAST = training_autocast("fp32", torch.device("cpu"))
 
-ML100K = Path(__file__).resolve().parents[3] / "shared/data/movielens/ml-100k/u.data"
-
 
 def task_for(tmp_path: Path, **options) -> SeqRecTask:
     return SeqRecTask(SeqRecOptions.model_validate(options), tmp_path)
@@ -121,12 +119,13 @@ def test_data_option_errors_name_the_key_and_line_in_the_study_file(tmp_path):
 # MovieLens loader
 
 
-def test_movielens_100k_loads_whole_in_stable_time_order():
-    data = read_movielens(ML100K)
+def test_movielens_100k_loads_whole_in_stable_time_order(data_file):
+    ml100k = data_file("ml-100k")
+    data = read_movielens(ml100k)
     assert (data.num_users, data.num_items, data.num_interactions) == (943, 1682, 100_000)
     assert (data.rows_filtered, data.users_dropped) == (0, 0)
 
-    frame = pd.read_csv(ML100K, sep="\t", names=["user", "item", "rating", "timestamp"])
+    frame = pd.read_csv(ml100k, sep="\t", names=["user", "item", "rating", "timestamp"])
     by_user = dict(zip(data.users.tolist(), range(data.num_users), strict=False))
     # Users whose history has tied timestamps are where a non-stable sort would differ.
     tied = frame[frame.duplicated(["user", "timestamp"], keep=False)]["user"].unique()

@@ -15,8 +15,6 @@ from ablate.errors import DataError
 from ablate_plugins.seqrec import SeqRecOptions, SeqRecTask
 from ablate_plugins.seqrec.metrics import draw_negatives
 
-ML1M = Path(__file__).resolve().parents[3] / "shared/data/movielens/ml-1m"
-
 RATINGS = [  # user::item::rating::time; items 5, 7 and 9 are rated, 2 and 8 only catalogued
     "1::7::5::10",
     "1::5::3::20",
@@ -78,10 +76,10 @@ def test_a_catalogue_needs_a_data_file_with_remapped_items():
         )
 
 
-@pytest.mark.skipif(not (ML1M / "movies.dat").is_file(), reason="needs shared/data's ML-1M")
-def test_ml1m_users_1_to_2999_against_all_3883_movies(tmp_path):
+def test_ml1m_users_1_to_2999_against_all_3883_movies(tmp_path, data_file):
+    data_file("ml-1m-users2999", beside="movies.dat")  # GroupLens's catalogue beside the ratings
     options = {
-        "data": {"format": "movielens", "path": str(ML1M / "ratings.users0001-2999.dat.gz")},
+        "data": {"format": "movielens", "path": str(data_file("ml-1m-users2999"))},
         "catalogue": "movies.dat",
         "cache": False,
     }

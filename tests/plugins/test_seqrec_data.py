@@ -1,4 +1,4 @@
-"""seqrec loaders on the real files under shared/data and on small written files: SASRec
+"""seqrec loaders on the real files of named data sets and on small written files: SASRec
 ``user item`` lines, one line per user, CSV / TSV; k-core, rating threshold, id remapping,
 file:line errors, filtered-row counts, and the dataset cache."""
 
@@ -22,12 +22,6 @@ from ablate_plugins.seqrec import (
     read_user_lines,
 )
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-SASREC_ML1M = DATA / "seqrec/ml-1m_sasrec_reconstructed/ml-1m.sasrec_minus978.txt"
-BEAUTY = DATA / "seqrec/s3rec/Beauty.txt"
-ML100K = DATA / "movielens/ml-100k/u.data"
-ML1M_RATINGS = DATA / "movielens/ml-1m/ratings.users0001-2999.dat.gz"
-
 
 def write(path: Path, lines: list[str]) -> Path:
     path.write_text("".join(line + "\n" for line in lines))
@@ -38,15 +32,16 @@ def write(path: Path, lines: list[str]) -> Path:
 # Real files
 
 
-def test_sasrec_ml1m_file_loads_whole_in_file_order():
-    data = read_user_item(SASREC_ML1M)
+def test_sasrec_ml1m_file_loads_whole_in_file_order(data_file):
+    sasrec_ml1m = data_file("ml-1m-sasrec-minus978")
+    data = read_user_item(sasrec_ml1m)
     # Counts documented in shared/data/README.md §2b.
     assert (data.num_users, data.num_items, data.num_interactions) == (6040, 3416, 998_633)
     assert data.timestamps is None and (data.users_dropped, data.k_core_rows) == (0, 0)
     # SASRec ids are already 1..3416, so remapping keeps them.
     assert data.item_ids.tolist() == [-1, *range(1, 3417)]
     expected = defaultdict(list)
-    with open(SASREC_ML1M) as f:
+    with open(sasrec_ml1m) as f:
         for line in f:
             user, item = line.split()
             if user in ("1", "2", "6040"):
@@ -55,19 +50,21 @@ def test_sasrec_ml1m_file_loads_whole_in_file_order():
         assert data.sequences[user - 1].tolist() == items
 
 
-def test_one_line_per_user_beauty_matches_the_published_counts():
-    data = read_user_lines(BEAUTY)
+def test_one_line_per_user_beauty_matches_the_published_counts(data_file):
+    beauty = data_file("beauty")
+    data = read_user_lines(beauty)
     assert (data.num_users, data.num_items, data.num_interactions) == (22_363, 12_101, 198_502)
-    first = BEAUTY.read_text().splitlines()[0].split()
+    first = beauty.read_text().splitlines()[0].split()
     assert data.users[0] == int(first[0])
     assert data.item_ids[data.sequences[0]].tolist() == [int(v) for v in first[1:]]
 
 
-def test_ml1m_ratings_with_a_rating_threshold_and_k_core():
-    data = read_movielens(ML1M_RATINGS, min_rating=4, k_core=5)
+def test_ml1m_ratings_with_a_rating_threshold_and_k_core(data_file):
+    ratings = data_file("ml-1m-users2999")
+    data = read_movielens(ratings, min_rating=4, k_core=5)
     # Independent count: rows with rating >= 4, then the k-core fixed point by plain loops.
     rows = []
-    with gzip.open(ML1M_RATINGS, "rt", encoding="latin-1") as f:
+    with gzip.open(ratings, "rt", encoding="latin-1") as f:
         for line in f:
             user, item, rating, _ = line.split("::")
             if float(rating) >= 4:

@@ -24,8 +24,6 @@ from ablate_plugins.tabular import FeatureTokenizer, TabularOptions, TabularTask
 from ablate_plugins.tabular.batches import collate
 from ablate_plugins.tabular.evaluation import predictions, row_values, summarise
 
-CALIFORNIA = Path(__file__).resolve().parents[3] / "shared/data/tabular/california_housing"
-
 
 def task_for(base: Path, **options) -> TabularTask:
     return TabularTask(TabularOptions.model_validate(options), base)
@@ -36,12 +34,17 @@ def task_for(base: Path, **options) -> TabularTask:
 
 
 @pytest.fixture(scope="module")
-def california():
-    return task_for(CALIFORNIA.parent, data={"format": "npy", "path": CALIFORNIA.name}).load()
+def california_folder(data_file) -> Path:
+    return data_file("california-housing")
 
 
-def test_california_loads_the_published_split(california):
-    info = json.loads((CALIFORNIA / "info.json").read_text())
+@pytest.fixture(scope="module")
+def california(california_folder):
+    return task_for(california_folder.parent, data={"format": "npy", "path": california_folder.name}).load()
+
+
+def test_california_loads_the_published_split(california, california_folder):
+    info = json.loads((california_folder / "info.json").read_text())
     sizes = {s: len(california.splits[s]) for s in ("train", "valid", "test")}
     assert (
         sizes
@@ -65,9 +68,9 @@ def ft_quantile_reference(n_train: np.ndarray, noise: float) -> QuantileTransfor
     ).fit(n_train + noise / np.maximum(stds, noise) * draws if noise else n_train)
 
 
-def test_california_scaling_and_target_use_training_rows_only(california):
-    n_train, n_test = np.load(CALIFORNIA / "N_train.npy"), np.load(CALIFORNIA / "N_test.npy")
-    y_train, y_test = np.load(CALIFORNIA / "y_train.npy"), np.load(CALIFORNIA / "y_test.npy")
+def test_california_scaling_and_target_use_training_rows_only(california, california_folder):
+    n_train, n_test = np.load(california_folder / "N_train.npy"), np.load(california_folder / "N_test.npy")
+    y_train, y_test = np.load(california_folder / "y_train.npy"), np.load(california_folder / "y_test.npy")
     reference = ft_quantile_reference(n_train, 1e-3)  # the default quantile_noise
     np.testing.assert_allclose(
         california.splits["test"].numeric, reference.transform(n_test), rtol=1e-5, atol=1e-5
@@ -83,14 +86,14 @@ def test_california_scaling_and_target_use_training_rows_only(california):
     assert abs(california.splits["test"].y.mean()) > 1e-3
 
 
-def test_quantile_noise_zero_fits_on_the_raw_values_and_the_jitter_moves_tied_features():
+def test_quantile_noise_zero_fits_on_the_raw_values_and_the_jitter_moves_tied_features(california_folder):
     """California has tied values (house age in whole years, capped incomes and ages): the
     published jitter spreads them over their quantiles, so the two fits differ there; noise 0 is
     the plain transform."""
     plain = task_for(
-        CALIFORNIA.parent, data={"format": "npy", "path": CALIFORNIA.name}, quantile_noise=0.0
+        california_folder.parent, data={"format": "npy", "path": california_folder.name}, quantile_noise=0.0
     ).load()
-    n_train, n_test = (np.load(CALIFORNIA / f"N_{s}.npy") for s in ("train", "test"))
+    n_train, n_test = (np.load(california_folder / f"N_{s}.npy") for s in ("train", "test"))
     np.testing.assert_allclose(
         plain.splits["test"].numeric,
         ft_quantile_reference(n_train, 0.0).transform(n_test),
@@ -291,12 +294,12 @@ def test_predictions_and_metrics_match_sklearn():
     assert acc["accuracy"] == pytest.approx(accuracy_score(binary, 1 / (1 + np.exp(-logit[:, 0])) > 0.5))
 
 
-def test_metric_names_follow_the_task_type(tmp_path):
+def test_metric_names_follow_the_task_type(tmp_path, california_folder):
     assert task_for(tmp_path).check_metric("rmse") is None
     assert "expected accuracy" in task_for(
         tmp_path, data={"format": "synthetic", "task_type": "binclass"}
     ).check_metric("rmse")
-    california = task_for(CALIFORNIA.parent, data={"format": "npy", "path": CALIFORNIA.name})
+    california = task_for(california_folder.parent, data={"format": "npy", "path": california_folder.name})
     assert california.check_metric("accuracy") and california.check_metric("rmse") is None
     assert not california.metric_higher_is_better("rmse") and task_for(tmp_path).metric_higher_is_better(
         "accuracy"
