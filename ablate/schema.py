@@ -207,11 +207,11 @@ class Locator:
         for e in exc.errors():
             loc = tuple(e["loc"])
             found.append(self.error(prefix + loc, pydantic_message(e), fallback + loc if fallback else None))
-        found.sort(key=lambda e: _line_of(str(e)))
+        found.sort(key=lambda e: line_of(str(e)))
         return found[0] if len(found) == 1 else StudyError("\n".join(dict.fromkeys(str(e) for e in found)))
 
 
-def _line_of(text: str) -> int:
+def line_of(text: str) -> int:
     """The line number of a 'file:line: …' error (0: none)."""
     found = re.match(r"[^\n]*?:(\d+): ", text)
     return int(found.group(1)) if found else 0

@@ -56,7 +56,7 @@ from ablate.commands.options import (
     TrackingOpt,
 )
 from ablate.commands.planning import EffectOpt, PilotOpt, SdOpt, SimulationsOpt, show_plan
-from ablate.commands.validate import PRINT_HELP, validate_command, warn_duplicates
+from ablate.commands.validate import PRINT_HELP, validate_command, warn_design
 from ablate.errors import AblateError, first_line
 from ablate.study.overrides import command_line
 
@@ -64,6 +64,9 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Click's own help layout: whole option names and wrapped text at any width (rich's panels cut
+    # names and defaults at 80 columns), no metavar for a flag.
+    rich_markup_mode=None,
     help="Comparative ablation studies of transformer-style sequence models.",
 )
 app.add_typer(data_app, name="data")  # ablate data list | fetch | path
@@ -146,7 +149,7 @@ def run(
         study = load_study(study_file, overrides=(overrides := points[0]))
     if print_config:
         return print_resolved(study)
-    warn_duplicates(study)
+    warn_design(study)
     reuse = Donors(reuse or (), older_kinds=True) if reuse_older_kinds else reuse  # on to every worker
     jobs = slurm.settings(launcher, study, partition, time, mem, cpus, gpus_per_task, account, sbatch)
     if several(study):  # task.data lists data sets: a study each, then the across-data-set report

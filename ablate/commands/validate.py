@@ -73,13 +73,23 @@ def validate_command(
         )
     if design is not None:
         out.print(f"seeds: {design.describe()}")
-    warn_duplicates(study)
+    warn_design(study)
     given = f" with {shlex.join(overrides)}" if overrides else ""
     out.print(f"{study_file}{given}: valid", markup=False, highlight=False, soft_wrap=True)
 
 
-def warn_duplicates(study) -> None:
+def warn_design(study) -> None:
+    """What the study's design cannot tell, said before anything trains: variants configured
+    alike, and seeds too few for any verdict."""
+    from ablate.stats.sequential import MIN_SEEDS_VERDICT  # the schema's own: no scipy loaded
     from ablate.study.load import duplicate_warnings
 
-    for line in duplicate_warnings(study):
+    lines = duplicate_warnings(study)
+    seeds = len(study.spec.seed_list)
+    if study.spec.sequential is None and seeds < MIN_SEEDS_VERDICT:
+        lines.append(
+            f"warning: {seeds} seed(s) give no verdict: a verdict needs at least {MIN_SEEDS_VERDICT} "
+            f"paired seeds; the report will show the numbers only (`ablate plan` says how many it needs)"
+        )
+    for line in lines:
         err.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -19,11 +19,11 @@ from ablate.data.named import NamedData, named_data
 from ablate.errors import DataError, StudyError
 from ablate.model.variant import Variant
 from ablate.registry import COMPONENT_SLOTS
-from ablate.schema import Bare, Locator
+from ablate.schema import Bare, Locator, line_of
 from ablate.stats import ReportSettings
 from ablate.study.file import lookup, read_study, validate_options
 from ablate.study.overrides import OverriddenLocator, apply_overrides, configuration_name, parse_overrides
-from ablate.study.resolve import BASE_KEY, check_size, re_resolve, resolve_variant
+from ablate.study.resolve import BASE_KEY, check_size, re_resolve, resolve_variant, unknown_kinds
 from ablate.study.search import SEARCH_ROOTS
 from ablate.study.spec import BASE, StudySpec, TrainSpec
 from ablate.study.variants import expand, patched
@@ -194,7 +194,8 @@ def load_study(path: str | Path, check_files: bool = True, overrides: Iterable[s
     try:
         spec = StudySpec.model_validate(raw)
     except ValidationError as exc:
-        raise where.pydantic(exc, ()) from None
+        problems = [*str(where.pydantic(exc, ())).splitlines(), *unknown_kinds(where, raw)]
+        raise StudyError("\n".join(sorted(dict.fromkeys(problems), key=line_of))) from None
 
     task_cls = lookup(where, ("task", "kind"), "task", spec.task.kind)
     raw_task = {k: v for k, v in raw["task"].items() if k != "kind"}

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ablate.components import BuildContext
+from ablate.errors import StudyError
 from ablate.model.blocks import PLACEMENTS
 from ablate.model.spec import ComponentSpec, ModelSpec
 from ablate.model.variant import Part, Variant
@@ -159,3 +160,28 @@ def incompatibility(part: Part, task: str, features: frozenset[str], ordered: bo
     if part.cls.unordered_only and ordered:
         return f"{kind} works on unordered token sets, but task '{task}' has ordered tokens used causally"
     return None
+
+
+def unknown_kinds(where: Locator, raw: dict) -> list[str]:
+    """Each kind the study file names that no plugin registers, one line each (the model's slots,
+    each variant's, the task's): said beside the schema's problems, so that one ``validate`` names
+    every one of them instead of the next call naming the next."""
+    named: list[tuple[tuple, str, Any]] = [(("task", "kind"), "task", (raw.get("task") or {}).get("kind"))]
+    patches = [(("model",), raw.get("model"))]
+    patches += [(("variants", v), p) for v, p in (raw.get("variants") or {}).items() if isinstance(v, str)]
+    for at, patch in patches:
+        for slot in COMPONENT_SLOTS if isinstance(patch, dict) else ():
+            held = patch.get(slot)
+            listed = held if isinstance(held, list) else [held]
+            for i, item in enumerate(listed):
+                sub = (slot, i) if isinstance(held, list) else (slot,)
+                if isinstance(item, dict) and isinstance(item.get("kind"), str):
+                    named.append((at + sub + ("kind",), slot, item["kind"]))
+    found = []
+    for key, slot, kind in named:
+        if isinstance(kind, str):
+            try:
+                lookup(where, key, slot, kind)
+            except StudyError as exc:
+                found.append(str(exc))
+    return found
