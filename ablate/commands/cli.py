@@ -294,10 +294,9 @@ def report(
         if tracking_uri is None and not stores.started():  # perhaps run with overrides: say where
             from ablate.commands.configurations import not_here
 
-            where = not_here(study, stores.output_dir, "report")
-            raise AblateError(
-                f"{study.name}: no trials in {stores.output_dir} (has the study been run?){where}"
-            )
+            if where := not_here(study, stores.output_dir, "report"):  # else: the store's own line
+                ran = f"{study.name}: no trials in {stores.output_dir} (has the study been run?)"
+                raise AblateError(f"{ran}{where}")
         uri, experiment = stores.tracking_uri, study.name
     elif experiment and tracking_uri:
         if problem := tracking_problem(tracking_uri):
