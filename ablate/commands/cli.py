@@ -149,7 +149,7 @@ def run(
         study = load_study(study_file, overrides=(overrides := points[0]))
     if print_config:
         return print_resolved(study)
-    warn_design(study)
+    warn_design(study, seeds=False)
     reuse = Donors(reuse or (), older_kinds=True) if reuse_older_kinds else reuse  # on to every worker
     jobs = slurm.settings(launcher, study, partition, time, mem, cpus, gpus_per_task, account, sbatch)
     if several(study):  # task.data lists data sets: a study each, then the across-data-set report

@@ -78,17 +78,17 @@ def validate_command(
     out.print(f"{study_file}{given}: valid", markup=False, highlight=False, soft_wrap=True)
 
 
-def warn_design(study) -> None:
-    """What the study's design cannot tell, said before anything trains: variants configured
-    alike, and seeds too few for any verdict."""
+def warn_design(study, seeds: bool = True) -> None:
+    """What the study's design cannot tell: variants configured alike, and (``seeds``: `validate`'s
+    warning; a run's first lines stay the plan or the one error line) seeds too few for a verdict."""
     from ablate.stats.sequential import MIN_SEEDS_VERDICT  # the schema's own: no scipy loaded
     from ablate.study.load import duplicate_warnings
 
     lines = duplicate_warnings(study)
-    seeds = len(study.spec.seed_list)
-    if study.spec.sequential is None and seeds < MIN_SEEDS_VERDICT:
+    given = len(study.spec.seed_list)
+    if seeds and study.spec.sequential is None and given < MIN_SEEDS_VERDICT:
         lines.append(
-            f"warning: {seeds} seed(s) give no verdict: a verdict needs at least {MIN_SEEDS_VERDICT} "
+            f"warning: {given} seed(s) give no verdict: a verdict needs at least {MIN_SEEDS_VERDICT} "
             f"paired seeds; the report will show the numbers only (`ablate plan` says how many it needs)"
         )
     for line in lines:
