@@ -421,8 +421,9 @@ def _show_total(name: str, plans: dict[str, Plan]) -> None:
     k = len(plans)
     verdicts = "generalises / varies / unknown" if k >= 3 else "only varies or unknown"
     out.print(
-        f"across data sets: the verdict pools the {k} data sets' relative effects (random effects, HKSJ "
-        f"interval with {k - 1} df, prediction interval with {k - 2} df): with {k} it can say {verdicts}"
+        f"across data sets: the verdict pools the {k} data sets' relative effects (their mean, t interval "
+        f"with {k - 1} df; random-effects prediction interval with {k - 2} df; Q's bootstrap test for "
+        f"'varies'): with {k} it can say {verdicts}"
         + ("; list at least 3 data sets for 'generalises'" if k < 3 else ""),
         markup=False,
         highlight=False,
