@@ -117,7 +117,14 @@ def how_sure(n: int, effect: float, noise: Noise, level: float) -> tuple[float, 
 
 
 def simulate_fixed(
-    settings: ReportSettings, m: int, noise: Noise, mean: float, n: int, studies: int, delta: float = 0.0
+    settings: ReportSettings,
+    m: int,
+    noise: Noise,
+    mean: float,
+    n: int,
+    studies: int,
+    delta: float = 0.0,
+    seed: int = _SEED,
 ) -> np.ndarray:
     """The verdicts (studies × m) of ``studies`` fixed-seed studies of ``n`` seeds, every one of
     ``m`` variants at true Δ = ``delta``, decided by :func:`.comparison.family_verdicts` on the
@@ -129,7 +136,7 @@ def simulate_fixed(
 
     names = [settings.baseline, *(f"variant {i + 1}" for i in range(m))]
     fixed = settings.model_copy(update={"variants": names, "duplicates": {}, "sequential": None})
-    rng = np.random.default_rng(_SEED)
+    rng = np.random.default_rng(seed)
     sd = noise.draw(studies, rng)
     z = rng.standard_normal((n, studies, m + 1))
     shift = np.array([mean, *([mean + delta] * m)])
@@ -142,18 +149,20 @@ def simulate_fixed(
 
 
 def equivalence_chance(
-    settings: ReportSettings, m: int, noise: Noise, mean: float, n: int, studies: int
+    settings: ReportSettings, m: int, noise: Noise, mean: float, n: int, studies: int, seed: int = _SEED
 ) -> float:
     """The share of comparisons called equivalent when every Δ = 0 (:func:`simulate_fixed`)."""
-    return float(np.mean(simulate_fixed(settings, m, noise, mean, n, studies) == Verdict.EQUIVALENT))
+    verdicts = simulate_fixed(settings, m, noise, mean, n, studies, seed=seed)
+    return float(np.mean(verdicts == Verdict.EQUIVALENT))
 
 
 def seeds_for_equivalence_simulated(
     settings: ReportSettings, m: int, noise: Noise, mean: float, margin: float, studies: int
 ) -> tuple[int | None, float]:
-    """The fewest seeds (≥ 3) at which :func:`equivalence_chance` reaches 80 %, and that chance:
-    bisected between TOST's formula at α (Holm's last step) and at α/m (its first), the same
-    draws at every n."""
+    """The fewest seeds (≥ 3) at which :func:`equivalence_chance` reaches 80 %, bisected between
+    TOST's formula at α (Holm's last step) and at α/m (its first), the same draws at every n; and
+    the chance at those seeds from other draws (the search's own estimate is biased up: it picks
+    the first n whose draws reached 80 %)."""
     level = settings.alpha if settings.equivalence == "per-comparison" else settings.alpha / m
     # a pilot's uncertain σ asks for more: the formula at σ's upper quartile as the start
     sd = noise.sd if noise.df is None else float(noise.interval(0.5)[1])
@@ -176,4 +185,4 @@ def seeds_for_equivalence_simulated(
     while high - low > 1:  # the fewest in (low, high] reaching it (the same draws at every n)
         mid = (low + high) // 2
         low, high = (low, mid) if at(mid) >= POWER else (mid, high)
-    return high, at(high)
+    return high, equivalence_chance(settings, m, noise, mean, high, studies, seed=_SEED + 1)
