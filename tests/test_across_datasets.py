@@ -1,6 +1,7 @@
 """Several data sets in one study: a (variant, seed, data set) per trial, each data set's report,
-and the across-data-set verdict checked against a random-effects meta-analysis computed here by
-hand (Paule–Mandel τ², Hartung–Knapp–Sidik–Jonkman, the prediction interval)."""
+and the across-data-set verdict checked against formulas computed here by hand (the effects' mean
+and t interval, Cochran's Q and its parametric bootstrap, Paule–Mandel τ² and the prediction
+interval)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ def _compared(verdict: str, base_mean: float, margin: float) -> pd.DataFrame:
 
 
 def _by_hand(e: np.ndarray, v: np.ndarray, alpha: float = 0.05) -> dict[str, float]:
-    """Paule–Mandel τ² (the τ² at which the generalised Q equals k − 1, else 0), the HKSJ interval
-    and the prediction interval, from their formulas."""
+    """The effects' mean and its t interval, Cochran's Q, Paule–Mandel τ² (the τ² at which the
+    generalised Q equals k − 1, else 0) and the prediction interval around its weighted mean, from
+    their formulas."""
     from scipy.optimize import brentq
 
     k = len(e)
@@ -51,17 +53,18 @@ def _by_hand(e: np.ndarray, v: np.ndarray, alpha: float = 0.05) -> dict[str, flo
     tau2 = 0.0 if excess(0.0) <= 0 else brentq(excess, 0.0, 10.0, xtol=1e-14)
     ws = 1 / (v + tau2)
     mu = np.sum(ws * e) / np.sum(ws)
-    se_hksj = math.sqrt(np.sum(ws * (e - mu) ** 2) / ((k - 1) * np.sum(ws)))
     t1, t2 = stats.t.ppf(1 - alpha / 2, k - 1), stats.t.ppf(1 - alpha / 2, k - 2)
+    half = t1 * e.std(ddof=1) / math.sqrt(k)
     pi = t2 * math.sqrt(tau2 + 1 / np.sum(ws))
     return {
-        "effect": mu,
-        "ci_low": mu - t1 * se_hksj,
-        "ci_high": mu + t1 * se_hksj,
+        "effect": e.mean(),
+        "ci_low": e.mean() - half,
+        "ci_high": e.mean() + half,
+        "effect_re": mu,
         "pi_low": mu - pi,
         "pi_high": mu + pi,
         "tau2": tau2,
-        "p_homogeneity": float(stats.chi2.sf(q, k - 1)),
+        "q": q,
     }
 
 
@@ -82,15 +85,29 @@ def test_the_pooled_effect_is_the_random_effects_meta_analysis():
     expected = _by_hand(np.array(effects), np.array(variances))
     for key, value in expected.items():
         assert row[key] == pytest.approx(value, rel=1e-6, abs=1e-12), key
+    # Q's p by parametric bootstrap: each data set's mean N(0, v), its variance v χ²₄ / 4 (5 seeds),
+    # drawn here with another generator
+    v = np.array(variances)
+    draws = np.random.default_rng(11)
+    means = draws.standard_normal((200_000, 4)) * np.sqrt(v)
+    var = v * draws.chisquare(4, (200_000, 4)) / 4
+    w = 1 / var
+    q = np.sum(w * means**2, 1) - np.sum(w * means, 1) ** 2 / np.sum(w, 1)
+    p = np.mean(q >= expected["q"])
+    assert row["p_homogeneity"] == pytest.approx(p, abs=4 * math.sqrt(p * (1 - p) / 20_000) + 1e-3)
+    assert row["p_homogeneity"] > stats.chi2.sf(expected["q"], 3)  # the χ² p takes v as known
     assert row["datasets"] == 4 and row["margin"] == pytest.approx(0.02)
     assert row["verdict"] == ("generalises (better)" if expected["pi_low"] > 0 else "unknown")
     assert row["per_dataset"] == "d0: better; d1: better; d2: better; d3: better"
 
 
-def test_opposite_verdicts_vary_and_noise_is_unknown():
+def test_opposite_effects_vary_and_noise_is_unknown():
+    """Effects of +30 % and −30 %, each to ±1 % over its seeds: the bootstrap Q test rejects, so the
+    verdict is "varies". Opposite verdicts alone do not make it (only that test does), but they keep
+    "generalises" away."""
     per = {
-        "a": _results([0.10, 0.11, 0.10], [0.13, 0.14, 0.13]),
-        "b": _results([0.10, 0.11, 0.10], [0.07, 0.08, 0.07]),
+        "a": _results([0.10, 0.11, 0.10], [0.131, 0.142, 0.130]),
+        "b": _results([0.10, 0.11, 0.10], [0.069, 0.078, 0.071]),
         "c": _results([0.10, 0.11, 0.10], [0.10, 0.112, 0.099]),
     }
     compared = {
@@ -98,7 +115,12 @@ def test_opposite_verdicts_vary_and_noise_is_unknown():
         "b": _compared("worse", 0.103, 0.002),
         "c": _compared("inconclusive", 0.103, 0.002),
     }
-    assert across_datasets(per, compared, "ndcg@10", "base", True, 0.05)["verdict"].item() == "varies"
+    row = across_datasets(per, compared, "ndcg@10", "base", True, 0.05).iloc[0]
+    assert row["verdict"] == "varies" and row["p_homogeneity"] < 0.01
+    agree = {k: _results([0.10, 0.11, 0.10], [0.131, 0.142, 0.130]) for k in "abc"}
+    mixed = {"a": compared["a"], "b": compared["b"], "c": compared["a"]}  # verdicts at odds with Δ
+    row = across_datasets(agree, mixed, "ndcg@10", "base", True, 0.05).iloc[0]
+    assert row["p_homogeneity"] > 0.5 and row["pi_low"] > 0 and row["verdict"] == "unknown"
     noisy = {k: _results([0.10, 0.12, 0.09], [0.11, 0.10, 0.10]) for k in "abc"}
     same = {k: _compared("inconclusive", 0.103, 0.002) for k in "abc"}
     assert across_datasets(noisy, same, "ndcg@10", "base", True, 0.05)["verdict"].item() == "unknown"

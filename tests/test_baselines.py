@@ -216,7 +216,8 @@ def test_baselines_kept_with_the_run_and_rebuilt_from_the_store(write_study, cli
 
 
 def test_plan_reads_each_metrics_default_margin():
-    from ablate.commands.planning import Pilot, assumptions
+    from ablate.commands.pilots import Pilot
+    from ablate.commands.planning import assumptions
     from ablate.errors import AblateError
 
     s = ReportSettings(primary="accuracy", metrics=["accuracy"], margins={"accuracy": "2% of error"})

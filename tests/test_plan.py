@@ -95,12 +95,18 @@ def pilot_csv(tmp_path):
 
 
 def test_plan_from_a_pilot_end_to_end(cli, write_study, pilot_csv):
+    """A pilot's sd on 5 df: the seeds for power average it over its sampling distribution (more
+    than the sd taken as exact asks for), the line "how sure" says its chances, and the
+    equivalence row is the simulated one, its chance printed."""
+    from ablate.stats.planned import Noise, how_sure, seeds_for_power
+
     path, mean = pilot_csv
     study = write_study({"report": {"margin": "2%"}})
-    code, out, err = cli("plan", study, "--pilot", path)
+    code, out, err = cli("plan", study, "--pilot", path, "--simulations", "100")
     assert code == 0, err
     margin = 0.02 * mean
-    n = seeds_for_difference(margin, 0.01, 0.05)
+    n = seeds_for_power(margin, Noise(0.01, 5.0), 0.05)
+    assert n > seeds_for_difference(margin, 0.01, 0.05)
     rows = {
         line.split("│")[1].strip() + " | " + line.split("│")[2].strip(): line
         for line in out.splitlines()
@@ -112,8 +118,12 @@ def test_plan_from_a_pilot_end_to_end(cli, write_study, pilot_csv):
         str(2 * n),
         f"{2 * n * 10 // 60}m{2 * n * 10 % 60:02d}s",
     ]
-    eq = seeds_for_equivalence(0.01, margin, 0.05)
-    assert rows["fixed seeds | equivalent at Δ = 0: 80% chance"].split("│")[3].strip() == str(eq)
+    sure, under = how_sure(n, margin, Noise(0.01, 5.0), 0.05)
+    assert f"at {n} seeds the power at Δ = effect is ≥ 80% with chance {sure:.0%} and under 50%" in out
+    eq = int(rows["fixed seeds | equivalent at Δ = 0: 80% chance"].split("│")[3])
+    assert eq > seeds_for_equivalence(0.01, margin, 0.05)  # the sd's uncertainty costs seeds
+    assert "in 100 studies simulated through its own decisions, every Δ = 0 (±8%): " in out
+    assert f"% at {eq} seeds" in out
     assert (
         "noise: sd(d) = 0.01 (pooled sd of the paired differences of 1 variant(s) against base, df 5" in out
     )
@@ -123,7 +133,7 @@ def test_plan_from_a_pilot_end_to_end(cli, write_study, pilot_csv):
 
 def test_plan_given_the_noise_and_a_sequential_design(cli, write_study):
     fixed = write_study()
-    code, out, _ = cli("plan", fixed, "--sd", "3%", "--effect", "3%")
+    code, out, _ = cli("plan", fixed, "--sd", "3%", "--effect", "3%", "--simulations", "50")
     assert code == 0 and f" {seeds_for_difference(3.0, 3.0, 0.05)} │" in out  # Δ = sd: 10 seeds
     assert "the study's 2 seeds" in out and "compute" not in out
     sequential = write_study(replace={"seeds": {"initial": 3, "max": 7, "step": 2}}, name="seq.yaml")

@@ -4,7 +4,10 @@ difference equivalent — each figure with the assumptions it rests on (:mod:`.s
 
 The noise is the sd of one seed's paired difference (variant − baseline), given (``--sd``) or
 estimated from an earlier study's finished trials (``--pilot``): a report's results.csv, or an
-output folder's tracking store. A pilot's wall times give the expected compute.
+output folder's tracking store. A pilot's sd is an estimate on few degrees of freedom: its plan
+averages the power over the sd's sampling distribution (expected power) and says how sure it is
+(:mod:`.stats.planned`). The chance to call no difference equivalent comes from studies simulated
+through the report's own decisions. A pilot's wall times give the expected compute.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ import typer
 from ablate.errors import AblateError
 
 if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
-
+    from ablate.commands.pilots import Pilot
     from ablate.stats import ReportSettings
+    from ablate.stats.planned import Noise
 
 # An amount is in the metric's units, or "N%" of the baseline's mean.
 EffectOpt = Annotated[
@@ -82,84 +85,6 @@ class Amount:
 
 
 @dataclass(frozen=True)
-class Pilot:
-    """What an earlier study's trials say: the pooled sd of the paired differences (``df`` its
-    degrees of freedom), the baseline's mean, the mean wall time of a trial (None: not recorded)."""
-
-    source: str
-    sd: float
-    df: int
-    how: str
-    mean: float
-    wall_s: float | None
-
-
-def read_pilot(path: Path, study_name: str, baseline: str, metric: str) -> Pilot:
-    """The noise, mean and wall time of ``path``'s finished trials on ``metric``."""
-    results = _pilot_results(path, study_name)
-    column = f"test.{metric}"
-    for needed in ("variant", "seed", column):
-        if needed not in results.columns:
-            raise AblateError(f"--pilot {path}: no column {needed!r} in its finished trials")
-    from ablate.stats.paired import per_seed
-
-    table = per_seed(results, metric)
-    if baseline not in table.columns:
-        known = ", ".join(map(str, table.columns))
-        raise AblateError(f"--pilot {path}: no trials of the baseline {baseline!r} (variants: {known})")
-    base = table[baseline]
-    squares, df, pairs = 0.0, 0, 0
-    for variant in table.columns.drop(baseline):
-        d = (table[variant] - base).dropna().to_numpy()
-        if len(d) >= 2:
-            squares += float(((d - d.mean()) ** 2).sum())
-            df, pairs = df + len(d) - 1, pairs + 1
-    if df:
-        how = f"pooled sd of the paired differences of {pairs} variant(s) against {baseline}, df {df}"
-        sd = math.sqrt(squares / df)
-    else:  # the baseline alone: a paired difference of two independent seeds
-        x = base.dropna().to_numpy()
-        if len(x) < 2:
-            raise AblateError(f"--pilot {path}: fewer than 2 finished seeds of {baseline}: no noise to read")
-        df, sd = len(x) - 1, math.sqrt(2.0) * float(x.std(ddof=1))
-        how = f"√2 × the sd of {baseline} over {len(x)} seeds (no variant paired with it), df {df}"
-    if not sd > 0:
-        raise AblateError(f"--pilot {path}: its paired differences do not vary: no noise to read")
-    wall = results["wall_s"].dropna() if "wall_s" in results.columns else ()
-    wall_s = float(wall.mean()) if len(wall) else None
-    return Pilot(str(path), sd, df, how, float(base.mean()), wall_s)
-
-
-def _pilot_results(path: Path, study_name: str) -> pd.DataFrame:
-    """Finished trials, one row each: from results.csv (a file, or a report folder holding one) or
-    from an output folder's tracking store (the experiment of the study's name, or its only one)."""
-    import pandas as pd
-
-    csv = path / "results.csv" if path.is_dir() else path
-    if path.is_dir() and (path / "mlflow.db").is_file():
-        return _store_results(path, study_name)
-    if not csv.is_file():
-        raise AblateError(
-            f"--pilot {path}: neither a results.csv nor a folder holding one or a tracking store"
-        )
-    try:
-        return pd.read_csv(csv)
-    except (ValueError, OSError, UnicodeDecodeError) as exc:
-        raise AblateError(f"--pilot {csv}: not a readable CSV: {str(exc).splitlines()[0]}") from None
-
-
-def _store_results(folder: Path, study_name: str) -> pd.DataFrame:
-    from ablate.tracking.results import load_results
-    from ablate.tracking.store import default_uri, open_client
-
-    uri = default_uri(folder)
-    names = [e.name for e in open_client(uri).search_experiments() if e.name != "Default"]
-    if study_name not in names and len(names) != 1:
-        raise AblateError(f"--pilot {folder}: which study? its store holds {', '.join(names) or 'none'}")
-    return load_results(uri, study_name if study_name in names else names[0], curves=False).results
-
-
-@dataclass(frozen=True)
 class Row:
     design: str
     question: str
@@ -170,26 +95,46 @@ class Row:
 
 
 def _fixed_rows(
-    s: ReportSettings, m: int, variants: int, effect: float, sd: float, margin: float, seeds: int | None
-) -> list[Row]:
-    """The fixed design's rows: seeds for 80% power, for 80% equivalence, and (``seeds``) the
-    chances at the study's own seeds."""
-    from ablate.stats.power import equivalence_power, seeds_for_difference, seeds_for_equivalence
-    from ablate.stats.verdicts import difference_power
+    s: ReportSettings, m: int, variants: int, a: Assumptions, seeds: int | None, simulations: int
+) -> tuple[list[Row], list[str]]:
+    """The fixed design's rows — seeds for 80% (expected) power, for an 80% chance of equivalence
+    (simulated through the report's decisions), and (``seeds``) the chances at the study's own
+    seeds — and the lines saying how sure they are."""
+    from ablate.stats.planned import (
+        equivalence_chance,
+        expected_power,
+        how_sure,
+        seeds_for_equivalence_simulated,
+        seeds_for_power,
+    )
 
-    level = s.alpha / m
-    eq_level = s.alpha if s.equivalence == "per-comparison" else s.alpha / m
+    level, noise = s.alpha / m, a.noise
     rows = []
-    n = seeds_for_difference(effect, sd, level)
+    n = seeds_for_power(a.effect, noise, level)
     say = lambda k: ("> 10,000", "—", None) if k is None else (str(k), str(k * variants), k * variants)  # noqa: E731
     question = "better / worse at Δ = effect: 80% power"
     rows.append(Row("fixed seeds", question, *say(n), short=question))
-    n = seeds_for_equivalence(sd, margin, level=eq_level)
+    found, chance = seeds_for_equivalence_simulated(s, m, noise, a.mean, a.margin, simulations)
     question = "equivalent at Δ = 0: 80% chance"
-    rows.append(Row("fixed seeds", question, *say(n), short=question))
+    rows.append(Row("fixed seeds", question, *say(found), short=question))
+    pm = 1.96 * math.sqrt(0.2 * 0.8 / (simulations * m))
+    lines = [
+        f"equivalence: the share of comparisons the report calls equivalent in {simulations} studies "
+        f"simulated through its own decisions, every Δ = 0 (±{pm:.0%})"
+        + (f": {chance:.0%} at {found} seeds" if found else "")
+    ]
+    if noise.df is not None and n is not None:
+        low, high = noise.interval(0.8)
+        sure, under = how_sure(n, a.effect, noise, level)
+        lines.append(
+            f"how sure: the pilot's sd(d) rests on {noise.df:.3g} df — from {low:.4g} to {high:.4g} "
+            f"(80% interval); the seeds average the power over it (expected power, σ² = df·sd²/χ²_df); "
+            f"at {n} seeds the power at Δ = effect is ≥ 80% with chance {sure:.0%} and under 50% with "
+            f"chance {under:.0%}"
+        )
     if seeds is not None and seeds >= 2:
-        power = difference_power(seeds, effect, sd, level)
-        equivalent = equivalence_power(seeds, 0.0, sd, margin, eq_level)
+        power = expected_power(seeds, a.effect, noise, level)
+        equivalent = equivalence_chance(s, m, noise, a.mean, seeds, simulations) if seeds >= 3 else 0.0
         rows.append(
             Row(
                 f"the study's {seeds} seeds",
@@ -200,18 +145,21 @@ def _fixed_rows(
                 "power at Δ = effect; equivalent at Δ = 0",
             )
         )
-    return rows
+    return rows, lines
 
 
 def _sequential_rows(
-    s: ReportSettings, m: int, trained: int, effect: float, sd: float, mean: float, simulations: int
+    s: ReportSettings, m: int, trained: int, a: Assumptions, simulations: int
 ) -> tuple[list[Row], list[str]]:
     """The sequential design's rows (every Δ = 0; one Δ = effect, the rest 0) and a note where
-    its power falls short of 80%."""
+    its power falls short of 80%. A pilot's uncertain sd: each simulated study draws its own."""
+    import numpy as np
+
     from ablate.stats.power import simulate_sequential
     from ablate.stats.verdicts import Verdict
 
-    design, sign = s.sequential, 1.0 if s.higher(s.primary) else -1.0
+    design, sign, effect, mean = s.sequential, 1.0 if s.higher(s.primary) else -1.0, a.effect, a.mean
+    sd = a.noise.draw(simulations, np.random.default_rng(2))
     label = f"sequential {design.initial}–{design.max}"
     extra = trained - (m + 1)  # variants trained but not tested (duplicates): as the baseline
     null = simulate_sequential(s, [0.0] * m, sd, mean, simulations, seed=0)
@@ -250,7 +198,7 @@ class Assumptions:
 
     effect: float
     margin: float
-    sd: float
+    noise: Noise
     mean: float
     lines: list[str]
 
@@ -291,7 +239,10 @@ def assumptions(s: ReportSettings, effect: str | None, sd: str | None, found: Pi
         f"noise: sd(d) = {show(sd_u)} ({'--sd' if found is None else f'{found.how}, in {found.source}'})",
         *([f"{s.baseline}'s mean: {mean:.4g} (the pilot)"] if found is not None else []),
     ]
-    return Assumptions(effect_u, margin_u, sd_u, mean, lines)
+    from ablate.stats.planned import Noise
+
+    df = None if found is None or not math.isfinite(found.effective_df) else found.effective_df
+    return Assumptions(effect_u, margin_u, Noise(sd_u, df), mean, lines)
 
 
 @dataclass(frozen=True)
@@ -315,6 +266,7 @@ def show_plan(
     """Print the plan of ``study_file``'s design (see the module docstring); for a study over
     several data sets, each data set's (a ``--pilot`` folder of such a study gives each its own
     noise) and the totals over them."""
+    from ablate.commands.pilots import pilot_of
     from ablate.study.load import load_study
     from ablate.study.several import per_dataset, several
 
@@ -329,20 +281,10 @@ def show_plan(
     plans = {}
     for label, sub in per_dataset(study, check_files=False).items():
         plans[label] = plan_of(
-            sub, effect, sd, None if pilot is None else _pilot_of(pilot, label, sub.name), simulations
+            sub, effect, sd, None if pilot is None else pilot_of(pilot, label, sub.name), simulations
         )
         _show(plans[label])
     _show_total(study.name, plans)
-
-
-def _pilot_of(pilot: Path, label: str, name: str) -> Path:
-    """A data set's pilot in a ``--pilot`` folder of a study over several data sets: its output
-    folder (``<output>/<data set>``) or its report (``<reports>/<study>/<study>.<data set>``);
-    else the pilot given, for every data set."""
-    for inside in (pilot / label, pilot / name):
-        if inside.is_dir():
-            return inside
-    return pilot
 
 
 def plan_of(study, effect: str | None, sd: str | None, pilot: Path | None, simulations: int) -> Plan:
@@ -353,9 +295,15 @@ def plan_of(study, effect: str | None, sd: str | None, pilot: Path | None, simul
         raise AblateError(
             f"{study.path}: no variant is compared with the baseline {s.baseline!r}: nothing to plan"
         )
+    from ablate.commands.pilots import read_pilot
+
     found = None if pilot is None else read_pilot(pilot, study.name, s.baseline, s.primary)
     a = assumptions(s, effect, sd, found)
-    eq = "α per comparison" if s.equivalence == "per-comparison" else f"α/m = {s.alpha / m:.3g}"
+    eq = (
+        "α per comparison"
+        if s.equivalence == "per-comparison"
+        else f"{s.correction_method.label} over the family's TOST p-values (α/m = {s.alpha / m:.3g} first)"
+    )
     lines = [
         *a.lines,
         f"tests: {m} comparison(s) with {s.baseline} on {s.primary}; better / worse by the paired t-test at "
@@ -364,9 +312,10 @@ def plan_of(study, effect: str | None, sd: str | None, pilot: Path | None, simul
     ]
     design, variants = s.sequential, len(s.variants)
     seeds = None if design is not None else len(study.spec.seed_list)
-    rows = _fixed_rows(s, m, variants, a.effect, a.sd, a.margin, seeds)
+    rows, sure = _fixed_rows(s, m, variants, a, seeds, simulations)
+    lines += sure
     if design is not None:
-        simulated, notes = _sequential_rows(s, m, variants, a.effect, a.sd, a.mean, simulations)
+        simulated, notes = _sequential_rows(s, m, variants, a, simulations)
         rows += simulated
         lines.append(
             f"sequential: {design.describe()}; {simulations} simulated studies per scenario (±"
@@ -421,8 +370,9 @@ def _show_total(name: str, plans: dict[str, Plan]) -> None:
     k = len(plans)
     verdicts = "generalises / varies / unknown" if k >= 3 else "only varies or unknown"
     out.print(
-        f"across data sets: the verdict pools the {k} data sets' relative effects (random effects, HKSJ "
-        f"interval with {k - 1} df, prediction interval with {k - 2} df): with {k} it can say {verdicts}"
+        f"across data sets: the verdict pools the {k} data sets' relative effects (their mean, t interval "
+        f"with {k - 1} df; random-effects prediction interval with {k - 2} df; Q's bootstrap test for "
+        f"'varies'): with {k} it can say {verdicts}"
         + ("; list at least 3 data sets for 'generalises'" if k < 3 else ""),
         markup=False,
         highlight=False,

@@ -28,8 +28,8 @@ def across_markdown(
         f"Primary metric `test.{metric}`, each variant against `{baseline}` on {len(reports)} data sets "
         f"({', '.join(f'[{d}]({p})' for d, p in reports.items())}: each data set's own report).",
         "",
-        "| variant | verdict across data sets | per data set | pooled Δ (relative) | 95% CI (HKSJ) "
-        "| prediction interval | I² | Q test p |",
+        "| variant | verdict across data sets | per data set | pooled Δ (relative) | 95% CI (t) "
+        "| prediction interval | I² | Q p (bootstrap) |",
         "|---|---|---|---:|---|---|---:|---:|",
     ]
     for r in table.itertuples():
@@ -54,13 +54,18 @@ def across_markdown(
         "## Method",
         "",
         "Per data set, the effect is the relative paired difference of the seeds' test metric, "
-        "mean(variant − baseline) / mean(baseline), with the seeds' variance. The effects are pooled by "
-        "a random-effects meta-analysis (Paule–Mandel τ², statsmodels `combine_effects`) with the "
-        "Hartung–Knapp–Sidik–Jonkman interval (t, k − 1 df) and the prediction interval for a new data "
-        "set (t, k − 2 df; Higgins et al. 2009); Cochran's Q tests homogeneity. **varies**: Q rejects "
-        "at α, or the data sets' own verdicts include both better and worse; **generalises (better / "
-        "worse)**: otherwise, when the prediction interval excludes 0; **generalises (equivalent)**: "
-        "when it lies inside ± the mean relative margin; **unknown**: otherwise. With few data sets the "
+        "mean(variant − baseline) / mean(baseline), with the seeds' variance (on seeds − 1 degrees of "
+        "freedom). The pooled Δ is the data sets' mean effect with its t interval (k − 1 df): with "
+        "variances estimated on a few seeds, inverse-variance weights are not known, and this interval "
+        "holds its level whatever the data sets' variances (Bakirov & Székely 2005). Homogeneity: "
+        "Cochran's Q, its p-value from a parametric bootstrap under one shared effect that redraws each "
+        "data set's mean and variance (Krishnamoorthy, Lu & Mathew 2007; the χ² p-value treats the "
+        "variances as known and finds heterogeneity in noise). The prediction interval for a new data "
+        "set is the random-effects model's (Paule–Mandel τ², statsmodels `combine_effects`; t, k − 2 "
+        "df, around its weighted mean; Higgins et al. 2009). **varies**: the bootstrap Q test rejects "
+        "at α; **generalises (better / worse)**: otherwise, when the prediction interval excludes 0 and "
+        "the data sets' own verdicts are not both better and worse; **generalises (equivalent)**: when "
+        "it lies inside ± the mean relative margin; **unknown**: otherwise. With few data sets the "
         "prediction interval is wide (t with k − 2 df): a verdict of *unknown* says that these data "
         "sets cannot tell, not that the effect is absent.",
         "",

@@ -111,11 +111,17 @@ class Simulated:
 
 
 def simulate_sequential(
-    settings: ReportSettings, deltas: list[float], sd: float, mean: float, studies: int, seed: int = 0
+    settings: ReportSettings,
+    deltas: list[float],
+    sd: float | np.ndarray,
+    mean: float,
+    studies: int,
+    seed: int = 0,
 ) -> Simulated:
     """``studies`` studies of ``settings.sequential`` (its α, correction, equivalence and margin
     relative to ``mean`` where it is relative), one variant per true Δ in ``deltas`` (variant −
-    base, in the metric's units) with paired differences of sd ``sd``: each seed's baseline and
+    base, in the metric's units) with paired differences of sd ``sd`` (or each study its own, an
+    array of ``studies``: a pilot's uncertain sd, :class:`.planned.Noise`): each seed's baseline and
     variants draw independent N(·, sd²/2) noise, so the comparisons share the baseline as a real
     study's do. Each study is decided on its full table of ``max`` seeds: a look reads only its
     own seeds, so this is what the driver reaches adding seeds look by look."""
@@ -123,7 +129,8 @@ def simulate_sequential(
     rng = np.random.default_rng(seed)
     names = ["base", *(f"v{i}" for i in range(len(deltas)))]
     shift = np.array([mean, *(mean + d for d in deltas)])
-    noise = rng.normal(0.0, sd / math.sqrt(2.0), (studies, design.max, len(names)))
+    scale = np.broadcast_to(np.asarray(sd, dtype=float) / math.sqrt(2.0), (studies,))
+    noise = rng.normal(0.0, 1.0, (studies, design.max, len(names))) * scale[:, None, None]
     verdicts = np.empty((studies, len(deltas)), dtype=object)
     negligible = np.zeros((studies, len(deltas)), dtype=bool)
     seeds = np.zeros((studies, len(deltas)), dtype=int)

@@ -116,37 +116,36 @@ class SequentialDecision:
     share: float = math.nan  # its share of α at this look (the boundaries its t-test read)
 
     def adjusted(self, design: SequentialSeeds) -> float:
-        """The median-unbiased Δ of a closed comparison: by the stage-wise ordering of the
-        two-sided boundaries at its share of α (:func:`.boundaries.stagewise_estimate`); NaN when
-        open or without spread. The look's t statistic enters as the z with the same p-value (the
-        boundaries are read through nominal levels), and Δ is scaled by the estimate's ratio to
-        that z's naive one, so a stop at the first look keeps its Δ. Computed on demand: the
-        simulations read verdicts only."""
-        return self._stagewise(design, (0.5,))[0]
+        """The median-unbiased Δ of a closed comparison: by the sample-mean ordering under the
+        boundaries its looks read — their paired t-tests at the nominal levels of its share of α
+        (:func:`.boundaries.mean_ordering_estimate`), in units of its looks' sd(d), the sd at the
+        deciding look; NaN when open or without spread. Computed on demand: the simulations read
+        verdicts only."""
+        return self._ordered(design, (0.5,))[0]
 
     def adjusted_interval(self, design: SequentialSeeds) -> tuple[float, float]:
-        """The 1 − share confidence interval of Δ after stopping, by the same stage-wise ordering
-        (its ends are the θ at which the observed stop is at the ordering's share/2 and 1 − share/2
-        quantiles): the interval for the effect, where the look's t interval is the one the verdict
-        read at its nominal level. NaN, NaN when open or without spread."""
-        low, high = self._stagewise(design, (self.share / 2.0, 1.0 - self.share / 2.0))
+        """The 1 − share confidence interval of Δ after stopping, by the same ordering (its ends are
+        the Δ at which the observed stop is at the ordering's share/2 and 1 − share/2 quantiles):
+        the interval for the effect, where the look's t interval is the one the verdict read at its
+        nominal level. NaN, NaN when open or without spread."""
+        low, high = self._ordered(design, (self.share / 2.0, 1.0 - self.share / 2.0))
         return low, high
 
-    def _stagewise(self, design: SequentialSeeds, quantiles: tuple[float, ...]) -> list[float]:
+    def _ordered(self, design: SequentialSeeds, quantiles: tuple[float, ...]) -> list[float]:
         from scipy import special
 
-        from ablate.stats.boundaries import spending_bounds, stagewise_estimate
+        from ablate.stats.boundaries import mean_ordering_estimate
 
         d = self.decision
         if d is None or not self.closed or not math.isfinite(self.share) or not d.ci_high > d.ci_low:
             return [math.nan] * len(quantiles)
-        se = (d.ci_high - d.ci_low) / (2.0 * special.stdtrit(d.n - 1, 1.0 - d.level / 2.0))
-        z = float(special.ndtri(special.stdtr(d.n - 1, d.delta / se)))
-        info = tuple(float(n) for n in design.looks())
-        bounds = spending_bounds(info, design.spending, self.share, 2)
-        naive = z / math.sqrt(info[self.look - 1])
-        scale = d.delta / naive if abs(naive) > 1e-12 else se * math.sqrt(d.n)
-        return [stagewise_estimate(info, bounds, self.look - 1, z, 1.0, q) * scale for q in quantiles]
+        sd = (d.ci_high - d.ci_low) / (2.0 * special.stdtrit(d.n - 1, 1.0 - d.level / 2.0)) * math.sqrt(d.n)
+        seeds = tuple(design.looks())
+        nominal = tuple(design.nominal(self.share, 2))
+        return [
+            theta * sd
+            for theta in mean_ordering_estimate(seeds, nominal, self.look - 1, d.delta / sd, quantiles)
+        ]
 
     @property
     def closed(self) -> bool:

@@ -184,28 +184,32 @@ def decide_estimate(
     higher_is_better: bool = True,
     seeds: int | None = None,
     eq_level: float | None = None,
+    floor: tuple[float, float] | None = None,
 ) -> Decision:
     """The verdict on an estimate ``delta`` with standard error ``se`` on ``df`` degrees of freedom
     (a linear model's contrast, say), read as :func:`decide` reads the paired t intervals, which is
     the case se = sd(d)/√k, df = k − 1. The minimum detectable difference is the t-test's on ``df``;
-    ``seeds`` is the replications the estimate is over (default df + 1)."""
+    ``seeds`` is the replications the estimate is over (default df + 1). ``floor``: the (se, df) of
+    a second test read with it (the seeds-only one beside a crossed estimate): each interval the
+    wider of the two at its level, each p the larger (:mod:`.crossed`)."""
     n = df + 1 if seeds is None else seeds
     eq_level = level if eq_level is None or not math.isfinite(eq_level) else eq_level
+    tests = [(se, df), *([floor] if floor is not None else [])]
     if se == 0.0:  # every replication moved by the same amount: the intervals are that amount
         low = high = eq_low = eq_high = delta
         p = 1.0 if delta == 0.0 else 0.0
     else:
-        half = _t_quantile(df, 1.0 - level / 2.0) * se
+        half = max(_t_quantile(f, 1.0 - level / 2.0) * e for e, f in tests)
         low, high = delta - half, delta + half
-        eq_half = _t_quantile(df, 1.0 - eq_level) * se
+        eq_half = max(_t_quantile(f, 1.0 - eq_level) * e for e, f in tests)
         eq_low, eq_high = delta - eq_half, delta + eq_half
-        p = 2.0 * special.stdtr(df, -abs(delta) / se)
+        p = max(2.0 * special.stdtr(f, -abs(delta) / e) for e, f in tests)
     low, high, p = float(low), float(high), float(p)
     tost = {
         "eq_level": float(eq_level),
         "eq_low": float(eq_low),
         "eq_high": float(eq_high),
-        "p_equivalence": tost_p(delta, se, df, margin),
+        "p_equivalence": max(tost_p(delta, e, f, margin) for e, f in tests),
     }
     mdd = minimum_detectable(df + 1, se * math.sqrt(df + 1), level)
     differs = bool(low > 0.0 or high < 0.0)
@@ -248,11 +252,13 @@ def family_pvalues(
         found = _estimate(diffs[name])
         if found is not None:
             delta, se, df = found
+            floor = diffs[name].floor() if isinstance(diffs[name], Estimate) else None
+            tests = [(se, df), *([floor] if floor is not None else [])]  # both read: the larger p
             if se == 0.0:  # every seed moved by the same amount
                 p[i] = 1.0 if delta == 0.0 else 0.0
             else:
-                p[i] = float(2.0 * special.stdtr(df, -abs(delta) / se))
-            p_tost[i] = tost_p(delta, se, df, margins[name])
+                p[i] = max(float(2.0 * special.stdtr(f, -abs(delta) / e)) for e, f in tests)
+            p_tost[i] = max(tost_p(delta, e, f, margins[name]) for e, f in tests)
     return p, p_tost
 
 
@@ -278,7 +284,15 @@ def decide_family(
         d = diffs[name]
         if isinstance(d, Estimate):
             out[name] = decide_estimate(
-                d.delta, d.se, d.df, levels[i], margins[name], higher_is_better, d.seeds, eq_levels[i]
+                d.delta,
+                d.se,
+                d.df,
+                levels[i],
+                margins[name],
+                higher_is_better,
+                d.seeds,
+                eq_levels[i],
+                d.floor(),
             )
         else:
             out[name] = decide(d, levels[i], margins[name], higher_is_better, eq_levels[i])
