@@ -70,7 +70,7 @@ class Decision:
     eq_low: float = float("nan")
     eq_high: float = float("nan")
     p_equivalence: float = float("nan")
-    # a sequential stop: the median-unbiased Δ by stage-wise ordering (:mod:`.boundaries`); NaN
+    # a sequential stop: the median-unbiased Δ by the sample-mean ordering (:mod:`.boundaries`); NaN
     # with fixed seeds, where ``delta`` is unbiased
     delta_adjusted: float = float("nan")
     # its 1 − share interval by the same ordering: the effect's interval after stopping
