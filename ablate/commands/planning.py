@@ -302,13 +302,13 @@ def plan_of(study, effect: str | None, sd: str | None, pilot: Path | None, simul
     eq = (
         "α per comparison"
         if s.equivalence == "per-comparison"
-        else f"{s.correction_method.label} over the family's TOST p-values (α/m = {s.alpha / m:.3g} first)"
+        else f"{s.correction_method.label}'s level over the family's TOST p's (α/m = {s.alpha / m:.3g} first)"
     )
     lines = [
         *a.lines,
         f"tests: {m} comparison(s) with {s.baseline} on {s.primary}; better / worse by the paired t-test at "
         f"α/m = {s.alpha / m:.3g} ({s.correction_method.label}'s first step: a lower bound on its power), "
-        f"equivalent by TOST against ±margin at {eq} per side",
+        f"equivalent by TOST against ±margin, each side at {eq}",
     ]
     design, variants = s.sequential, len(s.variants)
     seeds = None if design is not None else len(study.spec.seed_list)

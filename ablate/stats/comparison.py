@@ -45,7 +45,7 @@ class ComparisonRow:
     # a sequential primary metric: the median-unbiased Δ after stopping (``delta`` is the naive
     # mean over the seeds of the deciding look, biased away from 0 by stopping early)
     delta_adjusted: float = NAN
-    # its interval by the stage-wise ordering, at 1 − the comparison's share of α (the t interval
+    # its interval by the same ordering, at 1 − the comparison's share of α (the t interval
     # ci_low, ci_high is the one the look's verdict read, at its nominal level)
     adjusted_low: float = NAN
     adjusted_high: float = NAN

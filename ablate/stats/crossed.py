@@ -16,13 +16,14 @@ the unit component ``MS_unit − MS_rest`` taken at 0 where it is negative, on S
 degrees of freedom. Its standard error is never below the seeds-only one (``MS_seed / (S·U)``, the
 paired t-test's se² when the metric is the units' mean), but its interval can be: Satterthwaite's
 df are far above the seeds' S − 1 once the units' part counts, and at 3 seeds that t quantile
-shrinks the interval below the seeds-only one (median width 0.76× where the units' part is 40 % of
-the variance) and covers 92.4 % (units' part 20 %). So a verdict reads both tests: the interval is
+shrinks the interval below the seeds-only one (median width 0.8× where the units' part is 20–40 %
+of the variance) and covers 92.5 % (units' part 5–20 %). So a verdict reads both tests: the interval is
 the wider of the crossed interval and the seeds-only paired t interval at the same level, each p the
 larger of the two (an intersection–union test, Berger 1982, as TOST is). Measured on 10⁶ draws of
 the balanced table's exact mean squares (``tests/test_crossed.py``, ``benchmarks/calibration.py``):
-coverage ≥ 94.9 % at 3 seeds for every units' share, 94.3–94.8 % at 4–7 seeds (the seeds-only
-floor binds less there, Satterthwaite's own shortfall remains), 95 % at 10. Written out:
+coverage ≥ 94.9 % at 3 seeds for every units' share, down to 94.3–94.5 % at 4–5 seeds where the
+units carry 5–40 % (the seeds-only floor binds less there, Satterthwaite's own shortfall remains),
+94.8–95.1 % at 10. Written out:
 statsmodels' ``MixedLM`` fits crossed random effects only through variance components of one
 group, by REML iterations on the S·U rows (seconds per comparison at 2,999 users), where these mean
 squares are exact for the balanced table every study has.

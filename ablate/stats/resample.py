@@ -92,7 +92,8 @@ def _variance_note(results: pd.DataFrame, units: pd.DataFrame | None, settings: 
     note = (
         f"variance: seeds crossed with the test units for {', '.join(crossed)} — the intervals answer "
         "whether a difference shows again on retraining and on new test units like these (a two-way "
-        "random-effects model of seed, unit and their interaction, Satterthwaite's degrees of freedom)"
+        "random-effects model of seed, unit and their interaction, Satterthwaite's degrees of freedom, "
+        "read with the seeds-only t-test: each interval the wider of the two, so never narrower)"
         if crossed
         else "variance: seeds only (no per-unit values that the test metrics are means of)"
     )

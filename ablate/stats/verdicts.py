@@ -70,7 +70,7 @@ class Decision:
     eq_low: float = float("nan")
     eq_high: float = float("nan")
     p_equivalence: float = float("nan")
-    # a sequential stop: the median-unbiased Δ by stage-wise ordering (:mod:`.boundaries`); NaN
+    # a sequential stop: the median-unbiased Δ by the sample-mean ordering (:mod:`.boundaries`); NaN
     # with fixed seeds, where ``delta`` is unbiased
     delta_adjusted: float = float("nan")
     # its 1 − share interval by the same ordering: the effect's interval after stopping
@@ -94,18 +94,20 @@ def decision_levels(p: np.ndarray, alpha: float, correction: str) -> np.ndarray:
 _t_quantile = special.stdtrit  # (df, p)
 
 
-def difference_power(n: int, delta: float, sd: float, level: float) -> float:
+def difference_power(n: int, delta: float, sd, level: float):
     """P(the two-sided paired t-test at ``level`` rejects) when the true difference is ``delta``:
-    noncentral t with n − 1 degrees of freedom and noncentrality Δ √n / sd. (statsmodels'
-    ``TTestPower`` returns NaN here for 3 seeds at α/3 with d ≈ 5, and solves to a wrong d.)"""
+    noncentral t with n − 1 degrees of freedom and noncentrality Δ √n / sd (``sd`` an array:
+    one power per sd, as an array). (statsmodels' ``TTestPower`` returns NaN here for 3 seeds at
+    α/3 with d ≈ 5, and solves to a wrong d.)"""
     crit = _t_quantile(n - 1, 1.0 - level / 2.0)
-    nc = abs(delta) / sd * math.sqrt(n)
+    nc = abs(delta) / np.asarray(sd, dtype=float) * math.sqrt(n)
     with np.errstate(all="ignore"):
         # the far tail is negligible where the noncentral t's cdf gives up (NaN); so is the near
         # one, far from the centre: a sequential first look's level of 1e-15 puts crit at 3e7
         below = special.nctdtr(n - 1, nc, crit)
-        upper = 1.0 - (np.nan_to_num(below, nan=0.0 if nc > crit else 1.0))
-        return float(upper + np.nan_to_num(special.nctdtr(n - 1, nc, -crit)))
+        upper = 1.0 - np.where(np.isnan(below), np.where(nc > crit, 0.0, 1.0), below)
+        power = upper + np.nan_to_num(special.nctdtr(n - 1, nc, -crit))
+    return float(power) if np.ndim(power) == 0 else power
 
 
 @functools.lru_cache(maxsize=4096)
