@@ -51,7 +51,9 @@ Modules: :mod:`.settings` (what the report compares and how), :mod:`.intervals` 
 :mod:`.sequential` (seeds added look by look), :mod:`.boundaries` (their group-sequential
 boundaries), :mod:`.comparison` (each variant against the
 baseline), :mod:`.ranking` (Friedman, all pairs), :mod:`.calibration` (simulated error rates),
-:mod:`.spending` (the α-spending functions). The lowest package: it imports the foundations only
+:mod:`.spending` (the α-spending functions), :mod:`.power` and :mod:`.planned` (what ``ablate
+plan`` promises: power, a pilot's uncertain sd, equivalence simulated through the verdicts),
+:mod:`.across` (verdicts across data sets). The lowest package: it imports the foundations only
 (``schema``, ``errors``, ``stopping``), nothing of studies, models or stores.
 """
 
