@@ -137,9 +137,9 @@ def _job_of(trial) -> str | None:
     return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
 
 
-def _finished(tracking_uri: str) -> dict:
+def _finished(tracking_uri: str, name: str = STUDY["name"]) -> dict:
     client = MlflowClient(tracking_uri)
-    experiment = client.get_experiment_by_name(STUDY["name"])
+    experiment = client.get_experiment_by_name(name)
     runs = client.search_runs([experiment.experiment_id], "tags.`ablate.role` = 'trial'", max_results=1000)
     return collections.Counter(
         ((r.data.tags["variant"], int(r.data.tags["seed"])), r.data.metrics["test.acc"])
@@ -203,7 +203,9 @@ def test_a_job_cancelled_mid_trial_loses_nothing(slurm, tmp_path):
     alone = load_study(study, overrides=["model.config.sleep=0"])
     stores = Stores.for_study(alone, tmp_path / "alone")
     assert run_study(alone, stores).finished == 6
-    assert _finished(stores.tracking_uri) == on_slurm
+    # The override changes the configuration's name (sleep is a model setting), not its numbers.
+    assert alone.name == f"{STUDY['name']}.sleep_0"
+    assert _finished(stores.tracking_uri, alone.name) == on_slurm
 
     status = subprocess.run(
         [sys.executable, "-m", "ablate.commands.cli", "status", str(study)],
