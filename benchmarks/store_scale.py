@@ -1,13 +1,22 @@
-"""The shared store at scale: K workers on one study's queue, against a journal file and against
-PostgreSQL, each trial a fixed sleep (a ``function`` task), for trials per minute, the queue lock's
-wait and hold (median, p99), heartbeats, and the CPU the workers and the database spend per trial.
+"""The shared store at scale: K workers on one study's queue, each trial a fixed sleep, for trials
+per minute in the steady state, beside plain Optuna on the same server: ablate on a journal file,
+on PostgreSQL, and through Optuna's gRPC storage proxy in front of PostgreSQL; Optuna's own
+``study.optimize`` on PostgreSQL and through the proxy. Also the queue lock's wait and hold
+(median, p99), heartbeats, the database connections, and the CPU the workers and the database
+spend per trial.
 
-Usage: nice -n 19 python benchmarks/store_scale.py [--workers 8 32 128] [--stores journal postgres]
-       [--trial-s 10] [--warmup-s 20] [--window-s 60] [--json out.json]
+Usage: nice -n 19 python benchmarks/store_scale.py [--workers 8 32 64 128]
+       [--systems journal postgres grpc optuna-rdb optuna-grpc] [--tracking server|database]
+       [--trial-s 10] [--warmup-s 10] [--window-s 60] [--json out.json]
 
-Each worker is ablate's own loop (``run_study``: sync, take, train, record, under the queue lock
-the driver takes), in a process forked from this one after it imported ablate once: K light
-processes instead of K interpreters importing torch and MLflow. The queue lock's wait and hold are
+Each ablate worker is ablate's own loop (``run_study``: sync, take, train, record, under the queue
+lock the driver takes), an Optuna worker ``study.optimize`` with an objective that sleeps; each in
+a process forked from this one after it imported ablate, Optuna's database and gRPC modules and
+MLflow's stores once: K light processes instead of K interpreters importing torch and MLflow, and
+no worker still importing when the window opens. Start-up (fork to a worker's first trial) is
+reported apart; the window opens ``--warmup-s`` after the last worker's first trial. MLflow (ablate
+only): a tracking server in front of PostgreSQL (``--tracking server``, as a cluster runs it) or
+the database itself (``--tracking database``). The queue lock's wait and hold are
 timed inside ``Stores.queue_lock`` (``ABLATE_QUEUE_TIMINGS``; a journal's is a file lock, a
 database's takes none: its hold is the sync and take alone) and so is each heartbeat (PostgreSQL
 only: on one host a worker is alive while it holds its lock file). Trials per minute count the
@@ -24,15 +33,21 @@ import argparse
 import gc
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
+import mlflow.store.tracking.sqlalchemy_store  # noqa: F401 - imported once, before the workers fork
+import optuna
+import psycopg  # noqa: F401
 import yaml
+from optuna.storages import GrpcStorageProxy, RDBStorage, run_grpc_proxy_server
 
 from ablate import stopping
 from ablate.drive import Reporter, Stores, prepare, run_study
@@ -48,6 +63,8 @@ def train(config, seed, reporter):
     time.sleep(config["sleep"])
     return {"acc": random.Random(seed).random()}
 """
+SYSTEMS = ["journal", "postgres", "grpc", "optuna-rdb", "optuna-grpc"]
+GRPC_PORT, MLFLOW_PORT = 13571, 15571
 PG = "postgresql+psycopg://ablate:ablate@127.0.0.1:5432/{}"
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -101,7 +118,11 @@ def commits() -> int:
     return int(psql("SELECT sum(xact_commit) FROM pg_stat_database"))
 
 
-def worker(study, stores: Stores) -> None:
+def connections() -> int:
+    return int(psql("SELECT count(*) FROM pg_stat_activity WHERE datname LIKE 'ablate_scale%'"))
+
+
+def ablate_worker(study, stores: Stores) -> None:
     """One forked worker: ablate's loop until stopped."""
     code = 0
     try:
@@ -110,6 +131,27 @@ def worker(study, stores: Stores) -> None:
     except KeyboardInterrupt:
         pass
     except BaseException as exc:  # noqa: BLE001 - said in the log, counted by the parent
+        print(f"worker {os.getpid()}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        code = 1
+    os._exit(code)
+
+
+def optuna_worker(name: str, storage_of, trial_s: float, timings: Path) -> None:
+    """One forked worker: plain Optuna's ``optimize`` until stopped (SIGTERM ends it after its trial)."""
+    code = 0
+    try:
+        study = optuna.load_study(study_name=name, storage=storage_of())
+        signal.signal(signal.SIGTERM, lambda *_: study.stop())
+        first = []
+
+        def objective(trial: optuna.Trial) -> float:
+            if not first:
+                first.append((timings / f"{os.getpid()}.txt").write_text(f"lock {time.time():.3f} 0 0\n"))
+            time.sleep(trial_s)
+            return random.random()
+
+        study.optimize(objective)
+    except BaseException as exc:  # noqa: BLE001
         print(f"worker {os.getpid()}: {type(exc).__name__}: {exc}", file=sys.stderr)
         code = 1
     os._exit(code)
@@ -130,13 +172,50 @@ def quantiles(values: list[float]) -> tuple[float, float]:
     return statistics.median(values), cuts[98]
 
 
-def one(store: str, k: int, args: argparse.Namespace, root: Path) -> dict:
-    folder = root / f"{store}-{k}"
+def serve_proxy(url: str) -> None:
+    """Optuna's gRPC storage proxy in front of ``url`` (its cached storage, as Optuna's docs advise)."""
+    run_grpc_proxy_server(optuna.storages.get_storage(url), host="127.0.0.1", port=GRPC_PORT)
+
+
+def database_storage() -> RDBStorage:
+    return RDBStorage(PG.format("ablate_scale_optuna"))
+
+
+def proxy_storage() -> GrpcStorageProxy:
+    storage = GrpcStorageProxy(host="127.0.0.1", port=GRPC_PORT)
+    storage.wait_server_ready(timeout=60)
+    return storage
+
+
+def mlflow_server(folder: Path) -> subprocess.Popen:
+    command = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        PG.format("ablate_scale_mlflow"),
+    ]
+    command += ["--default-artifact-root", str(folder / "artifacts"), "--host", "127.0.0.1"]
+    command += ["--port", str(MLFLOW_PORT), "--workers", "2"]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=open(folder / "mlflow.log", "w"))
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{MLFLOW_PORT}/health", timeout=2)
+            return server
+        except OSError:
+            time.sleep(1)
+    raise RuntimeError(f"mlflow server did not start: {(folder / 'mlflow.log').read_text()[-2000:]}")
+
+
+def one(system: str, k: int, args: argparse.Namespace, root: Path) -> dict:
+    folder = root / f"{system}-{k}"
     folder.mkdir()
     (folder / "train.py").write_text(TRAIN)
-    trials = int(k * (args.warmup_s + args.window_s) / args.trial_s * args.planned_share) + k
+    trials = int(k * (args.warmup_s + args.window_s + 60) / args.trial_s * args.planned_share) + k
     spec = {
-        "name": f"scale-{store}-{k}",
+        "name": f"scale-{system}-{k}",
         "task": {"kind": "function", "callable": "train.py:train"},
         "model": {"config": {"sleep": args.trial_s}},
         "seeds": list(range(trials)),
@@ -148,30 +227,61 @@ def one(store: str, k: int, args: argparse.Namespace, root: Path) -> dict:
     timings = folder / "timings"
     timings.mkdir()
     study = load_study(folder / "study.yaml")
-    if store == "postgres":
+    on_database = system != "journal"
+    helpers: list = []  # the proxy and the MLflow server, stopped at the end
+    if on_database:
         fresh_databases(["ablate_scale_optuna", "ablate_scale_mlflow"])
-        stores = Stores.for_study(
-            study, None, PG.format("ablate_scale_mlflow"), PG.format("ablate_scale_optuna")
-        )
-    else:
-        stores = Stores.for_study(study)
+        RDBStorage(PG.format("ablate_scale_optuna"))  # Optuna's tables made once, before anyone races
+    if system.endswith("grpc"):
+        helpers.append(forked(serve_proxy, PG.format("ablate_scale_optuna")))
+        proxy_storage()
+    tracking = None
+    if on_database and not system.startswith("optuna"):
+        if args.tracking == "server":
+            helpers.append(mlflow_server(folder))
+            tracking = f"http://127.0.0.1:{MLFLOW_PORT}"
+        else:
+            tracking = PG.format("ablate_scale_mlflow")
+    storage_url = {
+        "journal": None,
+        "postgres": PG.format("ablate_scale_optuna"),
+        "grpc": f"grpc://127.0.0.1:{GRPC_PORT}",
+    }
     began = time.time()
-    pid = forked(prepare, study, stores)  # the stores made and the queue filled, in a child
-    _, status = os.waitpid(pid, 0)
-    assert status == 0, f"prepare failed ({status})"
+    if system.startswith("optuna"):
+        storage_of = (
+            proxy_storage if system == "optuna-grpc" else lambda: RDBStorage(PG.format("ablate_scale_optuna"))
+        )
+        optuna.create_study(study_name=study.name, storage=storage_of(), direction="maximize")
+        work = (optuna_worker, study.name, storage_of, args.trial_s, timings)
+    else:
+        stores = Stores.for_study(study, None, tracking, storage_url[system])
+        pid = forked(prepare, study, stores)  # the stores made and the queue filled, in a child
+        _, status = os.waitpid(pid, 0)
+        assert status == 0, f"prepare failed ({status})"
+        work = (ablate_worker, study, stores)
     prepared = time.time() - began
     os.environ[TIMINGS_ENV] = str(timings)
     gc.collect()
     gc.freeze()  # the children do not copy the parent's objects when the collector walks them
     start = time.time()
-    pids = [forked(worker, study, stores) for _ in range(k)]
+    pids = [forked(*work) for _ in range(k)]
     del os.environ[TIMINGS_ENV]
+    firsts: dict[str, float] = {}
+    while len(firsts) < k and time.time() < start + args.ready_s:
+        time.sleep(1)
+        for path in timings.iterdir():
+            if path.stem not in firsts and (text := path.read_text()):
+                firsts[path.stem] = float(text.split()[1])
+    startup = sorted(t - start for t in firsts.values())
     time.sleep(args.warmup_s)
     t0, cpu0 = time.time(), server_cpu_s()
-    c0 = commits() if store == "postgres" else 0
-    time.sleep(args.window_s)
+    c0 = commits() if on_database else 0
+    time.sleep(args.window_s / 2)
+    held = connections() if on_database else None
+    time.sleep(args.window_s / 2)
     t1, cpu1 = time.time(), server_cpu_s()
-    c1 = commits() if store == "postgres" else 0
+    c1 = commits() if on_database else 0
     memory = pss_mb(pids)
     for pid in pids:
         os.kill(pid, signal.SIGTERM)
@@ -188,10 +298,15 @@ def one(store: str, k: int, args: argparse.Namespace, root: Path) -> dict:
         crashed += status != 0
     ended = time.time()
     gc.unfreeze()
-    storage = stores.storage()
-    import optuna
-
+    storage = RDBStorage(PG.format("ablate_scale_optuna")) if on_database else stores.storage()
     frozen = optuna.load_study(study_name=study.name, storage=storage).get_trials(deepcopy=False)
+    for helper in helpers:
+        if isinstance(helper, int):
+            os.kill(helper, signal.SIGKILL)
+            os.waitpid(helper, 0)
+        else:
+            helper.terminate()
+            helper.wait()
     window = [
         t
         for t in frozen
@@ -202,6 +317,11 @@ def one(store: str, k: int, args: argparse.Namespace, root: Path) -> dict:
         if t.state == optuna.trial.TrialState.FAIL:
             reason = str(t.user_attrs.get("failure", "heartbeat"))[:80]
             failures[reason] = failures.get(reason, 0) + 1
+    complete_keys = [
+        (t.user_attrs.get("variant"), t.user_attrs.get("seed"))
+        for t in frozen
+        if t.state == optuna.trial.TrialState.COMPLETE and "seed" in t.user_attrs
+    ]
     locks, beats = [], []
     for path in timings.iterdir():
         for line in path.read_text().splitlines():
@@ -214,11 +334,18 @@ def one(store: str, k: int, args: argparse.Namespace, root: Path) -> dict:
     completed = sum(t.state == optuna.trial.TrialState.COMPLETE for t in frozen)
     minutes = (t1 - t0) / 60
     return {
-        "store": store,
+        "system": system,
+        "tracking": (args.tracking if tracking else "sqlite file")
+        if not system.startswith("optuna")
+        else None,
         "workers": k,
         "trial_s": args.trial_s,
-        "planned": trials,
+        "planned": trials if not system.startswith("optuna") else None,
         "prepare_s": round(prepared, 1),
+        "startup_s_median_max": [round(statistics.median(startup), 1), round(startup[-1], 1)]
+        if startup
+        else None,
+        "started": len(firsts),
         "trials_per_min": round(len(window) / minutes, 1),
         "ideal_per_min": round(k * 60 / args.trial_s, 1),
         "lock_wait_median_s": wait[0],
@@ -229,24 +356,30 @@ def one(store: str, k: int, args: argparse.Namespace, root: Path) -> dict:
         "beats_per_s": round(len(beats) / (t1 - t0), 2),
         "beat_median_s": beat[0],
         "beat_p99_s": beat[1],
-        "db_commits_per_s": round((c1 - c0) / (t1 - t0), 1) if store == "postgres" else None,
-        "db_cpu_s_per_trial": round((cpu1 - cpu0) / max(len(window), 1), 4) if store == "postgres" else None,
+        "db_connections": held,
+        "db_commits_per_s": round((c1 - c0) / (t1 - t0), 1) if on_database else None,
+        "db_cpu_s_per_trial": round((cpu1 - cpu0) / max(len(window), 1), 4) if on_database else None,
         "client_cpu_s_per_trial": round(client_cpu / max(completed, 1), 4),
         "worker_pss_mb": round(memory / k, 1),
         "completed": completed,
+        "keys_trained_twice": len(complete_keys) - len(set(complete_keys)),
         "failed": failures,
         "crashed_workers": crashed,
+        "load_1min": os.getloadavg()[0],
         "wall_s": round(ended - start, 1),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", type=int, nargs="+", default=[8, 32, 128])
-    stores = ["journal", "postgres"]
-    parser.add_argument("--stores", nargs="+", default=stores, choices=stores)
+    parser.add_argument("--workers", type=int, nargs="+", default=[8, 32, 64, 128])
+    parser.add_argument("--systems", nargs="+", default=SYSTEMS, choices=SYSTEMS)
+    parser.add_argument("--tracking", default="server", choices=["server", "database"])
     parser.add_argument("--trial-s", type=float, default=10.0)
-    parser.add_argument("--warmup-s", type=float, default=20.0)
+    parser.add_argument("--warmup-s", type=float, default=10.0)
+    parser.add_argument(
+        "--ready-s", type=float, default=300.0, help="The longest wait for every first trial."
+    )
     parser.add_argument("--window-s", type=float, default=60.0)
     parser.add_argument(
         "--planned-share",
@@ -257,9 +390,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="Append each result as a JSON line.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="store-scale-") as tmp:
-        for store in args.stores:
+        for system in args.systems:
             for k in args.workers:
-                result = one(store, k, args, Path(tmp))
+                result = one(system, k, args, Path(tmp))
                 print(json.dumps(result), flush=True)
                 if args.json:
                     with open(args.json, "a") as sink:

@@ -157,7 +157,7 @@ def test_a_resumed_study_takes_its_checkpointed_trials_first(write_study, tmp_pa
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"")  # only its presence matters for the order
     taken = []
-    while (popped := driver._take()) is not None:
+    while (popped := driver._next()) is not None:  # its first read finds the checkpoint
         queue, trial = popped
         taken.append(key_of(queue.stored(trial.number)))
         queue.study.tell(trial, 0.0)

@@ -1,4 +1,4 @@
-"""The ``ablate`` command line: run, validate, plan, report, compare, status, components.
+"""The ``ablate`` command line: run, validate, plan, report, compare, status, components, proxy.
 
 Exit statuses, as the README's table has them: 0 done; 1 trials failed, nothing finished to
 report, or a worker crashed; 2 bad input (study file, data file, argument, a store or folder that
@@ -347,6 +347,29 @@ def status(
 
 
 app.command("cancel")(slurm.cancel_command)
+
+
+@app.command()
+def proxy(
+    storage: Annotated[
+        str, typer.Option(help="The database the proxy fronts, e.g. postgresql://user:pw@host/db.")
+    ],
+    host: Annotated[str, typer.Option(help="Where to listen (0.0.0.0: every interface).")] = "0.0.0.0",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="The port the workers' grpc:// names.")] = 13000,
+) -> None:
+    """Serve a shared database to many workers through Optuna's gRPC storage proxy: start it once,
+    then give workers --storage grpc://<this host>:<port>; they hold no database connection."""
+    from ablate.drive import proxy as grpc_proxy
+    from ablate.drive.stores import storage_problem
+
+    if problem := storage_problem(storage) or grpc_proxy.problem(f"{grpc_proxy.SCHEME}{host}:{port}"):
+        raise AblateError(f"--storage: {problem}")
+    where = f"{grpc_proxy.SCHEME}<this host>:{port}"
+    err.print(f"Optuna storage proxy on {host}:{port}; give workers --storage {where}")
+    try:
+        grpc_proxy.serve(storage, host, port)  # until SIGTERM (the default: the process ends) or Ctrl-C
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
 
 
 @app.command()

@@ -1,5 +1,11 @@
 """The worker loop: sync the queues, take the next trial, train it, until no work is left.
 
+A worker reads the final queue whole (a sync: what is planned, what is missing, what a dead
+worker left) when it starts, when its take finds nothing waiting, after a reap found a dead
+worker's trial, and before every take of a study whose plan moves with its results (a sequential
+design) or that searches; otherwise a take is one claim (:meth:`.queue.Queue.take`), whose cost
+does not grow with the study.
+
 Every planned (variant, seed) is enqueued once as a fixed-parameter trial in the study's final
 queue. With a ``search:`` section each variant first gets its own search queue
 (``<study>.search.<variant>``) with the same budget of slots; when a variant's search is over,
@@ -9,13 +15,17 @@ compares. Search queues are served first.
 
 from __future__ import annotations
 
+import collections
 import json
+import os
+import time
 import warnings
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from ablate import stopping
 from ablate.drive.execution import (
@@ -32,8 +42,7 @@ from ablate.drive.identity import check_data, data_digest
 from ablate.drive.ledger import (
     DATA_DIGEST,
     INTERRUPTED,
-    Phase,
-    Queue,
+    Key,
     check_changed,
     drop_reason,
     failed_for_good,
@@ -45,6 +54,7 @@ from ablate.drive.ledger import (
     search_fingerprints,
     taken,
 )
+from ablate.drive.queue import Phase, Queue
 from ablate.drive.records import resolved_yaml, study_params, study_tags
 from ablate.drive.reference import record_reference
 from ablate.drive.reporter import Reporter
@@ -123,7 +133,14 @@ class Driver:
             study, stores.output_dir, tracker, parent, self.reporter, self.data, worker_id, checkpoint_s
         )
         self._configs: dict[str, Config] = {}
-        self._seen: list[optuna.trial.FrozenTrial] | None = None  # the final queue as the last sync read it
+        self._seen: list[FrozenTrial] | None = None  # the final queue as the last sync read it
+        self._seen_by_key: dict[Key | None, list[FrozenTrial]] = {}
+        self._resumable: list[int] = []  # waiting final trials with a checkpoint, as the last sync found them
+        self._waiting: list[int] = []  # the final trials the last sync found waiting, in this worker's order
+        self._reap_at = 0.0  # when (time.monotonic) a busy worker next looks for dead workers' trials
+        # Whether every take reads the queues whole: a sequential design's plan moves with each
+        # result; a search's sampler reads its queue anyway, and its end enqueues final trials.
+        self._read_whole = study.spec.sequential is not None or bool(self.searches)
 
     def _record_data(self, data: Any) -> None:
         """The loaded data's summary (Task.data_summary) as a tag on the study's run, its files
@@ -170,6 +187,7 @@ class Driver:
     def sync(self) -> None:
         """Enqueue every search slot and (variant, seed) not yet complete, queued or running."""
         study = self.study
+        self._reap_at = time.monotonic() + self.stores.reap_s
         for variant, queue in self.searches.items():
             self.stores.reap(queue)
             trials = queue.trials()
@@ -184,13 +202,14 @@ class Driver:
                     attrs = {"variant": variant, "slot": slot, "fingerprint": expected[0]}
                     queue.enqueue(points[slot] if points else {}, attrs)
         self.stores.reap(self.final)
-        trials = self._seen = self.final.trials()
+        trials = self.final.trials()
         configs = {v: self.config(v) for v in study.variants}
         expected = {v: fingerprints(c.study, v) for v, c in configs.items() if c}
         check_changed(trials, expected, str(self.stores.output_dir))
         check_data(trials, study, self.data_digest, self.stores.output_dir)
         self._replan(trials)
         done = taken(trials, self.retry_failed)
+        enqueued = False
         for variant, seed in self.planned:
             cfg = configs[variant]
             if cfg is None or (variant, seed) in done:
@@ -199,35 +218,71 @@ class Driver:
             if cfg.params:
                 attrs["params"] = json.dumps(cfg.params, sort_keys=True, default=str)
             self.final.enqueue({}, attrs)
-            self._seen = None  # read again by the take that follows
+            enqueued = True
+        self._seen = self.final.trials() if enqueued else trials
+        self._resumable = self._checkpointed(self._seen)
+        waiting = [t.number for t in self._seen if t.state == TrialState.WAITING]
+        turn = zlib.crc32(self.worker_id.encode()) % max(len(waiting), 1)  # this worker's first
+        self._waiting = waiting[turn:] + waiting[:turn]
+        self._seen_by_key = collections.defaultdict(list)  # a take checks its key's trials alone
+        for t in self._seen:
+            self._seen_by_key[key_of(t)].append(t)
+
+    def _checkpointed(self, trials: list[FrozenTrial]) -> list[int]:
+        """The numbers of the waiting ``trials`` an interrupted worker left a checkpoint for: taken
+        first, so half-trained trials finish first. One listing of the checkpoint folder, not a
+        file check per waiting trial (slow on a cluster's shared file system)."""
+        try:
+            saved = set(os.listdir(self.stores.output_dir / "checkpoints"))
+        except OSError:  # no folder yet: nothing was checkpointed
+            return []
+        return [
+            t.number
+            for t in trials
+            if t.state == TrialState.WAITING
+            and (key := key_of(t))
+            and checkpoint_path(self.stores.output_dir, Job(*key)).name in saved
+        ]
+
+    def _next(self) -> tuple[Queue, optuna.Trial] | None:
+        """Under the queue lock: the next trial to train and its queue, or None when none waits.
+        The queues are read whole only when something may have changed what is missing (module
+        docstring); a busy worker looks for dead workers' trials every ``stores.reap_s``."""
+        synced = self._seen is None or self._read_whole
+        if not synced and time.monotonic() >= self._reap_at:
+            self._reap_at = time.monotonic() + self.stores.reap_s
+            synced = self.stores.reap(self.final) > 0
+        if synced:
+            self.sync()
+        popped = self._take()
+        if popped is None and not synced:  # nothing waits: read whole, enqueue what is missing
+            self.sync()
+            popped = self._take()
+        return popped
 
     def _take(self) -> tuple[Queue, optuna.Trial] | None:
         """The next queued trial (search queues first) and its queue, or None."""
         for queue in [*self.searches.values(), self.final]:
             final = queue.phase is Phase.FINAL
-            seen = self._seen if final and self._seen is not None else queue.trials()
-            waiting = [t for t in seen if t.state == TrialState.WAITING]
-            if not waiting:
+            if final:
+                trial = queue.take(self._resumable, self._waiting)
+                if trial is None:
+                    continue
+            elif any(t.state == TrialState.WAITING for t in queue.trials()):
+                trial = queue.ask()
+            else:
                 continue
-            trial = self._claim(queue, waiting) if final else queue.ask()
             trial.set_user_attr("worker", self.worker_id)
-            key = key_of(queue.stored(trial.number))
-            planned = self.planned if queue.phase is Phase.FINAL else None
-            drop = drop_reason(queue.trials(), trial.number, key, planned, self.possible)
+            key = key_of(trial)  # its attributes as the claim read them
+            planned = self.planned if final else None
+            # A final trial's duplicates (two hosts enqueuing one key) as the last sync saw them.
+            seen = self._seen_by_key.get(key, []) if final else queue.trials()
+            drop = drop_reason(seen, trial.number, key, planned, self.possible)
             if drop:
                 queue.fail(trial, drop)
                 continue
             return queue, trial
         return None
-
-    def _claim(self, queue: Queue, waiting: list[optuna.trial.FrozenTrial]) -> optuna.Trial:
-        """The first ``waiting`` final trial no other worker took since the sync read it (no read of every
-        trial again, as ``ask()`` does), checkpointed ones first: half-trained trials finish first."""
-
-        def fresh(t: optuna.trial.FrozenTrial) -> bool:
-            return not (key_of(t) and checkpoint_path(self.stores.output_dir, Job(*key_of(t))).exists())
-
-        return next(filter(None, map(queue.claim, sorted(waiting, key=fresh))), None) or queue.ask()
 
     def _busy_elsewhere(self) -> bool:
         """Trials running in other workers (whose completion may unlock more work)."""
@@ -276,7 +331,7 @@ class Driver:
     def run(self, wait_for_others: bool = True) -> RunSummary:
         with self.stores.queue_lock():
             self.sync()
-        complete = {key_of(t) for t in self.final.trials(TrialState.COMPLETE)}
+        complete = {key_of(t) for t in self._seen if t.state == TrialState.COMPLETE}
         self.summary.skipped = len(complete & set(self.planned))
         self.summary.planned = len(self.planned)
         self.reporter.study(total=len(self.planned), done=self.summary.skipped)
@@ -287,8 +342,7 @@ class Driver:
             stopping.check()
             with self.stores.queue_lock():
                 stopping.check()  # a stop asked while waiting for the lock takes no new trial
-                self.sync()
-                popped = self._take()
+                popped = self._next()
             if popped is None:
                 if wait_for_others and self._busy_elsewhere():
                     stopping.sleep(POLL_S)

@@ -1,8 +1,7 @@
 """The ledger of planned trials: every (variant, seed) of the study and every search slot of a
 variant, what each was trained with (its fingerprint), and what state it is in.
 
-Each ledger is an Optuna study used as a queue (:class:`Queue`): a key is enqueued once as a
-fixed trial, popped with ``ask`` and settled with ``tell``. Trials failed for bookkeeping
+Each ledger is an Optuna study used as a queue (:class:`~.queue.Queue`). Trials failed for bookkeeping
 (interrupted, duplicate, …) carry their reason and never count as failures.
 """
 
@@ -11,14 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import warnings
 from collections.abc import Collection, Iterable
-from enum import Enum
 from typing import Any, get_args
 
 import optuna
 import pandas as pd
-from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel
 
@@ -29,7 +25,7 @@ from ablate.stats import ReportSettings
 from ablate.stats.sequential import SequentialDecision, seeds_wanted
 from ablate.study.load import Study
 from ablate.study.spec import Precision
-from ablate.study.tuning import make_pruner, make_sampler, search_budget
+from ablate.study.tuning import search_budget
 from ablate.tasks import Task
 
 Key = tuple[str, int]  # (variant, seed) of a final trial, (variant, slot) of a search trial
@@ -41,13 +37,6 @@ NOTHING_QUEUED = "nothing queued"  # another worker took the last queued trial f
 UNPLANNED = "no longer in the study file"
 UNWANTED = "not wanted by the sequential design now"  # queued for a look its comparison no longer needs
 BOOKKEEPING = frozenset({INTERRUPTED, DUPLICATE, NOTHING_QUEUED, UNPLANNED, UNWANTED})
-
-
-class Phase(Enum):
-    """Which queue a trial is in: one variant's search, or the study's final (variant, seed) trials."""
-
-    SEARCH = "search"
-    FINAL = "final"
 
 
 def plan(
@@ -223,7 +212,7 @@ def fingerprint_of(content: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def key_of(trial: FrozenTrial) -> Key | None:
+def key_of(trial: FrozenTrial | optuna.Trial) -> Key | None:
     """(variant, seed) of a final trial, (variant, slot) of a search trial."""
     attrs = trial.user_attrs
     for index in ("seed", "slot"):
@@ -334,101 +323,3 @@ def drop_reason(
         ):
             return DUPLICATE
     return None
-
-
-class Queue:
-    """One Optuna study used as a queue of planned trials, read and written through the storage
-    the stores opened (its public API: trials are addressed by study and number)."""
-
-    def __init__(self, ostudy: optuna.Study, storage: optuna.storages.BaseStorage, phase: Phase):
-        self.study, self.storage, self.phase = ostudy, storage, phase
-        self._study_id = storage.get_study_id_from_name(ostudy.study_name)
-
-    @classmethod
-    def final(cls, study: Study, storage: optuna.storages.BaseStorage) -> Queue:
-        ostudy = optuna.create_study(
-            storage=storage, study_name=study.name, direction=direction(study), load_if_exists=True
-        )
-        return cls(ostudy, storage, Phase.FINAL)
-
-    @classmethod
-    def search(cls, study: Study, variant: str, storage: optuna.storages.BaseStorage) -> Queue:
-        ostudy = optuna.create_study(
-            storage=storage,
-            study_name=search_name(study, variant),
-            direction=direction(study),
-            sampler=make_sampler(study),
-            pruner=make_pruner(study),
-            load_if_exists=True,
-        )
-        return cls(ostudy, storage, Phase.SEARCH)
-
-    @property
-    def name(self) -> str:
-        return self.study.study_name
-
-    def trials(self, *states: TrialState) -> list[FrozenTrial]:
-        """The queue's trials (only those in ``states`` if given), not copied: do not modify."""
-        return self.study.get_trials(deepcopy=False, states=states or None)
-
-    def trial_id(self, number: int) -> int:
-        return self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
-
-    def stored(self, number: int) -> FrozenTrial:
-        """Trial ``number`` as the storage has it now."""
-        return self.storage.get_trial(self.trial_id(number))
-
-    def enqueue(self, params: dict[str, Any], attrs: dict[str, Any]) -> None:
-        self.study.enqueue_trial(params, user_attrs=attrs)
-
-    def ask(self) -> optuna.Trial:
-        """The first queued trial (or, if another worker took it meanwhile, a fresh one with no key)."""
-        with warnings.catch_warnings():  # the stores beat the heart themselves (Stores.heartbeat)
-            warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
-            return self.study.ask()
-
-    def claim(self, trial: FrozenTrial) -> optuna.Trial | None:
-        """Take the queued ``trial`` as ``ask`` takes one, or None if another worker took it."""
-        trial_id = self.trial_id(trial.number)
-        try:
-            if self.storage.set_trial_state_values(trial_id, state=TrialState.RUNNING):
-                return optuna.Trial(self.study, trial_id)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            pass  # another worker took and finished it meanwhile
-        return None
-
-    def fail(self, trial: optuna.Trial, reason: str, skip_if_finished: bool = False) -> None:
-        """Settle a trial this worker holds as failed, for ``reason``."""
-        trial.set_user_attr("failure", reason)
-        self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=skip_if_finished)
-
-    def interrupt(self, number: int) -> None:
-        """Fail a RUNNING trial whose worker is gone, as interrupted (unless it finished meanwhile)."""
-        try:
-            self.storage.set_trial_user_attr(self.trial_id(number), "failure", INTERRUPTED)
-            self.study.tell(number, state=TrialState.FAIL)
-        except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
-            pass  # finished meanwhile
-
-    def running(self, trial: optuna.Trial) -> bool:
-        return self.stored(trial.number).state == TrialState.RUNNING
-
-    def show_key(self, trial: optuna.Trial, variant: str, seed: int, variants: list[str]) -> None:
-        """Record a final trial's (variant, seed) as its Optuna parameters too, so optuna-dashboard's
-        views show them (the ledger reads the user attributes; nothing samples these). A categorical's
-        choices are fixed for the study once set: where ``variant`` is not among them (a variant added
-        to a started study), or the trial has them already (a re-queued copy), nothing is recorded."""
-        stored = self.stored(trial.number)
-        if "variant" in stored.params:
-            return
-        held = next((t.distributions["variant"] for t in self.trials() if "variant" in t.distributions), None)
-        kinds = held or CategoricalDistribution(variants)
-        if not isinstance(kinds, CategoricalDistribution) or variant not in kinds.choices:
-            return
-        trial_id = self.trial_id(trial.number)
-        try:
-            self.storage.set_trial_param(trial_id, "variant", kinds.to_internal_repr(variant), kinds)
-            seeds = IntDistribution(seed, seed)  # an int's range may differ from trial to trial
-            self.storage.set_trial_param(trial_id, "seed", seeds.to_internal_repr(seed), seeds)
-        except ValueError:  # another worker fixed other choices first: the trial goes unlabelled
-            pass

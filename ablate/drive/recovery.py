@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from optuna.trial import TrialState, create_trial
 
-from ablate.drive.ledger import DATA_DIGEST, Queue, key_of
+from ablate.drive.ledger import DATA_DIGEST, key_of
+from ablate.drive.queue import Queue
 from ablate.drive.reuse import StoredTrial
 from ablate.errors import AblateError
 from ablate.tracking.store import Tracker, default_uri

@@ -33,18 +33,20 @@ from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrial
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
+from ablate.drive import proxy
 from ablate.drive.journal import check_journal
 from ablate.errors import AblateError, first_line
 from ablate.study.folders import folder_problem
 from ablate.tracking.store import default_uri, tracking_problem
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ablate.drive.ledger import Queue
+    from ablate.drive.queue import Queue
     from ablate.study.load import Study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 HEARTBEAT_S, GRACE_S = 20, 120  # shared databases: beat every 20 s, stale after 2 min
+LOCAL_REAP_S = 2.0  # one host: a dead worker's lock file is looked for this often while others train
 # A folder where each process appends its queue-lock waits and holds and its heartbeats' durations
 # (benchmarks/store_scale.py); unset, nothing is timed or written.
 TIMINGS_ENV = "ABLATE_QUEUE_TIMINGS"
@@ -107,7 +109,8 @@ class Stores(ABC):
         )
         url = local if storage is None else storage if "://" in storage else str(Path(storage).resolve())
         served = "://" in url and not url.startswith("sqlite")
-        return (SharedStores if served else LocalStores)(out, url, tracking_uri or default_uri(out))
+        kind = (ProxyStores if url.startswith(proxy.SCHEME) else SharedStores) if served else LocalStores
+        return kind(out, url, tracking_uri or default_uri(out))
 
     @abstractmethod
     def started(self) -> bool:
@@ -130,8 +133,14 @@ class Stores(ABC):
         """Whether a RUNNING trial's worker is still at it."""
 
     @abstractmethod
-    def reap(self, queue: Queue) -> None:
-        """Fail the queue's trials whose worker is gone; the next sync enqueues them again."""
+    def reap(self, queue: Queue) -> int:
+        """Fail the queue's trials whose worker is gone (the next sync enqueues them again, or
+        Optuna's heartbeat callback has); how many were."""
+
+    @property
+    @abstractmethod
+    def reap_s(self) -> float:
+        """How often a busy worker looks for trials whose worker is gone (an idle one at every look)."""
 
     @abstractmethod
     def heartbeat(self, queue: Queue, trial: optuna.Trial) -> AbstractContextManager[None]:
@@ -203,14 +212,30 @@ class LocalStores(Stores):
     def is_live(self, trial: FrozenTrial) -> bool:
         return self.worker_alive(trial.user_attrs.get("worker"))
 
-    def reap(self, queue: Queue) -> None:
-        for t in queue.trials(TrialState.RUNNING):
-            if not self.is_live(t):
-                queue.interrupt(t.number)
+    def reap(self, queue: Queue) -> int:
+        gone = [t.number for t in queue.trials(TrialState.RUNNING) if not self.is_live(t)]
+        for number in gone:
+            queue.interrupt(number)
+        return len(gone)
+
+    @property
+    def reap_s(self) -> float:
+        return LOCAL_REAP_S
 
     @contextmanager
     def heartbeat(self, queue: Queue, trial: optuna.Trial) -> Iterator[None]:
         yield  # the worker's lock file says it is alive
+
+
+class _Retry(RetryHeartbeatStaleTrialCallback):
+    """Optuna's re-queue of a trial whose heartbeat stopped, counted: a reap that re-queued one
+    has the worker read the queue whole again (its checkpointed trials go first)."""
+
+    retried = 0
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        super().__call__(study, trial)
+        _Retry.retried += 1
 
 
 class SharedStores(Stores):
@@ -230,8 +255,10 @@ class SharedStores(Stores):
                         self.optuna_url,
                         heartbeat_interval=self.heartbeat_s,
                         grace_period=self.grace_s,
-                        heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(),
-                        engine_kwargs={"pool_pre_ping": True},
+                        heartbeat_stale_trial_callback=_Retry(),
+                        # One connection a worker: its heartbeat thread waits for it (a session
+                        # lasts one statement), so a server's slots serve as many workers.
+                        engine_kwargs={"pool_pre_ping": True, "pool_size": 1, "max_overflow": 1},
                     )
             except Exception as exc:  # noqa: BLE001 - driver errors vary (psycopg, sqlalchemy)
                 text = str(exc)
@@ -254,10 +281,16 @@ class SharedStores(Stores):
     def is_live(self, trial: FrozenTrial) -> bool:
         return True  # until the heartbeat says otherwise
 
-    def reap(self, queue: Queue) -> None:
+    def reap(self, queue: Queue) -> int:
+        retried = _Retry.retried
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(queue.study)  # by heartbeat; Optuna's callback re-enqueues them
+        return _Retry.retried - retried
+
+    @property
+    def reap_s(self) -> float:
+        return self.heartbeat_s
 
     @contextmanager
     def heartbeat(self, queue: Queue, trial: optuna.Trial) -> Iterator[None]:
@@ -269,7 +302,7 @@ class SharedStores(Stores):
             while True:
                 began = time.perf_counter()
                 try:
-                    storage.record_heartbeat(trial_id)
+                    self._beat(storage, trial_id)
                 except Exception:  # noqa: BLE001 - a missed beat is retried; the grace period covers it
                     pass
                 _timing("beat", time.perf_counter() - began)
@@ -282,11 +315,44 @@ class SharedStores(Stores):
         finally:
             stop.set()
 
+    def _beat(self, storage: optuna.storages.BaseStorage, trial_id: int) -> None:
+        storage.record_heartbeat(trial_id)
+
+
+class ProxyStores(SharedStores):
+    """Stores behind Optuna's gRPC storage proxy (:mod:`.proxy`), which holds the database
+    connections for every worker; a trial's worker is alive while it renews its mark."""
+
+    def storage(self) -> optuna.storages.BaseStorage:
+        try:
+            return proxy.connect(self.optuna_url)
+        except Exception as exc:  # noqa: BLE001 - grpc's and Optuna's errors vary
+            raise AblateError(
+                f"cannot reach the Optuna storage proxy {self.optuna_url}: "
+                f"{first_line(exc) or type(exc).__name__}; "
+                f"start it on that host with `ablate proxy --storage postgresql://…`"
+            ) from None
+
+    def reap(self, queue: Queue) -> int:
+        gone = proxy.stale(queue.storage, queue.study_id, self.grace_s)
+        for number in gone:
+            queue.interrupt(number)  # the next sync queues it again
+        return len(gone)
+
+    @property
+    def reap_s(self) -> float:
+        return self.grace_s / 2  # a read of the running trials through the proxy; half the grace suffices
+
+    def _beat(self, storage: optuna.storages.BaseStorage, trial_id: int) -> None:
+        proxy.beat(storage, trial_id)
+
 
 def storage_problem(storage: str) -> str | None:
     """Why ``storage`` names no Optuna store, or None: a database URL whose kind SQLAlchemy knows
     (``postgresql://…``, ``sqlite:///path.db``), or a journal file (a path ending in ``.journal``
     or ``.log``); anything else is most likely a mistyped URL, not a file to create."""
+    if storage.startswith(proxy.SCHEME):
+        return proxy.problem(storage)
     if "://" not in storage:
         if Path(storage).suffix in JOURNAL_SUFFIXES:
             return folder_problem(Path(storage).parent)

@@ -1,0 +1,160 @@
+"""The take at cluster scale (issue 56): a take costs the same number of statements whatever the
+study's size, two workers never hold one trial, checkpointed trials go first, and Optuna's gRPC
+storage proxy serves workers — a killed one's trial queued again by its mark of life."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy
+import yaml
+
+from ablate.drive import Driver, Stores, prepare
+from ablate.drive.ledger import key_of
+from ablate.study.load import load_study
+
+COMPLETE = optuna.trial.TrialState.COMPLETE
+TRAIN = """
+import time
+
+
+def train(config, seed, reporter):
+    time.sleep(config["sleep"])
+    return {"acc": 0.5 + seed / 1000}
+"""
+
+
+def _study(folder: Path, seeds: int, sleep: float = 0.0, **changes) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "train.py").write_text(TRAIN)
+    spec = {
+        "name": "take",
+        "task": {"kind": "function", "callable": "train.py:train"},
+        "model": {"config": {"sleep": sleep}},
+        "variants": {"other": {"config": {"sleep": sleep}}},
+        "seeds": list(range(seeds)),
+        "metrics": {"primary": "acc"},
+        "report": {"margin": 0.01},
+        **changes,
+    }
+    (folder / "study.yaml").write_text(yaml.safe_dump(spec))
+    return folder / "study.yaml"
+
+
+def _statements_per_take(folder: Path, seeds: int) -> list[int]:
+    """The SQL statements each of 6 takes (and tells) sends, on an SQLite store of 2 × ``seeds`` trials."""
+    study = load_study(_study(folder, seeds))
+    stores = Stores.for_study(study, storage=f"sqlite:///{folder / 'optuna.db'}")
+    prepare(study, stores)
+    driver = Driver(study, stores, worker_id="counted")
+    driver.sync()
+    sent = []
+    sqlalchemy.event.listen(driver.final.storage.engine, "before_cursor_execute", lambda *_: sent.append(1))
+    counts = []
+    for _ in range(6):
+        before = len(sent)
+        queue, trial = driver._next()
+        queue.study.tell(trial, 0.5)
+        counts.append(len(sent) - before)
+    return counts
+
+
+def test_a_take_sends_as_many_statements_at_160_trials_as_at_16(tmp_path):
+    small, large = _statements_per_take(tmp_path / "small", 8), _statements_per_take(tmp_path / "large", 80)
+    assert small == large, (small, large)  # no statement per queued trial: the same work at any size
+    assert max(large) < 60, large
+
+
+def test_two_workers_take_each_trial_once_lowest_first(tmp_path):
+    study = load_study(_study(tmp_path, 5))
+    stores = Stores.for_study(study, storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    prepare(study, stores)
+    workers = [Driver(study, stores, worker_id=f"w{i}") for i in range(2)]
+    numbers, taken = [], []
+    while popped := workers[len(taken) % 2]._next():
+        queue, trial = popped
+        numbers.append(trial.number)
+        taken.append(key_of(trial))
+        queue.study.tell(trial, 0.5)
+    assert numbers == sorted(numbers) and len(taken) == 10
+    assert collections.Counter(taken) == {(v, s): 1 for v in ("base", "other") for s in range(5)}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_workers_share_a_queue_through_the_grpc_proxy_and_a_killed_ones_trial_is_queued_again(tmp_path):
+    pytest.importorskip("grpc", reason="grpcio is in the test extra; install '.[test]'")
+    port = _free_port()
+    database = f"sqlite:///{tmp_path / 'optuna.db'}"
+    ablate = [sys.executable, "-m", "ablate.commands.cli"]
+    proxy = subprocess.Popen(
+        [*ablate, "proxy", "--storage", database, "--host", "127.0.0.1", "--port", str(port)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        study = _study(tmp_path, 2, sleep=1.0)
+        url = f"grpc://127.0.0.1:{port}"
+        tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        worker = [*ablate, "worker", str(study), "--storage", url, "--tracking-uri", tracking, "--quiet"]
+        worker += ["--heartbeat", "1", "--grace", "4"]
+        victim = subprocess.Popen(worker, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+        storage = optuna.storages.RDBStorage(database)
+
+        def running() -> list:
+            try:
+                trials = optuna.load_study(study_name="take", storage=storage).get_trials(deepcopy=False)
+            except KeyError:  # not made yet
+                return []
+            return [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+
+        _wait_for(lambda: running(), 120, "the first worker's first trial")
+        held = key_of(running()[0])
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+        survivor = subprocess.run(worker, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+        assert survivor.returncode == 0, survivor.stderr
+    finally:
+        proxy.send_signal(signal.SIGTERM)
+        proxy.wait(timeout=30)
+    trials = optuna.load_study(study_name="take", storage=storage).get_trials(deepcopy=False)
+    complete = collections.Counter(key_of(t) for t in trials if t.state == COMPLETE)
+    assert complete == {(v, s): 1 for v in ("base", "other") for s in range(2)}, complete
+    failed = [t.user_attrs.get("failure") for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    assert failed == ["interrupted"] and held in complete  # the killed worker's, queued again and trained
+    assert "Optuna storage proxy on 127.0.0.1" in proxy.stderr.read()
+
+
+def test_a_proxy_that_is_not_there_is_one_line(cli, tmp_path):
+    code, _, err = cli("worker", _study(tmp_path, 1), "--storage", f"grpc://127.0.0.1:{_free_port()}")
+    assert code == 2 and "cannot reach the Optuna storage proxy grpc://127.0.0.1:" in err
+    assert "ablate proxy --storage" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "url, said",
+    [("grpc://host:port", "not a proxy address"), ("grpc:///path", "not a proxy address")],
+)
+def test_a_proxy_address_that_is_no_address_is_one_line(cli, tmp_path, url, said):
+    code, _, err = cli("worker", _study(tmp_path, 1), "--storage", url)
+    assert code == 2 and said in err and len(err.strip().splitlines()) == 1
