@@ -118,8 +118,11 @@ def commits() -> int:
     return int(psql("SELECT sum(xact_commit) FROM pg_stat_database"))
 
 
-def connections() -> int:
-    return int(psql("SELECT count(*) FROM pg_stat_activity WHERE datname LIKE 'ablate_scale%'"))
+def connections() -> dict[str, int]:
+    """Connections open to each of the run's databases (Optuna's queue, MLflow's runs)."""
+    query = "SELECT datname, count(*) FROM pg_stat_activity WHERE datname LIKE 'ablate_scale%' GROUP BY 1"
+    rows = (line.split("|") for line in psql(query).splitlines())
+    return {name.removeprefix("ablate_scale_"): int(n) for name, n in rows}
 
 
 def ablate_worker(study, stores: Stores) -> None:

@@ -283,17 +283,30 @@ def test_a_study_over_two_datasets_trains_each_and_reports_across(
     assert "| tiny-a: —; tiny-b: — |" in md  # 2 seeds: no verdict on either data set
     again = pd.read_csv(tmp_path / "paper" / "tiny" / "across_datasets.csv")
     pd.testing.assert_frame_equal(again, table)
-    # --launcher slurm and --gpus: each data set's workers in turn (nothing is left to train).
+    # --launcher slurm: every data set's array submitted before the first is followed (a lost login
+    # shell loses no data set); --gpus: each data set's workers in turn (nothing is left to train).
     calls = []
     monkeypatch.setattr(running, "write_study_report", lambda uri, name, *_: (drawn, load_results(uri, name)))
 
-    def jobs(study, stores, workers, quiet, settings, *rest):
-        calls.append((study.name, workers, settings.partition))
+    def start(study, stores, workers, settings, *rest):
+        calls.append(("submitted", study.name, stores.output_dir.name))
+        return [f"{study.name}-array"]
+
+    def jobs(study, stores, workers, quiet, settings, retry_failed, donors, submitted):
+        calls.append((study.name, workers, settings.partition, submitted))
         return 4, []
 
+    monkeypatch.setattr(slurm, "start_jobs", start)
     monkeypatch.setattr(slurm, "run_jobs", jobs)
     code, _, err = cli("run", study, "--launcher", "slurm", "--partition", "p", "-w", "3")
-    assert code == 0 and calls == [("tiny.tiny-a", 3, "p"), ("tiny.tiny-b", 3, "p")], err
+    assert code == 0, err
+    assert calls == [
+        ("submitted", "tiny.tiny-a", "tiny-a"),
+        ("submitted", "tiny.tiny-b", "tiny-b"),
+        ("tiny.tiny-a", 3, "p", ["tiny.tiny-a-array"]),
+        ("tiny.tiny-b", 3, "p", ["tiny.tiny-b-array"]),
+    ]
+    del calls[:2]
     slurm.record(runs / "tiny-b", [("17", "log", "errors")])  # as a submission of tiny-b's jobs would
     monkeypatch.setattr(slurm, "cancel", lambda ids: ids)
     code, out, err = cli("cancel", study)

@@ -226,3 +226,21 @@ def test_a_job_cancelled_mid_trial_loses_nothing(slurm, tmp_path):
     )
     assert cancelled.returncode == 0 and "cancelled 0 of 3 SLURM job(s)" in cancelled.stdout
     assert json.loads((out / "slurm" / "jobs.json").read_text())["jobs"][0]["id"] == ids[0]
+
+
+def test_a_rerun_follows_the_jobs_still_queued_instead_of_submitting_more(tmp_path, monkeypatch):
+    """The shell that followed a submission was lost: `ablate run` again follows its live jobs."""
+    from ablate.commands import slurm as launcher
+
+    study = load_study(_write(tmp_path), check_files=False)
+    stores = Stores.for_study(study, tmp_path / "out")
+    launcher.record(stores.output_dir, [("41_0", "o", "e"), ("41_1", "o", "e"), ("40_0", "o", "e")])
+    monkeypatch.setattr(
+        launcher, "states", lambda ids: {i: "COMPLETED" if i.startswith("40") else "RUNNING" for i in ids}
+    )
+    monkeypatch.setattr(launcher, "submit", lambda *a: pytest.fail("submitted again"))
+    assert launcher.start_jobs(study, stores, 2, job_settings(study)) == ["41_0", "41_1"]
+    submitted = []
+    monkeypatch.setattr(launcher, "states", lambda ids: dict.fromkeys(ids, "COMPLETED"))
+    monkeypatch.setattr(launcher, "submit", lambda *a: submitted.append(a[2]) or ["42_0"])
+    assert launcher.start_jobs(study, stores, 2, job_settings(study)) == ["42_0"] and submitted == [2]

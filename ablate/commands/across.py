@@ -23,12 +23,15 @@ def run_across(study: Study, output: Path | None, reports: Path | None, *args: A
     :func:`~ablate.commands.running.run_and_report`'s quiet, retry_failed, workers, storage, tracking_uri,
     then ``(gpus, per_gpu)`` or None, reuse, rebuild_queue and the SLURM settings or None), then
     write the across-data-set report. ``--gpus`` is planned for each data set (its items set the
-    embedding's size, so a trial's memory); SLURM jobs are one array per data set, the next
-    submitted when the last has ended. Returns the failures standing in any of them."""
+    embedding's size, so a trial's memory); SLURM jobs are one array per data set, every array
+    submitted before the first is followed, so that a lost login shell loses no data set (a rerun
+    follows the jobs still queued instead of submitting more). Returns the failures standing in
+    any of them."""
     from ablate.commands.running import run_and_report
 
     quiet, retry_failed, workers, storage, tracking_uri, gpus, reuse, rebuild_queue, jobs = args
     failed, done = [], {}
+    submitted = {} if jobs is None else _submit_all(study, output, args)
     for label, sub in per_dataset(study).items():
         err.print(f"data set {label}: study {sub.name}", markup=False, highlight=False)
         sub_output, sub_reports = data_set_folders(study, label, output, reports)
@@ -49,12 +52,29 @@ def run_across(study: Study, output: Path | None, reports: Path | None, *args: A
             gpus=placement,
             tracking_uri=tracking_uri,
             rebuild_queue=rebuild_queue,
+            submitted=submitted.get(label),
             **options,
         )
         failed += ran.failed
         done[label] = (sub, ran.results, ran.paths["md"])
     write_across_report(study, done, _across_dir(study, output, reports))
     return failed
+
+
+def _submit_all(study: Study, output: Path | None, args: tuple) -> dict[str, list[str]]:
+    """Every data set's SLURM array, submitted now (each with its stores and queues made first)."""
+    from ablate.commands.running import check_folders
+    from ablate.commands.slurm import start_jobs
+    from ablate.drive import Donors, Stores
+
+    _, retry_failed, workers, storage, tracking_uri, _, reuse, _, jobs = args
+    donors = reuse if isinstance(reuse, Donors) else Donors(reuse or ())
+    submitted = {}
+    for label, sub in per_dataset(study).items():
+        stores = Stores.for_study(sub, data_set_folders(study, label, output, None)[0], tracking_uri, storage)
+        check_folders(sub, stores, output)
+        submitted[label] = start_jobs(sub, stores, workers, jobs, retry_failed, donors)
+    return submitted
 
 
 def report_across(

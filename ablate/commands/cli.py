@@ -359,15 +359,15 @@ def proxy(
 ) -> None:
     """Serve a shared database to many workers through Optuna's gRPC storage proxy: start it once,
     then give workers --storage grpc://<this host>:<port>; they hold no database connection."""
-    from ablate.drive import proxy as grpc_proxy
+    from ablate.drive.proxy import PROXY_SCHEME, proxy_problem, serve_proxy
     from ablate.drive.stores import storage_problem
 
-    if problem := storage_problem(storage) or grpc_proxy.problem(f"{grpc_proxy.SCHEME}{host}:{port}"):
+    if problem := storage_problem(storage) or proxy_problem(f"{PROXY_SCHEME}{host}:{port}"):
         raise AblateError(f"--storage: {problem}")
-    where = f"{grpc_proxy.SCHEME}<this host>:{port}"
+    where = f"{PROXY_SCHEME}<this host>:{port}"
     err.print(f"Optuna storage proxy on {host}:{port}; give workers --storage {where}")
     try:
-        grpc_proxy.serve(storage, host, port)  # until SIGTERM (the default: the process ends) or Ctrl-C
+        serve_proxy(storage, host, port)  # until SIGTERM (the default: the process ends) or Ctrl-C
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 

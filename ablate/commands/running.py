@@ -54,6 +54,7 @@ def run_and_report(
     rebuild_queue: bool = False,
     slurm: SlurmSpec | None = None,
     silent: bool = False,
+    submitted: list[str] | None = None,
 ) -> Ran:
     """Train every (variant, seed) of a study not yet complete, then write the report (to
     ``<reports>/<study>/`` when ``reports`` is given, else to ``report/`` in the study's output
@@ -63,7 +64,8 @@ def run_and_report(
     :class:`~ablate.drive.Donors` made of them).
     ``rebuild_queue``: a lost journal is rebuilt from the tracking records first
     (:func:`~ablate.drive.recovery.check_stores`). ``slurm``: the workers are SLURM jobs with
-    these settings (:mod:`ablate.commands.slurm`). ``quiet``: no progress bars or lines; ``silent``
+    these settings (:mod:`ablate.commands.slurm`); ``submitted``: their jobs, already submitted.
+    ``quiet``: no progress bars or lines; ``silent``
     (``ablate.run(quiet=True)``): nothing printed at all."""
     if workers < 1:
         raise AblateError(f"workers must be at least 1 (got {workers})")
@@ -83,7 +85,7 @@ def run_and_report(
     if slurm is not None:
         from ablate.commands.slurm import run_jobs
 
-        skipped, failed = run_jobs(study, stores, workers, quiet, slurm, retry_failed, donors)
+        skipped, failed = run_jobs(study, stores, workers, quiet, slurm, retry_failed, donors, submitted)
     elif workers == 1 and gpus is None:
         with progress_bars(quiet) as bars:
             reporter = BarReporter(study, bars, quiet)

@@ -234,6 +234,29 @@ def cancel(ids: list[str]) -> list[str]:
     return live
 
 
+def start_jobs(
+    study: Study,
+    stores: Stores,
+    workers: int,
+    settings: SlurmSpec,
+    retry_failed: bool = False,
+    donors: Donors | None = None,
+) -> list[str]:
+    """The study's jobs: those an earlier ``ablate run`` submitted for this output folder while
+    they are still queued or at work (the shell that followed them was lost: they are followed,
+    not doubled), else a new array, its stores and queues made once before any job opens them."""
+    from ablate.commands.workers import worker_command
+    from ablate.drive import prepare
+
+    earlier = [job["id"] for job in recorded(stores.output_dir)]
+    live = [i for i, state in states(earlier).items() if state in ACTIVE] if earlier else []
+    if live:
+        err.print(f"following {len(live)} SLURM job(s) submitted before: {' '.join(live)}", markup=False)
+        return live
+    prepare(study, stores)
+    return submit(study, stores, workers, settings, worker_command(study, stores, retry_failed, donors))
+
+
 def run_jobs(
     study: Study,
     stores: Stores,
@@ -242,19 +265,19 @@ def run_jobs(
     settings: SlurmSpec,
     retry_failed: bool = False,
     donors: Donors | None = None,
+    submitted: list[str] | None = None,
 ) -> tuple[int, list[tuple[str, int, str]]]:
-    """Submit the workers, follow the study in its store until every job has ended (Ctrl-C or a
-    stop cancels them); the trials complete before, and the failures standing in the study."""
+    """Submit the workers (:func:`start_jobs`; ``submitted``: jobs already started), follow the
+    study in its store until every job has ended (Ctrl-C or a stop cancels them); the trials
+    complete before, and the failures standing in the study."""
     from ablate import stopping
     from ablate.commands.progress import StoreWatch
-    from ablate.commands.workers import standing_failures, worker_command
-    from ablate.drive import prepare, progress
+    from ablate.commands.workers import standing_failures
+    from ablate.drive import progress
 
-    prepare(study, stores)  # the stores and queues made once, before any job opens them
-    command = worker_command(study, stores, retry_failed, donors)
     with progress_bars(quiet) as bars:
         watch = StoreWatch(study, stores, bars, quiet, workers)
-        ids = submit(study, stores, workers, settings, command)
+        ids = submitted or start_jobs(study, stores, workers, settings, retry_failed, donors)
         try:
             while any(state in ACTIVE for state in states(ids).values()):
                 stopping.sleep(POLL_S)

@@ -4,29 +4,30 @@ database connection at all — the front Optuna recommends for thousands of node
 
 The proxy passes on no heartbeat, so a worker marks its trial alive itself: a system attribute
 (:data:`BEAT`) rewritten every heartbeat; a RUNNING trial whose mark is older than the grace period
-is its dead worker's, failed as interrupted and queued again (:func:`stale`).
+is its dead worker's, failed as interrupted and queued again (:func:`unmarked_trials`).
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from urllib.parse import urlsplit
 
 import optuna
 from optuna.trial import TrialState
 
-SCHEME = "grpc://"
+PROXY_SCHEME = "grpc://"
 BEAT = "ablate.beat"  # a trial's last sign of life through a proxy (seconds since the epoch)
 DEFAULT_PORT = 13000  # Optuna's own default
 
 
-def address(url: str) -> tuple[str, int]:
+def proxy_address(url: str) -> tuple[str, int]:
     """``grpc://host:port`` as (host, port); a missing port is Optuna's default."""
     parts = urlsplit(url)
     return parts.hostname or "localhost", parts.port or DEFAULT_PORT
 
 
-def problem(url: str) -> str | None:
+def proxy_problem(url: str) -> str | None:
     """Why ``url`` names no proxy, or None."""
     try:
         parts = urlsplit(url)
@@ -42,19 +43,21 @@ def problem(url: str) -> str | None:
     return None
 
 
-def connect(url: str, timeout_s: float = 10.0) -> optuna.storages.BaseStorage:
+def connect_proxy(url: str, timeout_s: float = 10.0) -> optuna.storages.BaseStorage:
     """The proxy at ``url``, once it answers (raises ``optuna``'s or grpc's error when it does not)."""
-    host, port = address(url)
-    storage = optuna.storages.GrpcStorageProxy(host=host, port=port)
+    host, port = proxy_address(url)
+    with warnings.catch_warnings():  # "experimental" since Optuna 4.2: said once, in the README
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage = optuna.storages.GrpcStorageProxy(host=host, port=port)
     storage.wait_server_ready(timeout=timeout_s)
     return storage
 
 
-def beat(storage: optuna.storages.BaseStorage, trial_id: int) -> None:
+def mark_alive(storage: optuna.storages.BaseStorage, trial_id: int) -> None:
     storage.set_trial_system_attr(trial_id, BEAT, time.time())
 
 
-def stale(storage: optuna.storages.BaseStorage, study_id: int, grace_s: float) -> list[int]:
+def unmarked_trials(storage: optuna.storages.BaseStorage, study_id: int, grace_s: float) -> list[int]:
     """The numbers of the study's RUNNING trials with no sign of life for ``grace_s`` (the mark,
     or the start of a trial that has none yet; clocks of the workers' hosts compared, as a
     cluster's NTP keeps them within far less than a grace period)."""
@@ -67,7 +70,9 @@ def stale(storage: optuna.storages.BaseStorage, study_id: int, grace_s: float) -
     return gone
 
 
-def serve(storage_url: str, host: str, port: int) -> None:
+def serve_proxy(storage_url: str, host: str, port: int) -> None:
     """Run Optuna's proxy in front of ``storage_url`` until stopped (its cached storage, as
     Optuna's documentation advises for a proxy)."""
-    optuna.storages.run_grpc_proxy_server(optuna.storages.get_storage(storage_url), host=host, port=port)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.run_grpc_proxy_server(optuna.storages.get_storage(storage_url), host=host, port=port)

@@ -162,5 +162,5 @@ class Queue:
             seeds = IntDistribution(seed, seed)  # an int's range may differ from trial to trial
             self.storage.set_trial_param(trial_id, "seed", seeds.to_internal_repr(seed), seeds)
             self._variants = kinds
-        except ValueError:  # another worker fixed other choices first: the trial goes unlabelled
-            pass
+        except Exception:  # noqa: BLE001 - another worker fixed other choices first (ValueError, or
+            pass  # through the gRPC proxy its RpcError): the trial goes unlabelled, a label is worth no trial

@@ -33,8 +33,8 @@ from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrial
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
-from ablate.drive import proxy
 from ablate.drive.journal import check_journal
+from ablate.drive.proxy import PROXY_SCHEME, connect_proxy, mark_alive, proxy_problem, unmarked_trials
 from ablate.errors import AblateError, first_line
 from ablate.study.folders import folder_problem
 from ablate.tracking.store import default_uri, tracking_problem
@@ -109,7 +109,7 @@ class Stores(ABC):
         )
         url = local if storage is None else storage if "://" in storage else str(Path(storage).resolve())
         served = "://" in url and not url.startswith("sqlite")
-        kind = (ProxyStores if url.startswith(proxy.SCHEME) else SharedStores) if served else LocalStores
+        kind = (ProxyStores if url.startswith(PROXY_SCHEME) else SharedStores) if served else LocalStores
         return kind(out, url, tracking_uri or default_uri(out))
 
     @abstractmethod
@@ -325,7 +325,7 @@ class ProxyStores(SharedStores):
 
     def storage(self) -> optuna.storages.BaseStorage:
         try:
-            return proxy.connect(self.optuna_url)
+            return connect_proxy(self.optuna_url)
         except Exception as exc:  # noqa: BLE001 - grpc's and Optuna's errors vary
             raise AblateError(
                 f"cannot reach the Optuna storage proxy {self.optuna_url}: "
@@ -334,7 +334,7 @@ class ProxyStores(SharedStores):
             ) from None
 
     def reap(self, queue: Queue) -> int:
-        gone = proxy.stale(queue.storage, queue.study_id, self.grace_s)
+        gone = unmarked_trials(queue.storage, queue.study_id, self.grace_s)
         for number in gone:
             queue.interrupt(number)  # the next sync queues it again
         return len(gone)
@@ -344,15 +344,15 @@ class ProxyStores(SharedStores):
         return self.grace_s / 2  # a read of the running trials through the proxy; half the grace suffices
 
     def _beat(self, storage: optuna.storages.BaseStorage, trial_id: int) -> None:
-        proxy.beat(storage, trial_id)
+        mark_alive(storage, trial_id)
 
 
 def storage_problem(storage: str) -> str | None:
     """Why ``storage`` names no Optuna store, or None: a database URL whose kind SQLAlchemy knows
     (``postgresql://…``, ``sqlite:///path.db``), or a journal file (a path ending in ``.journal``
     or ``.log``); anything else is most likely a mistyped URL, not a file to create."""
-    if storage.startswith(proxy.SCHEME):
-        return proxy.problem(storage)
+    if storage.startswith(PROXY_SCHEME):
+        return proxy_problem(storage)
     if "://" not in storage:
         if Path(storage).suffix in JOURNAL_SUFFIXES:
             return folder_problem(Path(storage).parent)
