@@ -373,6 +373,14 @@ def one(system: str, k: int, args: argparse.Namespace, root: Path) -> dict:
     }
 
 
+def said(result: dict, sink: Path | None) -> None:
+    """One result as a JSON line: printed, and appended to ``sink`` where given."""
+    print(json.dumps(result), flush=True)
+    if sink:
+        with open(sink, "a") as lines:
+            lines.write(json.dumps(result) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[8, 32, 64, 128])
@@ -395,11 +403,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="store-scale-") as tmp:
         for system in args.systems:
             for k in args.workers:
-                result = one(system, k, args, Path(tmp))
-                print(json.dumps(result), flush=True)
-                if args.json:
-                    with open(args.json, "a") as sink:
-                        sink.write(json.dumps(result) + "\n")
+                said(one(system, k, args, Path(tmp)), args.json)
 
 
 if __name__ == "__main__":

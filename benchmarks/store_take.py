@@ -14,14 +14,13 @@ server as .ci/run starts it (role ablate/ablate), a fresh database per size.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
-from store_scale import PG, fresh_databases
+from store_scale import PG, fresh_databases, said
 
 from ablate.drive import Driver, Stores, prepare
 from ablate.study.load import load_study
@@ -100,11 +99,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="store-take-") as tmp:
         for store in args.stores:
             for size in args.trials:
-                result = one(store, size, args.takes, Path(tmp))
-                print(json.dumps(result), flush=True)
-                if args.json:
-                    with open(args.json, "a") as sink:
-                        sink.write(json.dumps(result) + "\n")
+                said(one(store, size, args.takes, Path(tmp)), args.json)
 
 
 if __name__ == "__main__":
