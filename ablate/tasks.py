@@ -249,6 +249,11 @@ class Task:
         not import), as (its key under ``task``, the message); None when nothing does."""
         return None
 
+    def code_source(self) -> str | None:
+        """The file of code beyond ablate's own that ``ablate run`` imports (e.g. a training
+        script), found without importing it; None (the default): none."""
+        return None
+
     def code_digest(self) -> str | None:
         """The code the trials run beyond ablate's own, by content (e.g. a training script's
         source): part of every trial's fingerprint, so changed code trains again rather than
