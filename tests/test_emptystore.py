@@ -70,3 +70,25 @@ def test_junk_or_a_folder_others_can_write_is_never_copied(cache, tmp_path):
     kept.parent.chmod(0o700)
     kept.write_bytes(b"not a database")
     assert not emptystore.seed(target) and not target.exists()
+
+
+def test_a_kept_store_with_a_trigger_or_another_schema_is_never_copied(cache, tmp_path):
+    Tracker(f"sqlite:///{tmp_path / 'a' / 'mlflow.db'}", "first")
+    kept = _kept(cache)
+    assert kept.with_suffix(".schema").read_text().count("table\t") >= 20  # MLflow's tables, dumped
+    pristine = kept.read_bytes()
+    with sqlite3.connect(kept) as connection:  # planted: every metric logged reads 0.999
+        connection.execute(
+            "CREATE TRIGGER t AFTER INSERT ON metrics BEGIN UPDATE metrics SET value = 0.999; END"
+        )
+    connection.close()
+    target = tmp_path / "b" / "mlflow.db"
+    target.parent.mkdir()
+    assert not emptystore.seed(target) and not target.exists()
+    kept.write_bytes(pristine)
+    with sqlite3.connect(kept) as connection:  # a table of its own: not the schema MLflow made
+        connection.execute("CREATE TABLE extra (x)")
+    connection.close()
+    assert not emptystore.seed(target) and not target.exists()
+    kept.write_bytes(pristine)
+    assert emptystore.seed(target)
