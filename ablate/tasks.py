@@ -139,8 +139,10 @@ def data_file_problem(path: Path) -> str | None:
     before it is opened."""
     try:
         mode = path.stat().st_mode
-    except OSError:
+    except FileNotFoundError:
         return f"{'folder' if path.suffix == '' else 'file'} not found: {path}"
+    except OSError as exc:  # a symbolic link loop, a folder on the way not readable
+        return f"cannot be read ({exc.strerror or type(exc).__name__}): {path}"
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None
     return f"not a regular file or folder (a pipe, socket or device): {path}"
