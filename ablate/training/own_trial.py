@@ -211,8 +211,11 @@ def _child_trial(there: Any, alive: Any, setting: tuple, payload: bytes) -> None
     threading.Thread(target=_exit_with_parent, args=(alive,), daemon=True).start()
 
     def log_epoch(epoch: int, values: dict[str, float]) -> bool:
-        there.send(("epoch", epoch, values))
-        return there.recv()
+        try:
+            there.send(("epoch", epoch, values))
+            return there.recv()
+        except (EOFError, OSError):  # the parent is gone: end here, the saved state kept for a resume
+            os._exit(1)
 
     try:
         task, config, seed, device, checkpoint, epochs = pickle.loads(payload)
