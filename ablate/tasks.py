@@ -139,8 +139,10 @@ def data_file_problem(path: Path) -> str | None:
     before it is opened."""
     try:
         mode = path.stat().st_mode
-    except OSError:
+    except FileNotFoundError:
         return f"{'folder' if path.suffix == '' else 'file'} not found: {path}"
+    except OSError as exc:  # a symbolic link loop, a folder on the way not readable
+        return f"cannot be read ({exc.strerror or type(exc).__name__}): {path}"
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None
     return f"not a regular file or folder (a pipe, socket or device): {path}"
@@ -247,6 +249,11 @@ class Task:
     def options_problem(self) -> tuple[tuple[str | int, ...], str] | None:
         """What makes these options unusable before any data is read (e.g. a callable that does
         not import), as (its key under ``task``, the message); None when nothing does."""
+        return None
+
+    def code_source(self) -> str | None:
+        """The file of code beyond ablate's own that ``ablate run`` imports (e.g. a training
+        script), found without importing it; None (the default): none."""
         return None
 
     def code_digest(self) -> str | None:

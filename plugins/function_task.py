@@ -17,10 +17,11 @@ it reads are not covered: ``version:`` (any value) is the study's way to say the
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
-import inspect
 import sys
 from collections.abc import Callable
 from functools import cached_property
@@ -31,6 +32,7 @@ from pydantic import Field
 
 from ablate.cache import file_digest
 from ablate.components import Options
+from ablate.errors import warn
 from ablate.tasks import Task, TrialReporter
 
 
@@ -59,6 +61,28 @@ class FunctionTask(Task):
         if where.endswith(".py") or "/" in where or "\\" in where:
             return (self.base_dir / Path(where).expanduser()).resolve()
         return None
+
+    def source_file(self) -> Path:
+        """The file ``ablate run`` would import for the callable, found without running any of
+        it (a package's ``__init__`` included); raises ``LookupError`` saying why there is none."""
+        where, _ = self._target
+        script = self._script()
+        if script is not None:
+            if not script.is_file():
+                raise LookupError(f"no script {script}")
+            return script
+        search, spec = None, None
+        for depth, part in enumerate(where.split(".")):
+            # Located, not imported: ``importlib.util.find_spec`` would run a parent package's code.
+            spec = importlib.machinery.PathFinder.find_spec(part, search)
+            if spec is None and depth == 0 and str(self.base_dir) not in sys.path:
+                spec = importlib.machinery.PathFinder.find_spec(part, [str(self.base_dir)])
+            if spec is None:
+                raise LookupError(f"no module {'.'.join(where.split('.')[: depth + 1])!r} found")
+            search = spec.submodule_search_locations
+        if spec.origin is None or not Path(spec.origin).is_file():
+            raise LookupError(f"module {where!r} has no source file")
+        return Path(spec.origin).resolve()
 
     def _import(self) -> Callable[..., Any]:
         where, name = self._target
@@ -90,27 +114,48 @@ class FunctionTask(Task):
 
     @cached_property
     def function(self) -> Callable[..., Any]:
-        function = self._import()
-        # The source as imported, not as the file reads later: the trials run what was imported.
-        self._code = source_digest(self.options.callable, function)
-        return function
+        """The callable, imported: only in a trial's own process (``ablate run``)."""
+        return self._import()
 
     def options_problem(self) -> tuple[tuple[str | int, ...], str] | None:
+        where, name = self._target
+        top = where.split(".")[0]
+        if self._script() is None and (top in sys.stdlib_module_names or top in sys.builtin_module_names):
+            return ("callable",), (
+                f"{self.options.callable!r} is in Python's standard library, not training code: "
+                "name your own function (module:function or script.py:function)"
+            )
         try:
-            target = self.function
-        except Exception as exc:  # noqa: BLE001 - whatever the import raised, one line for the study file
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            return ("callable",), f"cannot import {self.options.callable!r}: {type(exc).__name__}: {message}"
-        if not callable(target):
-            return ("callable",), f"{self.options.callable!r} is a {type(target).__name__}, not a callable"
+            source = self.source_file()
+        except LookupError as exc:
+            return ("callable",), f"cannot find {self.options.callable!r}: {exc}"
+        if not defines(source, name.split(".")[0]):
+            return ("callable",), f"cannot find {self.options.callable!r}: {source} defines no {name!r}"
+        if self._script() is not None and not source.is_relative_to(self.base_dir):
+            warn(f"task.callable {self.options.callable!r} runs {source}, outside the study's folder")
         return None
 
+    def code_source(self) -> str | None:
+        return str(self.source_file())
+
     def code_digest(self) -> str | None:
-        """The callable's name with its code's content (:func:`source_digest`): changed, it trains again."""
-        _ = self.function
+        """The callable's name with its code's content (:func:`file_source_digest`) when first
+        asked: changed, it trains again. Read from the file ``ablate run`` imports, not imported."""
+        if "_code" not in self.__dict__:
+            self._code = file_source_digest(self.options.callable, self.source_file())
         return self._code
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A trial's own process imports the callable itself (a script's module does not pickle),
+        # the code the trial's fingerprint was taken of.
+        state = {key: value for key, value in self.__dict__.items() if key not in ("function", "_code")}
+        return {**state, "fingerprinted": self.code_digest()}
+
     def run_trial(self, config: dict[str, Any], seed: int, reporter: TrialReporter) -> dict[str, float]:
+        if getattr(self, "fingerprinted", None) not in (None, self.code_digest()):
+            raise RuntimeError(f"the code of {self.options.callable!r} changed during the run: run it again")
+        # Run in a trial's own process: a script parsing its arguments sees its own name alone.
+        sys.argv = [str(self._script() or self._target[0])]
         returned = self.function(config, seed, reporter)
         if not isinstance(returned, dict):
             return returned  # the driver says what is wrong with it
@@ -139,20 +184,34 @@ class FunctionTask(Task):
 INSTALLED = frozenset({"site-packages", "dist-packages"})
 
 
-def source_digest(name: str, function: Any) -> str:
-    """A digest of ``name`` and the content of the callable's code (:func:`local_modules`; the name
-    alone for one without a source file, such as a built-in). The files are named relative to
-    their folder: a study moved elsewhere keeps its fingerprints."""
+def defines(source: Path, name: str) -> bool:
+    """Whether the module in ``source`` binds ``name`` at its top level, read without running it
+    (True where it cannot tell: a star import, a module ``__getattr__``, a file that does not parse)."""
     try:
-        source = inspect.getsourcefile(inspect.unwrap(function))
-    except TypeError:
-        source = None
-    if not source or not Path(source).is_file():
-        return hashlib.sha256(f"{name}\0".encode()).hexdigest()[:16]
+        tree = ast.parse(source.read_bytes())
+    except (SyntaxError, ValueError, OSError):
+        return True  # the trial's import says what is wrong
+    bound = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+        else:
+            bound |= {
+                n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            }
+    return name in bound or "*" in bound or "__getattr__" in bound
+
+
+def file_source_digest(name: str, source: Path) -> str:
+    """A digest of ``name`` and the content of the callable's code: its ``source`` file and the
+    local modules beside it (:func:`local_modules`). The files are named relative to their folder:
+    a study moved elsewhere keeps its fingerprints."""
     # The defining file's digest first, as before local modules were covered: a callable alone in
     # its folder keeps the fingerprint it had then.
-    others = local_modules(Path(source))
-    content = file_digest(Path(source)) + "".join(f"\0{rel}\0{file_digest(path)}" for rel, path in others)
+    others = local_modules(source)
+    content = file_digest(source) + "".join(f"\0{rel}\0{file_digest(path)}" for rel, path in others)
     return hashlib.sha256(f"{name}\0{content}".encode()).hexdigest()[:16]
 
 

@@ -4,6 +4,8 @@ seed are compared unpaired (Welch) and the report says so; bad input is one line
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -246,3 +248,78 @@ def test_a_folder_of_result_files_gets_ablates_verdicts(tmp_path, cli):
     code, _, err = cli("compare", folder, "-m", "acc", "--baseline", "lr=0.1", "--out", tmp_path / "r")
     assert code == 0, err
     _same_rows(tmp_path / "r", _expected())
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("good", "runs.csv:6: --metric acc (acc) is 'good', not a number"),
+        ("", "runs.csv:6: --metric acc (acc) has no value"),
+        ("nan", "runs.csv:6: --metric acc (acc) has no value"),
+        ("inf", "runs.csv:6: --metric acc (acc) is inf, not a finite number"),
+        (
+            '"0,83"',
+            "runs.csv:6: --metric acc (acc) is '0,83', a decimal comma: export the file with decimal points",
+        ),
+    ],
+)
+def test_a_metric_value_no_report_can_use_is_named_where_it_was_read(tmp_path, cli, value, said):
+    lines = _csv(tmp_path).read_text().splitlines()
+    cells = lines[5].split(",")
+    lines[5] = ",".join([*cells[:3], value, *cells[4:]])  # row 5: lr=0.01 seed 0, its acc
+    (tmp_path / "runs.csv").write_text("\n".join(lines) + "\n")
+    code, out, err = cli(
+        "compare", tmp_path / "runs.csv", "-m", "acc", "--baseline", "lr=0.1", "--out", tmp_path / "r"
+    )
+    assert code == 2 and said in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_result_files_that_would_hang_or_mislead_are_one_line(tmp_path, cli):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    (folder / "a.json").write_text('{"lr": 0.1, "seed": 0, "seed": 1, "acc": 0.8}')
+    args = ["-m", "acc", "--baseline", "lr=0.1", "--out", tmp_path / "r"]
+    code, _, err = cli("compare", folder, *args)
+    assert code == 2 and "a.json: not a readable result file (key 'seed' given twice)" in err, err
+    (folder / "a.json").write_text("[" * 100_000 + "]" * 100_000)
+    code, _, err = cli("compare", folder, *args)
+    assert code == 2 and "a.json: not a readable result file" in err and "Traceback" not in err, err
+    (folder / "a.json").unlink()
+    os.mkfifo(folder / "b.json")
+    code, _, err = cli("compare", folder, *args)
+    assert code == 2 and "b.json: not a regular file or folder" in err, err
+    code, _, err = cli("compare", folder / "b.json", *args)
+    assert code == 2 and "b.json: not a regular file or folder" in err, err
+
+
+def test_an_unreachable_server_and_a_bad_margin_are_one_line_without_a_web_address(
+    tmp_path, cli, monkeypatch
+):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    code, _, err = cli(
+        "compare",
+        "http://127.0.0.1:9",
+        "--experiment",
+        "x",
+        "-m",
+        "acc",
+        "--baseline",
+        "lr=0.1",
+        "--out",
+        tmp_path / "r",
+    )
+    assert code == 2 and "http://127.0.0.1:9: the tracking store did not answer" in err, err
+    _csv(tmp_path)
+    code, _, err = cli(
+        "compare",
+        tmp_path / "runs.csv",
+        "-m",
+        "acc",
+        "--baseline",
+        "lr=0.1",
+        "--margin",
+        "-1",
+        "--out",
+        tmp_path / "r",
+    )
+    assert code == 2 and err.startswith("error: --margin -1: ") and "http" not in err, err

@@ -70,3 +70,48 @@ def test_junk_or_a_folder_others_can_write_is_never_copied(cache, tmp_path):
     kept.parent.chmod(0o700)
     kept.write_bytes(b"not a database")
     assert not emptystore.seed(target) and not target.exists()
+
+
+def test_a_kept_store_with_a_trigger_or_another_schema_is_never_copied(cache, tmp_path):
+    Tracker(f"sqlite:///{tmp_path / 'a' / 'mlflow.db'}", "first")
+    kept = _kept(cache)
+    assert kept.with_suffix(".schema").read_text().count("table\t") >= 20  # MLflow's tables, dumped
+    pristine = kept.read_bytes()
+    with sqlite3.connect(kept) as connection:  # planted: every metric logged reads 0.999
+        connection.execute(
+            "CREATE TRIGGER t AFTER INSERT ON metrics BEGIN UPDATE metrics SET value = 0.999; END"
+        )
+    connection.close()
+    target = tmp_path / "b" / "mlflow.db"
+    target.parent.mkdir()
+    assert not emptystore.seed(target) and not target.exists()
+    kept.write_bytes(pristine)
+    with sqlite3.connect(kept) as connection:  # a table of its own: not the schema MLflow made
+        connection.execute("CREATE TABLE extra (x)")
+    connection.close()
+    assert not emptystore.seed(target) and not target.exists()
+    kept.write_bytes(pristine)
+    assert emptystore.seed(target)
+
+
+def test_a_store_cut_short_as_it_is_made_is_removed_and_the_error_is_one_line(cache, tmp_path, monkeypatch):
+    from ablate.errors import AblateError
+    from ablate.tracking import store
+
+    db = tmp_path / "a" / "mlflow.db"
+
+    def half_built(tracking_uri):
+        db.write_bytes(b"SQLite format 3\0" + bytes(100))  # the migration's first pages, then the limit
+        raise OSError(27, "File too large")
+
+    monkeypatch.setattr(store, "MlflowClient", half_built)
+    with pytest.raises(
+        AblateError, match=r"^cannot open MLflow tracking store sqlite:///.*: .*File too large"
+    ):
+        Tracker(f"sqlite:///{db}", "first")
+    assert not db.exists()  # nothing left to block the next run
+    monkeypatch.undo()
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(cache))
+    monkeypatch.chdir(tmp_path)
+    Tracker(f"sqlite:///{db}", "first")  # the next run makes it
+    assert db.stat().st_size > 0

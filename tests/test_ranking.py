@@ -181,6 +181,28 @@ def test_iman_davenport_beyond_the_exact_budget():
     assert iman_davenport(n * (k - 1), n, k) == (float("inf"), 0.0)  # every seed in one order
 
 
+def test_eleven_variants_fall_back_before_the_orderings_are_built(monkeypatch):
+    """11 variants have 11! orderings per seed: the exact path declines before it builds them
+    (it used to allocate gigabytes and die with a MemoryError after the study trained)."""
+    import ablate.stats.ranking as ranking
+
+    built = []
+
+    def counted(pattern):
+        built.append(len(pattern))
+        assert math.factorial(len(pattern)) <= ranking.EXACT_BUDGET, "orderings built past the budget"
+        return itertools.permutations(pattern)
+
+    monkeypatch.setattr(ranking.itertools, "permutations", counted)
+    ranking._cached_null_sums.cache_clear()
+    rng = np.random.default_rng(11)
+    for k in (11, 12):
+        values = {f"v{j}": list(0.5 + 0.01 * j + rng.normal(0, 0.01, 3)) for j in range(k)}
+        fr = friedman(frame(values), "ndcg@10")
+        assert fr["method"] == "iman-davenport" and fr["df"] == (k - 1, 2 * (k - 1))
+    assert built == []
+
+
 def test_iman_davenport_is_closer_to_the_exact_p_than_chi2():
     """Why the fallback is Iman–Davenport: for 4 to 6 variants, where the exact distribution runs
     out (3 variants stay exact at any seed count a study has), its p-values in the tail that

@@ -46,6 +46,16 @@ def test_a_lost_journal_or_tracking_store_is_one_line_and_the_journal_is_rebuilt
         assert "mlflow.db is missing, but" in err and "holds 2 finished trial(s)" in err
     assert not (output / "mlflow.db").exists()  # nothing created in its place
 
+    for lost, holder in (("optuna.journal", "mlflow.db"), ("mlflow.db", "optuna.journal")):
+        shutil.rmtree(output)
+        shutil.copytree(kept, output)
+        (output / lost).write_bytes(b"")  # a disk that filled, a copy cut short
+        for command in (("run", study, "--quiet"), ("status", study)):
+            code, _, err = cli(*command)
+            assert code == 2 and len(err.strip().splitlines()) == 1, err
+            assert f"{lost} is empty (0 bytes), but {output / holder} holds" in err, err
+        assert (output / lost).stat().st_size == 0  # nothing trained or created over it
+
 
 @pytest.mark.parametrize("failure", ["os", "database"])
 def test_a_store_failing_mid_run_is_one_line_and_the_run_resumes(

@@ -82,6 +82,25 @@ def test_settings_command_line_over_study_file_over_user_config(tmp_path, monkey
         job_settings(study)
 
 
+def test_a_newline_in_a_launcher_value_is_refused_where_it_was_written(tmp_path, monkeypatch):
+    """A partition, account or sbatch option carrying a newline would write its own #SBATCH lines."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    config = tmp_path / "config" / "ablate" / "slurm.yaml"
+    config.parent.mkdir(parents=True)
+    study = load_study(_write(tmp_path), check_files=False)
+    with pytest.raises(AblateError, match=r"^--partition: .*SLURM names.*'gpu\\n#SBATCH --uid=0'"):
+        job_settings(study, partition="gpu\n#SBATCH --uid=0")
+    with pytest.raises(AblateError, match=r"^--sbatch\.0: "):
+        job_settings(study, sbatch=["--qos=high\n#SBATCH --uid=0"])
+    config.write_text('account: "lab\\n#SBATCH --uid=0"\n')
+    with pytest.raises(AblateError, match=rf"^{re.escape(str(config))}: account: "):
+        job_settings(study)
+    config.write_text("account: lab\n")
+    with pytest.raises(Exception, match=r"slurm\.partition: .*SLURM names"):
+        load_study(_write(tmp_path / "s", slurm={"partition": "gpu\n#SBATCH --uid=0"}), check_files=False)
+    assert job_settings(study, partition="gpu,cpu").partition == "gpu,cpu"
+
+
 def test_the_slurm_section_is_in_no_fingerprint(tmp_path):
     plain = load_study(_write(tmp_path / "a"), check_files=False)
     placed = load_study(

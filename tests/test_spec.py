@@ -334,6 +334,14 @@ def test_a_pipe_or_device_as_data_is_refused_before_it_is_read(write_study, cli,
     assert f"task.data: not a regular file or folder (a pipe, socket or device): {special}" in err
 
 
+def test_a_symlink_loop_as_data_is_named_as_one_not_as_missing(write_study, cli, tmp_path):
+    (tmp_path / "loop.dat").symlink_to(tmp_path / "loop.dat")
+    path = write_study(replace={"task.data": {"format": "movielens", "path": str(tmp_path / "loop.dat")}})
+    code, _, err = cli("validate", path)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "task.data: cannot be read (Too many levels of symbolic links)" in err and "not found" not in err
+
+
 def test_missing_data_file(write_study, cli, tmp_path):
     path = write_study(replace={"task.data": {"format": "movielens", "path": "nowhere/u.data"}})
     with pytest.raises(DataError, match="nowhere/u.data"):

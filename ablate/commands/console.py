@@ -69,7 +69,10 @@ def variants_table(study, sizes: dict, title: str) -> Table:
     if study.task.runs_trials:
         options = study.task.options.model_dump(mode="json", exclude_defaults=True)
         given = ", ".join(f"{key}: {value}" for key, value in options.items())
-        table = Table("variant", "config", title=title, caption=f"task {study.task.kind_name()}: {given}")
+        caption = f"task {study.task.kind_name()}: {given}"
+        if source := study.task.code_source():  # read, not run: only `ablate run` imports it
+            caption += f"\n`ablate run` imports {source}; validate, status, plan and report do not"
+        table = Table("variant", "config", title=title, caption=caption)
         for name, variant in study.variants.items():
             table.add_row(escape(name), escape(_flow(variant.spec.config)))
         return table

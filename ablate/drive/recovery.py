@@ -44,6 +44,15 @@ def _local_tracking(stores: Stores) -> Path | None:
     return stores.output_dir / "mlflow.db"
 
 
+def _lost(path: Path) -> str | None:
+    """How a store's file is lost: missing, or empty (a disk that filled as it was made, a copy cut
+    short: 0 bytes read as a new store would train everything again); None where it is there."""
+    try:
+        return "is empty (0 bytes)" if path.stat().st_size == 0 else None
+    except FileNotFoundError:
+        return "is missing"
+
+
 def check_stores(study: Study, stores: Stores, rebuild_queue: bool = False) -> int:
     """Raise :class:`AblateError` in one line when one of a study's local stores is lost while
     the other holds finished trials; with ``rebuild_queue``, rebuild a lost journal instead.
@@ -52,24 +61,24 @@ def check_stores(study: Study, stores: Stores, rebuild_queue: bool = False) -> i
     if database is None:
         return 0
     journal = stores.optuna_url.removeprefix("sqlite:///")
-    if not stores.started() and database.is_file():
+    if (journal_lost := _lost(Path(journal))) and database.is_file() and not _lost(database):
         runs = _finished_runs(study, stores.tracking_uri)
         if runs and rebuild_queue:
             return rebuild(study, stores, runs)
         if runs:
             raise AblateError(
-                f"{journal} is missing, but {database} holds {len(runs)} finished trial(s) of "
+                f"{journal} {journal_lost}, but {database} holds {len(runs)} finished trial(s) of "
                 f"'{study.name}': the queue was lost, and running on would train them all again; "
                 f"`ablate run {study.path} --rebuild-queue` rebuilds it from the tracking records "
                 f"(finished trials kept, the rest trained), or give a new --output folder"
             )
     elif rebuild_queue:
         raise AblateError(f"--rebuild-queue: {journal} is there; nothing to rebuild")
-    if stores.started() and not database.exists():
+    if not journal_lost and (database_lost := _lost(database)):
         done = [t for t in Queue.final(study, stores.storage()).trials() if t.state == TrialState.COMPLETE]
         if done:
             raise AblateError(
-                f"{database} is missing, but {journal} holds {len(done)} finished trial(s): their "
+                f"{database} {database_lost}, but {journal} holds {len(done)} finished trial(s): their "
                 f"metrics, curves and per-unit results were in it; restore it from a backup, or move "
                 f"{Path(journal).name} away and run again (with --reuse DIR where `ablate report "
                 f"--trials DIR` wrote them out, so they are copied, not trained)"

@@ -16,18 +16,18 @@ the family's correction over the variants), and the report says so in each row a
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
+from pydantic import ValidationError
 from scipy import stats as scipy_stats
 
 from ablate.errors import AblateError, warn
 from ablate.report import analyse, format_table, render
+from ablate.report.foreign_runs import metric_values, read_runs
 from ablate.stats import ReportSettings, comparison_frame
 from ablate.stats.comparison import Standing, _verdict_columns
 from ablate.stats.corrections import adjust_pvalues
@@ -50,68 +50,6 @@ BOOKKEEPING = frozenset(
     {"name", "id", "run", "run_id", "state", "status", "notes", "user", "tags", "created", "runtime"}
     | {"sweep", "hostname", "gpu type", "gpu count", "start_time", "end_time", "experiment_id"}
 )
-MLFLOW_SCHEMES = ("sqlite:", "http:", "https:", "file:", "postgresql:", "mysql:", "databricks")
-
-
-def read_runs(source: str, experiment: str | None) -> pd.DataFrame:
-    """One row per run, its parameters and metrics as columns, from a tracking URI (with
-    ``experiment``), a CSV file or a folder of JSON / YAML result files."""
-    if experiment is not None or source.startswith(MLFLOW_SCHEMES):
-        if experiment is None:
-            raise AblateError(f"{source} is a tracking URI: --experiment names the experiment to compare")
-        return _mlflow_runs(source, experiment)
-    path = Path(source)
-    if path.is_dir():
-        return _result_files(path)
-    if not path.is_file():
-        raise AblateError(
-            f"{source}: no such file or folder (expected a CSV file of runs, a folder of result files "
-            "or a tracking URI with --experiment)"
-        )
-    try:
-        return pd.read_csv(path, sep=None, engine="python")  # comma, tab or semicolon
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise AblateError(f"{path}: not a CSV file of runs ({str(exc).splitlines()[0]})") from None
-
-
-def _mlflow_runs(uri: str, experiment: str) -> pd.DataFrame:
-    from mlflow.tracking import MlflowClient
-
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
-        raise AblateError(f"no tracking store at {uri.removeprefix('sqlite:///')}")  # MLflow would make one
-    client = MlflowClient(tracking_uri=uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        names = ", ".join(e.name for e in client.search_experiments()) or "none"
-        raise AblateError(f"--experiment {experiment}: no such experiment in {uri}; experiments: {names}")
-    rows, token = [], None
-    while True:
-        page = client.search_runs(
-            [found.experiment_id], "attributes.status = 'FINISHED'", max_results=1000, page_token=token
-        )
-        rows += [{**r.data.params, **r.data.metrics, "run_id": r.info.run_id} for r in page]
-        token = page.token
-        if not token:
-            return pd.DataFrame(rows)
-
-
-def _result_files(folder: Path) -> pd.DataFrame:
-    records = []
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".json", ".yaml", ".yml"))
-    for path in files:
-        try:
-            text = path.read_text(encoding="utf-8")
-            record = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-        except (OSError, ValueError, yaml.YAMLError) as exc:
-            raise AblateError(f"{path}: not a readable result file ({str(exc).splitlines()[0]})") from None
-        if not isinstance(record, dict):
-            raise AblateError(
-                f"{path}: expected a mapping of parameters and metrics, got {type(record).__name__}"
-            )
-        records.append(record)
-    if not records:
-        raise AblateError(f"{folder}: no result files (*.json, *.yaml, *.yml) in it")
-    return pd.json_normalize(records)  # nested keys joined with dots: params.lr, metrics.acc
 
 
 def column(runs: pd.DataFrame, name: str, what: str) -> str:
@@ -205,7 +143,7 @@ def group_runs(
             "seed": seeds.astype(int) if (seeds % 1 == 0).all() else seeds,
             "differs": [_differs(labels.loc[i], labels[names == base].iloc[0]) for i in labels.index],
             **{f"param.{k}": runs[k] for k in keys},
-            **{f"test.{m}": pd.to_numeric(runs[c], errors="coerce") for m, c in metric_cols.items()},
+            **{f"test.{m}": metric_values(runs, c, f"--metric {m}") for m, c in metric_cols.items()},
             **({"run": runs["run_id"]} if "run_id" in runs else {}),  # MLflow's run id
         }
     ).reset_index(drop=True)
@@ -408,8 +346,9 @@ def _settings(
             notes=notes,
             **({"margin": float(margin) if _is_number(margin) else margin} if margin else {}),
         )
-    except ValueError as exc:
-        raise AblateError(f"--margin {margin}: {str(exc).splitlines()[-1].strip()}") from None
+    except ValueError as exc:  # pydantic's message without its web address
+        said = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
+        raise AblateError(f"--margin {margin}: {said}") from None
 
 
 def _is_number(text: str) -> bool:

@@ -243,19 +243,35 @@ def slurm_minutes(value: Any) -> Any:
     return max(1, -(-seconds // 60))
 
 
+# A partition or account as sbatch reads it (a comma list of names): nothing that could end the
+# option's line in the job script and start another (#SBATCH injection).
+_SLURM_NAMES = re.compile(r"[\w.+@:-]+(,[\w.+@:-]+)*")
+
+
+def slurm_names(value: str | None) -> str | None:
+    if value is not None and not _SLURM_NAMES.fullmatch(value):
+        allowed = "letters, digits, _ . + @ : -, commas between"
+        raise ValueError(f"expected SLURM names ({allowed}), not {value!r}")
+    return value
+
+
+SlurmNames = Annotated[str | None, AfterValidator(slurm_names)]
+
+
 class SlurmSpec(Strict):
     """``slurm:``: the jobs ``ablate run --launcher slurm`` submits, one ``ablate worker`` each
     (a user's ``~/.config/ablate/slurm.yaml`` holds the same keys; the command line wins). Not
     part of any trial's fingerprint: where a trial ran does not change its numbers."""
 
-    partition: str | None = None
+    partition: SlurmNames = None
     time: Annotated[int, BeforeValidator(slurm_minutes), Field(gt=0)] = 60  # minutes per job
     mem: str | None = Field(None, pattern=r"^\d+[KMGTkmgt]?$")  # per job, as sbatch --mem (16G)
     cpus_per_task: int | None = Field(None, gt=0)
     gpus_per_task: int | None = Field(None, gt=0)
-    account: str | None = None
+    account: SlurmNames = None
     # More sbatch options, long form: ["--qos=high", "--constraint=a100", "--exclusive"].
-    sbatch: list[Annotated[str, Field(pattern=r"^(#SBATCH\s+)?--[A-Za-z][\w-]*(=.+)?$")]] = []
+    # (no control character in a value: a newline would start #SBATCH lines of its own)
+    sbatch: list[Annotated[str, Field(pattern=r"^(#SBATCH[ \t]+)?--[A-Za-z][\w-]*(=[^\x00-\x1f]+)?$")]] = []
     setup: list[str] = []  # shell lines run before the worker starts (module load …, source …/activate)
 
 

@@ -6,9 +6,11 @@ The first store MLflow makes is kept, before anything is written into it, in thi
 cache folder (``stores-<uid>``, under the rules of the compiled kernels' folder: owned by this
 user, writable by no one else), one per MLflow version; each later new store starts as a copy.
 
-Nothing read back may lie: the kept store is checked before every copy — MLflow's one Default
+Nothing read back may lie: the kept store is checked before every copy — its schema (every table,
+index and trigger as SQLite stores its definition) the same as the dump written beside it when
+MLflow made it (a trigger planted there would run on a study's writes), MLflow's one Default
 experiment and default workspace, no run, no other row in any table — so a file planted with runs
-in it is never copied into a study; anything amiss, and MLflow makes the store as before.
+or triggers in it is never copied into a study; anything amiss, and MLflow makes the store as before.
 """
 
 from __future__ import annotations
@@ -30,9 +32,22 @@ def _kept() -> Path:
     return cache_dir() / f"stores-{os.getuid()}" / f"mlflow-{version('mlflow')}-empty.db"
 
 
-def _is_empty(db: Path) -> bool:
-    """Whether ``db`` is a store holding nothing but what MLflow writes into a new one."""
+def _schema(connection: sqlite3.Connection) -> str:
+    """The store's schema as SQLite keeps it, one definition a line in a fixed order."""
+    rows = connection.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")
+    return "".join(f"{kind}\t{name}\t{table}\t{sql}\n" for kind, name, table, sql in rows)
+
+
+def _schema_dump(kept: Path) -> Path:
+    return kept.with_suffix(".schema")
+
+
+def _is_empty(db: Path, schema: str | None = None) -> bool:
+    """Whether ``db`` is a store holding nothing but what MLflow writes into a new one (with
+    ``schema``: that schema exactly)."""
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as connection:
+        if schema is not None and _schema(connection) != schema:  # a trigger, a view, a column added
+            return False
         tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         if "experiments" not in tables or "runs" not in tables:
             return False
@@ -52,7 +67,8 @@ def seed(db: Path) -> bool:
     kept = _kept()
     try:
         private_folder(kept.parent)
-        if not kept.is_file() or not _is_empty(kept):
+        dump = _schema_dump(kept)
+        if not kept.is_file() or not dump.is_file() or not _is_empty(kept, dump.read_text(encoding="utf-8")):
             return False
         partial = db.with_name(db.name + ".new")
         shutil.copyfile(kept, partial)
@@ -77,13 +93,19 @@ def keep(db: Path) -> None:
     kept = _kept()
     try:
         private_folder(kept.parent)
-        if kept.is_file() and _is_empty(kept) or not _is_empty(db):
+        dump = _schema_dump(kept)
+        sound = kept.is_file() and dump.is_file() and _is_empty(kept, dump.read_text(encoding="utf-8"))
+        if sound or not _is_empty(db):
             return
         partial = kept.with_name(f"{kept.name}.{os.getpid()}")
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as source, sqlite3.connect(partial) as target:
             source.backup(target)
+            schema = _schema(source)
         target.close()
         source.close()
+        partial_dump = dump.with_name(f"{dump.name}.{os.getpid()}")
+        partial_dump.write_text(schema, encoding="utf-8")
+        os.replace(partial_dump, dump)  # the dump first: a store kept without one is never copied
         os.replace(partial, kept)
     except (Unavailable, OSError, sqlite3.Error):
         return

@@ -104,7 +104,15 @@ def _first_use(tracking_uri: str) -> Iterator[None]:
     with open(db.with_name(db.name + ".lock"), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         made_here = not (db.exists() and db.stat().st_size) and not emptystore.seed(db)
-        yield
+        try:
+            yield
+        except BaseException:
+            if (
+                made_here
+            ):  # half-migrated (a full disk, a file-size limit), it holds nothing: the next run remakes it
+                for leftover in (db, db.with_name(db.name + "-journal")):
+                    leftover.unlink(missing_ok=True)
+            raise
         if made_here:  # MLflow migrated a new store: kept, empty, for the next one (1.6 s each)
             emptystore.keep(db)
 

@@ -4,17 +4,26 @@ trial's signed checkpoint, its costs measured alike."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
+import math
+import multiprocessing
+import os
+import pickle
 import shutil
+import signal
+import sys
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import optuna
 import pandas as pd
 import torch
 
+from ablate import stopping
 from ablate.model.variant import Variant
 from ablate.study.load import Study
 from ablate.tasks import TrialReporter
@@ -76,6 +85,14 @@ class OwnTrialReporter(TrialReporter):
             self.checkpoint_path.unlink(missing_ok=True)
 
 
+# A clean process (no CUDA context, no threads) forked for each trial: what the code does there —
+# sys.exit, os._exit, a signal, a hang, parsing sys.argv — ends that trial, not the run.
+CHILDREN = multiprocessing.get_context("forkserver")
+
+# Seconds a trial's process has to end after SIGTERM before it is killed.
+TERM_GRACE_S = 5.0
+
+
 def own_trial(
     study: Study,
     variant: Variant,
@@ -85,36 +102,154 @@ def own_trial(
     checkpoint: Checkpoint,
 ) -> TrialResult:
     """A trial of a task that trains its own model (:meth:`~ablate.tasks.Task.run_trial`), given
-    the variant's ``model.config``, the seed (the global RNGs seeded with it) and a reporter; the
-    costs ablate measures of its own trials (wall and CPU time, peak memory) measured alike.
-    Raises :class:`TrialFailed` for metrics missing from what it returns, ``optuna.TrialPruned``."""
-    reporter = OwnTrialReporter(seed, device, checkpoint, log_epoch, study.spec.train.epochs)
-    start, cpu_start = time.perf_counter(), time.process_time()
-    seed_everything(seed)
+    the variant's ``model.config``, the seed (the global RNGs seeded with it) and a reporter, run in
+    a child process (:data:`CHILDREN`) whose epochs are logged here; the costs ablate measures of
+    its own trials (wall and CPU time, peak memory) measured alike. Raises :class:`TrialFailed`
+    for metrics missing or not finite, for an exception, an exit or a signal that ended the code;
+    ``optuna.TrialPruned``; ``KeyboardInterrupt`` (the process terminated) when a stop is asked for."""
+    start = time.perf_counter()
+    payload = pickle.dumps(
+        (
+            study.task,
+            copy.deepcopy(variant.spec.config),
+            seed,
+            str(device),
+            checkpoint,
+            study.spec.train.epochs,
+        )
+    )
+    setting = (list(sys.path), os.getcwd(), dict(os.environ), study.metrics)
+    # Imported once, where each trial's process is forked from (read when that server starts).
+    CHILDREN.set_forkserver_preload([__name__, type(study.task).__module__, type(checkpoint).__module__])
+    here, there = CHILDREN.Pipe()
+    alive, lifeline = CHILDREN.Pipe(duplex=False)
+    child = CHILDREN.Process(target=_child_trial, args=(there, alive, setting, payload), daemon=True)
+    with _main_unseen():
+        child.start()
+    there.close()
+    alive.close()
     try:
-        with PeakMemory(device) as memory:
-            returned = study.task.run_trial(copy.deepcopy(variant.spec.config), seed, reporter)
-        if reporter.pruned_at is not None:
-            raise optuna.TrialPruned(f"pruned at epoch {reporter.pruned_at}")
-        summary = finished_metrics(returned, study.metrics)
-    except torch.OutOfMemoryError as exc:  # its batch size is its own: nothing for ablate to halve
-        reporter.discard()
-        raise TrialFailed(f"out of memory: {str(exc).strip().splitlines()[0]}") from exc
-    except Exception:  # a failed or pruned trial starts afresh when retried
-        reporter.discard()
-        raise
-    reporter.discard()
-    epochs = max((e for e, _, _ in reporter.curves), default=0)
+        outcome = _relay(child, here, log_epoch)
+    finally:
+        _end(child)
+        lifeline.close()
+        here.close()
+    if outcome is None:
+        code = child.exitcode
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+        raise TrialFailed(f"the training code's process {how} before it returned its metrics")
+    if outcome[0] == "failed":
+        raise TrialFailed(outcome[1])
+    _, summary, curves, pruned_at, resumed_from, peak_mb, cpu_s = outcome
+    if pruned_at is not None:
+        raise optuna.TrialPruned(f"pruned at epoch {pruned_at}")
     return TrialResult(
         summary=summary,
         per_unit=pd.DataFrame(),
-        curves=reporter.curves,
-        peak_memory_mb=memory.mb,
+        curves=curves,
+        peak_memory_mb=peak_mb,
         wall_s=time.perf_counter() - start,
-        cpu_s=time.process_time() - cpu_start,
-        epochs=epochs,
-        resumed_from=reporter.resumed_from,
+        cpu_s=cpu_s,
+        epochs=max((e for e, _, _ in curves), default=0),
+        resumed_from=resumed_from,
     )
+
+
+@contextlib.contextmanager
+def _main_unseen() -> Iterator[None]:
+    """A trial's process started without the parent's ``__main__``, which multiprocessing would run
+    there again: a script calling ``ablate.run`` without an ``if __name__ == "__main__"`` guard."""
+    main = sys.modules["__main__"].__dict__
+    saved = {key: main[key] for key in ("__file__", "__spec__") if key in main}
+    main.pop("__file__", None)
+    main["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.pop("__spec__", None)
+        main.update(saved)
+
+
+def _relay(child: Any, here: Any, log_epoch: LogEpoch) -> tuple | None:
+    """Log the child's epochs (answering whether it is pruned) until it sends its outcome; None
+    when it ended without one. A stop asked for here ends it (``KeyboardInterrupt``)."""
+    while True:
+        stopping.check()
+        if here.poll(0.1):
+            try:
+                message = here.recv()
+            except EOFError:
+                return None
+            if message[0] != "epoch":
+                return message
+            here.send(log_epoch(*message[1:]))
+        elif not child.is_alive() and not here.poll(0):
+            return None
+
+
+def _end(child: Any) -> None:
+    """SIGTERM to a trial's process still running, SIGKILL after :data:`TERM_GRACE_S`."""
+    if child.is_alive():
+        child.terminate()
+        child.join(TERM_GRACE_S)
+    if child.is_alive():
+        child.kill()
+    child.join()
+
+
+def _child_trial(there: Any, alive: Any, setting: tuple, payload: bytes) -> None:
+    """The trial's process: the parent's paths, folder and environment, then the task's code; its
+    outcome sent back as ("done", summary, curves, pruned_at, resumed_from, peak MB, CPU s) or
+    ("failed", reason). It ends when the parent does (the lifeline closes)."""
+    path, cwd, environ, metrics = setting
+    sys.path[:], sys.argv = path, [sys.argv[0]]
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(environ)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Thread(target=_exit_with_parent, args=(alive,), daemon=True).start()
+
+    def log_epoch(epoch: int, values: dict[str, float]) -> bool:
+        try:
+            there.send(("epoch", epoch, values))
+            return there.recv()
+        except (EOFError, OSError):  # the parent is gone: end here, the saved state kept for a resume
+            os._exit(1)
+
+    try:
+        task, config, seed, device, checkpoint, epochs = pickle.loads(payload)
+        reporter = OwnTrialReporter(seed, torch.device(device), checkpoint, log_epoch, epochs)
+        cpu_start = time.process_time()
+        seed_everything(seed)
+        with PeakMemory(torch.device(device)) as memory:
+            returned = task.run_trial(config, seed, reporter)
+        summary = finished_metrics(returned, metrics) if reporter.pruned_at is None else {}
+        outcome = ("done", summary, reporter.curves, reporter.pruned_at, reporter.resumed_from)
+        outcome += (memory.mb, time.process_time() - cpu_start)
+        reporter.discard()
+    except torch.OutOfMemoryError as exc:  # its batch size is its own: nothing for ablate to halve
+        outcome = ("failed", f"out of memory: {str(exc).strip().splitlines()[0]}")
+    except TrialFailed as exc:
+        outcome = ("failed", str(exc))
+    except SystemExit as exc:
+        outcome = (
+            "failed",
+            f"the training code called sys.exit({exc.code!r}) before it returned its metrics",
+        )
+    except BaseException as exc:  # noqa: BLE001 - whatever ended the code, one line for its trial
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        outcome = ("failed", f"{type(exc).__name__}: {message}".rstrip(": "))
+    if outcome[0] == "failed":  # a failed trial starts afresh when retried
+        OwnTrialReporter(seed, torch.device(device), checkpoint, log_epoch, epochs).discard()
+    there.send(outcome)
+
+
+def _exit_with_parent(alive: Any) -> None:
+    try:
+        alive.recv_bytes()
+    except (EOFError, OSError):
+        os._exit(1)
 
 
 def finished_metrics(returned: Any, metrics: list[str]) -> dict[str, float]:
@@ -129,6 +264,8 @@ def finished_metrics(returned: Any, metrics: list[str]) -> dict[str, float]:
             summary[str(key)] = float(value)
         except (TypeError, ValueError):
             raise TrialFailed(f"metric {key!r} is not a number: {value!r}") from None
+        if not math.isfinite(summary[str(key)]):  # a NaN or ∞ would be a finished trial no report can read
+            raise TrialFailed(f"metric {key!r} is {summary[str(key)]}, not a finite number")
     wanted = [f"{split}.{metric}" for metric in metrics for split in ("valid", "test")]
     missing = [key for key in wanted if key not in summary]
     if missing:

@@ -1,5 +1,8 @@
 """The dataset cache: a parsed seqrec file stored on disk, keyed by the file's bytes and the
-loader's options, so trials and studies over the same file parse it once."""
+loader's options, so trials and studies over the same file parse it once. An entry is trained on
+only where its content still has the digest written beside it, in a folder under the compiled
+kernels' rules (this user's own, writable by no one else): another user cannot swap it, and an
+edited or damaged one is parsed again."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import numpy as np
 
 from ablate.cache import cache_dir, file_digest
 from ablate.errors import DataError
+from ablate.kernels.build import Unavailable, private_folder
 
 from .data import Interactions
 
@@ -46,8 +50,16 @@ def cached(
     )
     key = hashlib.sha256(key_source.encode()).hexdigest()[:24]
     target = (directory or cache_dir()) / f"seqrec-{key}.npz"
+    digest = target.with_suffix(".sha256")
+    try:
+        private_folder(target.parent)
+    except Unavailable as exc:
+        log.warning("%s: not using the dataset cache (%s)", path, exc)
+        return load()
     if target.is_file():
         try:
+            if not digest.is_file() or digest.read_text(encoding="ascii").strip() != file_digest(target):
+                raise ValueError("its content is not what was written: parsed again")
             data = _from_npz(target, str(path))
             log.info("%s: loaded from cache %s", path, target)
             if data.rows_filtered or data.users_dropped or data.k_core_rows:
@@ -60,7 +72,11 @@ def cached(
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(f".{os.getpid()}.tmp.npz")
         _to_npz(data, partial)
-        partial.replace(target)  # atomic: a concurrent reader sees the old file or the whole new one
+        partial_digest = digest.with_suffix(f".{os.getpid()}.tmp")
+        partial_digest.write_text(file_digest(partial), encoding="ascii")
+        # Each replaced atomically; a reader between the two finds a mismatch and parses again.
+        partial_digest.replace(digest)
+        partial.replace(target)
     except OSError as exc:
         log.warning("%s: could not write the dataset cache %s (%s)", path, target, exc)
     return data

@@ -9,8 +9,10 @@ import logging
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from ablate.cache import file_digest
 from ablate.errors import DataError
 from ablate_plugins.seqrec import (
     SeqRecOptions,
@@ -235,3 +237,30 @@ def test_bad_data_file_exits_2_with_one_line(write_study, cli, tmp_path):
     assert code == 2
     assert "d.txt:3: expected 2 fields user, item; got item 'seven', which is not an integer" in err
     assert "Traceback" not in out + err
+
+
+def test_an_edited_or_shared_cache_entry_is_parsed_again(tmp_path, caplog):
+    path = write(tmp_path / "d.txt", ["1 5", "1 6", "1 7", "2 5", "2 7", "2 6"])
+    calls = []
+
+    def load(folder="cache"):
+        def run():
+            calls.append(1)
+            return read_user_item(path)
+
+        return cached(path, {"format": "user_item"}, run, tmp_path / folder)
+
+    first = load()
+    (entry,) = (tmp_path / "cache").glob("seqrec-*.npz")
+    assert entry.with_suffix(".sha256").read_text() == file_digest(entry)  # the digest beside it
+    planted = dict(np.load(entry))
+    planted["items"] = planted["items"][::-1].copy()  # someone's edit: the sequences reversed
+    np.savez(entry, **planted)
+    again = load()
+    assert len(calls) == 2 and not again.from_cache  # parsed again, not trained on
+    assert [s.tolist() for s in again.sequences] == [s.tolist() for s in first.sequences]
+    assert load().from_cache and len(calls) == 2
+    (tmp_path / "shared").mkdir(mode=0o777)
+    (tmp_path / "shared").chmod(0o777)  # any local user could replace an entry here
+    assert not load("shared").from_cache and not load("shared").from_cache and len(calls) == 4
+    assert "not using the dataset cache" in caplog.text and not list((tmp_path / "shared").iterdir())
