@@ -52,7 +52,7 @@ def default(value, fallback):
 
 
 def thread_dropout_generator() -> torch.Generator | None:
-    """The generator this thread's CPU dropout draws from (:func:`dropout_generator`; None: the global one)."""
+    """The generator this thread's CPU dropout draws from (:func:`dropout_generator`; None: global)."""
     return getattr(_DROPOUT, "generator", None)
 
 

@@ -65,7 +65,9 @@ def _assert_same(packed, alone, exact=True):
 
 
 @pytest.mark.parametrize("in_threads", [False, True], ids=["turns", "threads"])
-def test_packed_members_are_the_trials_alone_bit_for_bit_in_float64(write_study, threads, float64, in_threads):
+def test_packed_members_are_the_trials_alone_bit_for_bit_in_float64(
+    write_study, threads, float64, in_threads
+):
     study = load_study(write_study(PATCH))
     data = study.task.load()
     alone = _alone(study, data, threads=1 if in_threads else 2)
@@ -104,7 +106,9 @@ def test_a_pack_stopped_mid_epoch_resumes_from_each_members_checkpoint(write_stu
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        train_packed(study, variant, SEEDS[:2], data, CPU, on_step=kill_in_epoch_four, checkpoints=checkpoints)
+        train_packed(
+            study, variant, SEEDS[:2], data, CPU, on_step=kill_in_epoch_four, checkpoints=checkpoints
+        )
     assert [torch.load(c.path, weights_only=True)["epoch"] for c in checkpoints] == [3, 3]
     resumed = train_packed(study, variant, SEEDS[:2], data, CPU, checkpoints=checkpoints)
     assert [r.resumed_from for r in resumed] == [3, 3]
@@ -126,7 +130,9 @@ def test_a_members_checkpoint_is_the_trial_alones(write_study, tmp_path):
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        train_packed(study, variant, (0, 1), data, CPU, on_epoch=[None, stop_after_two], checkpoints=[None, checkpoint])
+        train_packed(
+            study, variant, (0, 1), data, CPU, on_epoch=[None, stop_after_two], checkpoints=[None, checkpoint]
+        )
     resumed = train_trial(study, variant, 1, data, CPU, checkpoint=checkpoint)
     assert resumed.resumed_from == 1  # epoch 2's callback stopped it before its save
     _assert_same([resumed], [whole], exact=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ablate import stopping
+from ablate.drive.donor import Donor
 from ablate.drive.execution import (
     Config,
     Execution,
@@ -45,6 +47,7 @@ from ablate.drive.ledger import (
     search_fingerprints,
     taken,
 )
+from ablate.drive.packing import claim_mates
 from ablate.drive.records import resolved_yaml, study_params, study_tags
 from ablate.drive.reference import record_reference
 from ablate.drive.reporter import Reporter
@@ -220,6 +223,12 @@ class Driver:
             return queue, trial
         return None
 
+    def _mates(self, queue: Queue, trial: optuna.Trial) -> list[optuna.Trial]:
+        """Queued final trials of ``trial``'s variant claimed to train in its pack (``train.pack``)."""
+        if queue.phase is not Phase.FINAL:
+            return []
+        return claim_mates(self.study, self.execution.device, queue, trial, self.planned, self.worker_id)
+
     def _claim(self, queue: Queue, waiting: list[optuna.trial.FrozenTrial]) -> optuna.Trial:
         """The first ``waiting`` final trial no other worker took since the sync read it (no read of every
         trial again, as ``ask()`` does), checkpointed ones first: half-trained trials finish first."""
@@ -289,20 +298,28 @@ class Driver:
                 stopping.check()  # a stop asked while waiting for the lock takes no new trial
                 self.sync()
                 popped = self._take()
+                mates = self._mates(*popped) if popped else []
             if popped is None:
                 if wait_for_others and self._busy_elsewhere():
                     stopping.sleep(POLL_S)
                     continue
                 break
             queue, trial = popped
-            with self.stores.heartbeat(queue, trial):
+            held = [trial, *mates]
+            with ExitStack() as beats:
+                for each in held:
+                    beats.enter_context(self.stores.heartbeat(queue, each))
                 try:
-                    trainers[queue.phase](queue, trial)
+                    if mates:
+                        self._final_pack(queue, held)
+                    else:
+                        trainers[queue.phase](queue, trial)
                 except KeyboardInterrupt:
-                    # Stopped outside training (setting up, logging): record the trial as
-                    # interrupted, as training itself does, so the next run re-queues it at once.
-                    if queue.running(trial):
-                        queue.fail(trial, INTERRUPTED, skip_if_finished=True)
+                    # Stopped outside training (setting up, logging): record the trials as
+                    # interrupted, as training itself does, so the next run re-queues them at once.
+                    for each in held:
+                        if queue.running(each):
+                            queue.fail(each, INTERRUPTED, skip_if_finished=True)
                     raise
         self._report_unsearchable()
         self.summary.planned = len(self.planned)
@@ -351,8 +368,33 @@ class Driver:
         self.reporter.finished(label, job.seed, outcome)
 
     def _final_trial(self, queue: Queue, trial: optuna.Trial) -> None:
+        job, cfg, run_id, outcome, donor = self._open_final(trial)
+        if outcome is None:
+            self.reporter.trial(job.variant, job.seed, cfg.study.spec.train.epochs)
+            outcome = self.execution.train(job, cfg, run_id, trial)
+        self._settle_final(queue, trial, job, run_id, outcome, donor)
+
+    def _final_pack(self, queue: Queue, trials: list[optuna.Trial]) -> None:
+        """Final trials of one variant: those no donor supplies trained as one pack."""
+        opened = [self._open_final(trial) for trial in trials]
+        fresh = [(trial, o) for trial, o in zip(trials, opened, strict=True) if o[3] is None]
+        if len(fresh) > 1:
+            jobs = [o[0] for _, o in fresh]
+            for job in jobs:
+                self.reporter.trial(job.variant, job.seed, fresh[0][1][1].study.spec.train.epochs)
+            trained = self.execution.train_packed(
+                jobs, fresh[0][1][1], [o[2] for _, o in fresh], [trial for trial, _ in fresh]
+            )
+            outcomes = dict(zip([trial.number for trial, _ in fresh], trained, strict=True))
+        else:
+            outcomes = {t.number: self.execution.train(o[0], o[1], o[2], t) for t, o in fresh}
+        for trial, (job, _, run_id, outcome, donor) in zip(trials, opened, strict=True):
+            self._settle_final(queue, trial, job, run_id, outcomes.get(trial.number, outcome), donor)
+
+    def _open_final(self, trial: optuna.Trial) -> tuple[Job, Config, str, TrialResult | None, Donor | None]:
+        """A final trial's MLflow run opened, and its result copied where a donor has one."""
         job = Job(trial.user_attrs["variant"], int(trial.user_attrs["seed"]))
-        queue.show_key(trial, job.variant, job.seed, list(self.study.variants))
+        self.final.show_key(trial, job.variant, job.seed, list(self.study.variants))
         cfg = self.config(job.variant)
         trained_as = fingerprint(cfg.study, job.variant)
         trial.set_user_attr("fingerprint", trained_as)
@@ -364,12 +406,20 @@ class Driver:
         trial.set_user_attr("mlflow_run_id", run_id)
         donor = self.donors.find_for(cfg.study, job.variant, job.seed, self.data_digest)
         outcome = donor.copy_into(self.tracker, run_id, self._parameters(cfg, job.variant)) if donor else None
-        reused = outcome is not None
-        if reused:
+        if outcome is not None:
             trial.set_user_attr("reused_from", donor.source)
-        else:
-            self.reporter.trial(job.variant, job.seed, cfg.study.spec.train.epochs)
-            outcome = self.execution.train(job, cfg, run_id, trial)
+        return job, cfg, run_id, outcome, donor if outcome is not None else None
+
+    def _settle_final(
+        self,
+        queue: Queue,
+        trial: optuna.Trial,
+        job: Job,
+        run_id: str,
+        outcome: TrialResult | Failed,
+        donor: Donor | None,
+    ) -> None:
+        """A final trial's result logged and told (or its failure counted)."""
         if isinstance(outcome, Failed):
             self.summary.failed.append((job.variant, job.seed, outcome.reason))
             return
@@ -380,7 +430,7 @@ class Driver:
         trial.set_user_attr("wall_s", outcome.wall_s)
         fault_point("tell")  # test hook: MLflow says FINISHED, Optuna does not know yet
         queue.study.tell(trial, self._primary(outcome))
-        if reused:
+        if donor is not None:
             self.summary.reused += 1
             self.reporter.reused(job.variant, job.seed, outcome, donor.source)
         else:

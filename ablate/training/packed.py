@@ -63,7 +63,9 @@ class Member:
 
 
 def _same_states(a: GlobalStates, b: GlobalStates) -> bool:
-    numpy_same = a.numpy[0] == b.numpy[0] and np.array_equal(a.numpy[1], b.numpy[1]) and a.numpy[2:] == b.numpy[2:]
+    numpy_same = (
+        a.numpy[0] == b.numpy[0] and np.array_equal(a.numpy[1], b.numpy[1]) and a.numpy[2:] == b.numpy[2:]
+    )
     return a.python == b.python and numpy_same and torch.equal(a.torch_cpu, b.torch_cpu)
 
 

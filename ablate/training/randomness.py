@@ -79,8 +79,7 @@ class GlobalStates:
         try:
             yield
         finally:
-            now = GlobalStates.capture()
-            self.python, self.numpy, self.torch_cpu, self.cuda = now.python, now.numpy, now.torch_cpu, now.cuda
+            self.__dict__.update(vars(GlobalStates.capture()))
 
     def cpu_generator(self) -> torch.Generator:
         """A generator at this trial's torch CPU state: its draws in a thread of its own

@@ -333,7 +333,9 @@ class TrialRun:
         if train.second_stage is not None:
             logged["train.stage"] = float(1 + len(progress.stage_ends))
         if epoch % train.eval_every == 0 or epoch == train.epochs:
-            valid = task.evaluate(model, self.data, "valid", study.metrics, self.device, train.eval_rows(self.device))
+            valid = task.evaluate(
+                model, self.data, "valid", study.metrics, self.device, train.eval_rows(self.device)
+            )
             logged.update({f"valid.{k}": v for k, v in valid.summary.items()})
             score = self.sign * valid.summary[study.metrics[0]]
             if score > progress.best_score:
