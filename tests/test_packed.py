@@ -91,6 +91,14 @@ def test_packed_members_in_float32(write_study, threads):
     _assert_same(in_threads, turns, exact=False)
 
 
+def test_micro_batched_members_in_threads_are_the_trials_alone_at_any_thread_count(write_study, threads):
+    """With micro-batches a trial alone runs its parts single-threaded already: bit for bit."""
+    study = load_study(write_study({**PATCH, "train": {**PATCH["train"], "micro_batches": 2}}))
+    data = study.task.load()
+    in_threads = train_packed(study, study.variants["mlp"], SEEDS[:2], data, CPU, threads=True)
+    _assert_same(in_threads, _alone(study, data, SEEDS[:2], threads=2), exact=True)
+
+
 def test_a_pack_stopped_mid_epoch_resumes_from_each_members_checkpoint(write_study, tmp_path, threads):
     patch = {"train": {"epochs": 6, "patience": 10}, "model": {"dropout": 0.3}}
     study = load_study(write_study(patch))
