@@ -48,10 +48,8 @@ def test_pack_size_follows_train_pack(write_study):
     assert pack_size(study, torch.device("cpu")) == 1
     study = load_study(write_study({"train": {"pack": 3}}))
     assert pack_size(study, torch.device("cuda")) == 3
-    study = load_study(write_study({}))  # auto: one member per torch thread on the CPU, alone on a GPU
-    threads = torch.get_num_threads()
-    assert pack_size(study, torch.device("cpu")) == (threads if threads > 1 else 1)
-    assert pack_size(study, torch.device("cuda")) == 1
+    study = load_study(write_study({}))  # auto: alone until an idle machine measures a win
+    assert pack_size(study, torch.device("cpu")) == pack_size(study, torch.device("cuda")) == 1
 
 
 def test_a_bad_pack_is_one_line(cli, write_study):

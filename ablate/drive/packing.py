@@ -1,11 +1,13 @@
 """Which final trials a worker trains as one pack (:mod:`ablate.training.packed`): how many
 (``train.pack``), and the queued seeds of the variant it just took that join it.
 
-``auto`` packs where packing measures faster: on the CPU with several torch threads, as many
-seeds as there are threads, each member stepping in a single-threaded stream of its own
-(benchmarks/RESULTS.md, "Packed trials on the CPU"); on a GPU the members would only take turns,
-so ``auto`` trains each trial alone there. ``off`` never packs; a number packs up to that many
-anywhere (members take turns where they cannot step at once: exact, no faster).
+``off`` never packs; a number packs up to that many anywhere (members step at once on a CPU with
+several torch threads, one single-threaded stream each, and take turns elsewhere: exact, but no
+faster). ``auto`` is the driver's choice, made where packing measures faster; so far that is
+nowhere: on a GPU the members only take turns, and on the CPU the one side-by-side (issue 57,
+benchmarks/RESULTS.md "Packed trials on the CPU") ran on a crowded machine, where packing won
+2–5×, while session 12's idle figures bound its gain at micro_batches 4 to about 1.2×. Until an
+idle run says where it wins, ``auto`` trains each trial alone.
 """
 
 from __future__ import annotations
@@ -27,8 +29,7 @@ def pack_size(study: Study, device: torch.device) -> int:
     if pack == "off":
         return 1
     if pack == "auto":
-        threads = torch.get_num_threads()
-        return threads if device.type == "cpu" and threads > 1 else 1
+        return 1  # see the module's docstring: no measured win on an idle machine yet
     return int(pack)
 
 
