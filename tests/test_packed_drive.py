@@ -12,6 +12,7 @@ import sys
 import torch
 from mlflow import MlflowClient
 
+from ablate.drive.ledger import fingerprint
 from ablate.drive.packing import PACK_TAG, pack_size
 from ablate.faults import KILL_ENV
 from ablate.study.load import load_study
@@ -50,6 +51,12 @@ def test_pack_size_follows_train_pack(write_study):
     assert pack_size(study, torch.device("cuda")) == 3
     study = load_study(write_study({}))  # auto: alone until an idle machine measures a win
     assert pack_size(study, torch.device("cpu")) == pack_size(study, torch.device("cuda")) == 1
+
+
+def test_pack_is_left_out_of_fingerprints(write_study):
+    """How trials are scheduled is not what they train: a study may switch packing and resume."""
+    prints = {fingerprint(load_study(write_study({"train": {"pack": p}})), "mlp") for p in ("auto", "off", 3)}
+    assert len(prints) == 1
 
 
 def test_a_bad_pack_is_one_line(cli, write_study):
