@@ -80,7 +80,7 @@ def test_packed_members_in_float32(write_study, threads):
     """float32: bit for bit when members take turns; in parallel threads each member runs its ops
     single-threaded, bit for bit against its trial alone at one thread and within 1e-4 relative
     of it at two."""
-    study = load_study(write_study(PATCH))
+    study = load_study(write_study({**PATCH, "train": {**PATCH["train"], "epochs": 4}}))
     data = study.task.load()
     seeds = SEEDS[:2]
     turns = train_packed(study, study.variants["mlp"], seeds, data, CPU, threads=False)
@@ -93,7 +93,7 @@ def test_packed_members_in_float32(write_study, threads):
 
 def test_micro_batched_members_in_threads_are_the_trials_alone_at_any_thread_count(write_study, threads):
     """With micro-batches a trial alone runs its parts single-threaded already: bit for bit."""
-    study = load_study(write_study({**PATCH, "train": {**PATCH["train"], "micro_batches": 2}}))
+    study = load_study(write_study({**PATCH, "train": {**PATCH["train"], "epochs": 4, "micro_batches": 2}}))
     data = study.task.load()
     in_threads = train_packed(study, study.variants["mlp"], SEEDS[:2], data, CPU, threads=True)
     _assert_same(in_threads, _alone(study, data, SEEDS[:2], threads=2), exact=True)
