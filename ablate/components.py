@@ -51,9 +51,14 @@ def default(value, fallback):
     return fallback if value is None else value
 
 
+def thread_dropout_generator() -> torch.Generator | None:
+    """The generator this thread's CPU dropout draws from (:func:`dropout_generator`; None: global)."""
+    return getattr(_DROPOUT, "generator", None)
+
+
 def dropout_key() -> int:
     """One 64-bit draw of this thread's dropout generator: the key of a call's lanes."""
-    generator = getattr(_DROPOUT, "generator", None)
+    generator = thread_dropout_generator()
     return int(torch.empty((), dtype=torch.int64).random_(-(2**63), None, generator=generator))
 
 

@@ -2,7 +2,7 @@
 studies' configurations, one trial at a time vs k trials at once on one GPU.
 
     python benchmarks/gpu.py [--configs sasrec hstu fuxi] [--k 1 2 4 8] [--steps 100] [--warmup 10]
-                             [--precision auto|fp32|bf16] [--gpu 0] [--note "..."] [--no-write]
+                             [--precision auto|fp32|bf16] [--gpu 0] [--packed] [--note "..."] [--no-write]
 
 Each of the k trials is its own process, as ``ablate run --gpus`` starts them, running the trial's
 own training loop (the study's batches, model, loss parts, optimiser and precision: ``train.precision``
@@ -17,6 +17,10 @@ trial and for all k, peak memory per trial (torch's allocator: allocated / reser
 in use device-wide at the end (every process's context included), and seeds per hour =
 k × 3600 / (epoch s × the study's epochs): training only, evaluation and early stopping left
 out, so the ratio to one trial at a time (the last column) is the figure to read.
+
+With ``--packed`` each k > 1 is timed a second way: one process training seeds 0..k-1 as one pack
+(:mod:`ablate.training.packed`, as ``train.pack: k`` trains them: on a GPU the members take turns,
+each with its own random states; CUDA graphs are not used).
 
 Written to benchmarks/RESULTS.md (section "GPU: trials per GPU") with the device's name. Without
 CUDA it prints one line and exits with status 2, measuring nothing; ``--device cpu`` runs the
@@ -39,8 +43,11 @@ from pathlib import Path
 import torch
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
 
+from ablate.components import dropout_generator
 from ablate.study.load import Study, load_study
+from ablate.tasks import cpu_streams
 from ablate.training.memory import PeakMemory
+from ablate.training.randomness import GlobalStates
 from ablate.training.trainer import Trainer, trains_in_bf16
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,6 +128,77 @@ def train_steps(
     return row
 
 
+def packed_steps(
+    study: Study, variant: str, k: int, steps: int, warmup: int, device: torch.device, wait=None
+) -> dict:
+    """Seeds 0..k-1 of ``variant`` as one pack (:mod:`ablate.training.packed`: each member's global
+    random states swapped in around its steps; members take turns, or on a CPU with several
+    threads step at once, one single-threaded stream each) for ``warmup`` then ``steps`` timed
+    lockstep steps; ``step_s`` is one lockstep step of all k members."""
+    task, train = study.task, study.spec.train
+    data = task.load()
+    members = []
+    for seed in range(k):
+        trainer = Trainer.start(study, study.variants[variant], seed, data, device)
+        trainer.model.train()
+        members.append((trainer, GlobalStates.capture(), _endless(trainer, data)))
+    in_threads = device.type == "cpu" and torch.get_num_threads() > 1 and k > 1
+
+    def lockstep() -> int:
+        before = sum(t.tokens for t, _, _ in members)
+        if in_threads:
+            generators = [states.cpu_generator() for _, states, _ in members]
+
+            def one(index: int) -> None:
+                trainer, _, feed = members[index]
+                with dropout_generator(generators[index]):
+                    trainer.step(next(feed))
+
+            list(cpu_streams(one, range(k), device))
+            for (_, states, _), generator in zip(members, generators, strict=True):
+                states.take_cpu(generator)
+        else:
+            for trainer, states, feed in members:
+                with states.active():
+                    trainer.step(next(feed))
+        return sum(t.tokens for t, _, _ in members) - before
+
+    for _ in range(warmup):
+        lockstep()
+    if wait is not None:
+        wait()
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    with PeakMemory(device) as memory:
+        sync()
+        start, tokens = time.perf_counter(), 0
+        for _ in range(steps):
+            tokens += lockstep()
+        sync()
+        seconds = time.perf_counter() - start
+    steps_per_epoch = len(list(task.train_batches(data, train.batch_size, torch.Generator().manual_seed(0))))
+    row = {
+        "step_s": seconds / steps,
+        "tokens_per_s": tokens / seconds / k,
+        "peak_mb": memory.mb / k,
+        "steps_per_epoch": steps_per_epoch,
+        "epochs": train.epochs,
+        "precision": "bf16" if trains_in_bf16(train.precision, device) else "fp32",
+    }
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        row |= {
+            "reserved_mb": torch.cuda.max_memory_reserved(device) / 2**20 / k,
+            "used_mb": (total - free) / 2**20,
+            "device": torch.cuda.get_device_name(device),
+        }
+    return row
+
+
+def _endless(trainer: Trainer, data):
+    while True:
+        yield from trainer.batches(data)
+
+
 def wait_for(path: Path, timeout_s: float = 600.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not path.exists():
@@ -139,9 +217,11 @@ def child(args: argparse.Namespace) -> None:
 
     config = config_of(args)
     study = load(config, args.precision)
-    row = train_steps(
-        study, config.variant, args.steps, args.warmup, torch.device(args.device), args.seed, ready_then_go
-    )
+    device = torch.device(args.device)
+    if args.pack > 1:
+        row = packed_steps(study, config.variant, args.pack, args.steps, args.warmup, device, ready_then_go)
+    else:
+        row = train_steps(study, config.variant, args.steps, args.warmup, device, args.seed, ready_then_go)
     print(json.dumps(row), flush=True)
 
 
@@ -161,23 +241,26 @@ def together(
     gpu: str = "0",
     study: Path | None = None,
     variant: str = "base",
+    packed: bool = False,
 ) -> dict:
     """k trial processes of configuration ``name`` (or ``study``'s ``variant``) at once on one GPU
-    (``device cpu``: on the CPU, to check the machinery); the row of the table."""
+    (``device cpu``: on the CPU, to check the machinery), or with ``packed`` one process training
+    the k seeds as one pack; the row of the table."""
+    processes, pack = (1, k) if packed else (k, 1)
     with tempfile.TemporaryDirectory() as folder:
         barrier = Path(folder)
         cmd = [sys.executable, __file__, "--child", name, "--steps", str(steps), "--warmup", str(warmup)]
-        cmd += ["--device", device, "--barrier", folder]
+        cmd += ["--device", device, "--barrier", folder, "--pack", str(pack)]
         cmd += ["--precision", precision] if precision else []
         cmd += ["--study", str(study), "--variant", variant] if study else []
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // k)))
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
         procs = [
             subprocess.Popen([*cmd, "--seed", str(seed)], env=env, stdout=subprocess.PIPE, text=True)
-            for seed in range(k)
+            for seed in range(processes)
         ]
         try:
-            while len(list(barrier.glob("ready-*"))) < k:
+            while len(list(barrier.glob("ready-*"))) < processes:
                 if any(p.poll() is not None for p in procs):
                     raise RuntimeError(f"{name} × {k}: a trial process exited before it was ready")
                 time.sleep(0.05)
@@ -189,7 +272,9 @@ def together(
                     p.kill()
     if any(p.returncode for p in procs):
         raise RuntimeError(f"{name} × {k}: trial processes exited with {[p.returncode for p in procs]}")
-    return summarise(name, k, [json.loads(o.strip().splitlines()[-1]) for o in outputs])
+    rows = [json.loads(o.strip().splitlines()[-1]) for o in outputs]
+    # A pack's one row stands for each of its k members (step_s: one lockstep step of them all).
+    return {**summarise(name, k, rows * k if packed else rows), "how": "packed" if packed else "processes"}
 
 
 def summarise(name: str, k: int, trials: list[dict]) -> dict:
@@ -214,7 +299,7 @@ def summarise(name: str, k: int, trials: list[dict]) -> dict:
 
 def with_speedups(rows: list[dict]) -> list[dict]:
     """Each row's seeds per hour over its configuration's one-at-a-time row (None without one)."""
-    alone = {r["config"]: r["seeds_per_hour"] for r in rows if r["k"] == 1}
+    alone = {r["config"]: r["seeds_per_hour"] for r in rows if r["k"] == 1 and r.get("how") != "packed"}
     return [
         {**r, "speedup": r["seeds_per_hour"] / alone[r["config"]] if r["config"] in alone else None}
         for r in rows
@@ -233,15 +318,16 @@ def table(rows: list[dict], steps: int, warmup: int, note: str = "") -> str:
         f"at the end."
         f"{(' ' + note) if note else ''}",
         "",
-        "| config | precision | trials at once | step ms | epoch s | tokens/s per trial | tokens/s all "
+        "| config | precision | how | trials at once | step ms | epoch s | tokens/s per trial | tokens/s all "
         "| peak MiB (alloc / reserved) | GPU used MiB | seeds/hour | × one at a time |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in with_speedups(rows):
         speedup = f"{r['speedup']:.2f}×" if r["speedup"] is not None else "—"
+        how = "one pack" if r.get("how") == "packed" else "processes"
         out.append(
             f"| {CONFIGS[r['config']].label if r['config'] in CONFIGS else r['config']} | {r['precision']} "
-            f"| {r['k']} | {r['step_s'] * 1e3:.1f} | {r['epoch_s']:.2f} | {r['tokens_per_s']:,.0f} "
+            f"| {how} | {r['k']} | {r['step_s'] * 1e3:.1f} | {r['epoch_s']:.2f} | {r['tokens_per_s']:,.0f} "
             f"| {r['tokens_per_s_all']:,.0f} | {r['peak_mb']:,.0f} / {r['reserved_mb']:,.0f} "
             f"| {r['used_mb']:,.0f} | {r['seeds_per_hour']:.1f} | {speedup} |"
         )
@@ -263,7 +349,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", default="base")
     p.add_argument("--note", default="", help="what else was running, for the record")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument(
+        "--packed",
+        action="store_true",
+        help="also time each k > 1 as one process training the k seeds as a pack",
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--pack", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--barrier", help=argparse.SUPPRESS)
     return p
@@ -294,6 +386,21 @@ def main(argv: list[str] | None = None) -> int:
             )
             rows.append(row)
             print({key: round(v, 4) if isinstance(v, float) else v for key, v in row.items()}, flush=True)
+            if args.packed and k > 1:
+                row = together(
+                    name,
+                    k,
+                    args.steps,
+                    args.warmup,
+                    args.device,
+                    args.precision,
+                    args.gpu,
+                    args.study,
+                    args.variant,
+                    packed=True,
+                )
+                rows.append(row)
+                print({key: round(v, 4) if isinstance(v, float) else v for key, v in row.items()}, flush=True)
     section = table(rows, args.steps, args.warmup, args.note)
     print(section)
     if args.device == "cuda" and not args.study and not args.no_write:

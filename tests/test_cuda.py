@@ -26,6 +26,7 @@ from ablate import jagged as J
 from ablate.components import TokenContext
 from ablate.model.build import build_backbone
 from ablate.study.load import Study, load_study
+from ablate.training.packed import train_packed
 from ablate.training.trainer import Checkpoint, seeded_model, train_trial, training_autocast
 
 if not torch.cuda.is_available():
@@ -173,6 +174,30 @@ def test_resumed_trial_equals_the_uninterrupted_one_on_cuda(path, variant, tmp_p
     assert resumed.summary.keys() == whole.summary.keys()
     for key, value in whole.summary.items():
         assert resumed.summary[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+
+
+@pytest.mark.parametrize("path, variant", RESUMED[:2], ids=[f"{p.stem}-{v}" for p, v in RESUMED[:2]])
+def test_packed_members_equal_their_trials_alone_on_cuda(path, variant, deterministic):
+    """Seeds packed on CUDA (``train.pack``; members take turns, each with its own CPU and CUDA
+    random states, dropout included): each member's curves and metrics are its trial alone's."""
+    study = tiny_study(path, 3)
+    data = study.task.load()
+    spec = study.variants[variant]
+    alone = [train_trial(study, spec, seed, data, CUDA) for seed in (0, 1)]
+    packed = train_packed(study, spec, (0, 1), data, CUDA)
+    for member, trial in zip(packed, alone, strict=True):
+        assert not isinstance(member, Exception), member
+        assert (member.epochs, member.best_epoch) == (trial.epochs, trial.best_epoch)
+        assert [(e, k) for e, k, _ in member.curves] == [(e, k) for e, k, _ in trial.curves]
+        torch.testing.assert_close(
+            torch.tensor([v for *_, v in member.curves]),
+            torch.tensor([v for *_, v in trial.curves]),
+            rtol=1e-5,
+            atol=1e-6,
+        )
+        for key, value in trial.summary.items():
+            assert member.summary[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    assert packed[0].summary != packed[1].summary  # two seeds, two trials
 
 
 @pytest.mark.parametrize("path, variant", CASES, ids=IDS)

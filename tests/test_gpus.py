@@ -202,20 +202,25 @@ def test_gpu_benchmark_steps_and_table(write_study):
     assert one["seeds_per_hour"] == pytest.approx(3600 / (0.2 * 2))
     assert [r["speedup"] for r in bench.with_speedups([one, two])] == [1.0, pytest.approx(1.0)]
     text = bench.table([one, two], steps=2, warmup=1)
-    assert text.startswith(bench.SECTION) and "| SASRec, ML-1M SASRec format, BCE 1 neg | fp32 | 2 |" in text
+    assert text.startswith(bench.SECTION)
+    assert "| SASRec, ML-1M SASRec format, BCE 1 neg | fp32 | processes | 2 |" in text
 
 
 def test_gpu_benchmark_runs_k_processes_together_on_the_cpu(write_study, capsys):
-    """The whole machinery (k child processes, the ready/go barrier, the JSON they print) on the CPU."""
+    """The whole machinery (k child processes, the ready/go barrier, the JSON they print) on the
+    CPU, and ``--packed``: the k seeds as one pack in one process."""
     path = write_study({"name": "bench"}, name="bench.yaml")
-    assert (
-        bench.main(
-            ["--device", "cpu", "--study", str(path), "--k", "1", "2", "--steps", "2", "--warmup", "1"]
-        )
-        == 0
-    )
+    args = ["--device", "cpu", "--study", str(path), "--k", "1", "2", "--steps", "2", "--warmup", "1"]
+    assert bench.main([*args, "--packed"]) == 0
     out = capsys.readouterr().out
-    assert "| bench | fp32 | 1 |" in out and "| bench | fp32 | 2 |" in out and "| 1.00× |" in out
+    assert "| bench | fp32 | processes | 1 |" in out and "| bench | fp32 | processes | 2 |" in out
+    assert "| bench | fp32 | one pack | 2 |" in out and "| 1.00× |" in out
+
+
+def test_gpu_benchmark_packed_steps_every_member(write_study):
+    study = load_study(write_study())
+    row = bench.packed_steps(study, "mlp", k=2, steps=2, warmup=1, device=torch.device("cpu"))
+    assert row["step_s"] > 0 and row["tokens_per_s"] > 0 and row["steps_per_epoch"] == 2
 
 
 # -- benchmarks/reference.py (the reference code bases live outside the repository) -------------

@@ -21,6 +21,7 @@ import os
 import time
 import warnings
 import zlib
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,7 @@ from ablate.drive.execution import (
     TaskData,
     checkpoint_path,
 )
+from ablate.drive.finals import FinalTrials
 from ablate.drive.identity import check_data, data_digest
 from ablate.drive.ledger import (
     DATA_DIGEST,
@@ -54,6 +56,7 @@ from ablate.drive.ledger import (
     search_fingerprints,
     taken,
 )
+from ablate.drive.packing import claim_mates
 from ablate.drive.queue import Phase, Queue
 from ablate.drive.records import resolved_yaml, study_params, study_tags
 from ablate.drive.reference import record_reference
@@ -61,7 +64,6 @@ from ablate.drive.reporter import Reporter
 from ablate.drive.reuse import Donors
 from ablate.drive.stores import Stores
 from ablate.errors import AblateError, StudyError
-from ablate.faults import fault_point
 from ablate.stats import ReportSettings
 from ablate.study.load import Study
 from ablate.study.tuning import grid_order, search_budget, search_seed
@@ -85,7 +87,7 @@ class RunSummary:
     reused: int = 0  # trials copied from another study's store or trial files (``--reuse``), not trained
 
 
-class Driver:
+class Driver(FinalTrials):
     """One worker: opens the stores, syncs the queues, takes trials until none is left anywhere."""
 
     def __init__(
@@ -284,6 +286,12 @@ class Driver:
             return queue, trial
         return None
 
+    def _mates(self, queue: Queue, trial: optuna.Trial) -> list[optuna.Trial]:
+        """Queued final trials of ``trial``'s variant claimed to train in its pack (``train.pack``)."""
+        if queue.phase is not Phase.FINAL:
+            return []
+        return claim_mates(self.study, self.execution.device, queue, trial, self.planned, self.worker_id)
+
     def _busy_elsewhere(self) -> bool:
         """Trials running in other workers (whose completion may unlock more work)."""
         return any(
@@ -343,20 +351,28 @@ class Driver:
             with self.stores.queue_lock():
                 stopping.check()  # a stop asked while waiting for the lock takes no new trial
                 popped = self._next()
+                mates = self._mates(*popped) if popped else []
             if popped is None:
                 if wait_for_others and self._busy_elsewhere():
                     stopping.sleep(POLL_S)
                     continue
                 break
             queue, trial = popped
-            with self.stores.heartbeat(queue, trial):
+            held = [trial, *mates]
+            with ExitStack() as beats:
+                for each in held:
+                    beats.enter_context(self.stores.heartbeat(queue, each))
                 try:
-                    trainers[queue.phase](queue, trial)
+                    if mates:
+                        self._final_pack(queue, held)
+                    else:
+                        trainers[queue.phase](queue, trial)
                 except KeyboardInterrupt:
-                    # Stopped outside training (setting up, logging): record the trial as
-                    # interrupted, as training itself does, so the next run re-queues it at once.
-                    if queue.running(trial):
-                        queue.fail(trial, INTERRUPTED, skip_if_finished=True)
+                    # Stopped outside training (setting up, logging): record the trials as
+                    # interrupted, as training itself does, so the next run re-queues them at once.
+                    for each in held:
+                        if queue.running(each):
+                            queue.fail(each, INTERRUPTED, skip_if_finished=True)
                     raise
         self._report_unsearchable()
         self.summary.planned = len(self.planned)
@@ -403,43 +419,6 @@ class Driver:
         queue.study.tell(trial, self._primary(outcome))
         self.summary.searched += 1
         self.reporter.finished(label, job.seed, outcome)
-
-    def _final_trial(self, queue: Queue, trial: optuna.Trial) -> None:
-        job = Job(trial.user_attrs["variant"], int(trial.user_attrs["seed"]))
-        queue.show_key(trial, job.variant, job.seed, list(self.study.variants))
-        cfg = self.config(job.variant)
-        trained_as = fingerprint(cfg.study, job.variant)
-        trial.set_user_attr("fingerprint", trained_as)
-        tags = {"trial": str(trial.number)}
-        if self.data_digest:
-            trial.set_user_attr(DATA_DIGEST, self.data_digest)
-            tags[f"ablate.{DATA_DIGEST}"] = self.data_digest
-        run_id = self.execution.start_run(job, cfg, tags, cfg.params)
-        trial.set_user_attr("mlflow_run_id", run_id)
-        donor = self.donors.find_for(cfg.study, job.variant, job.seed, self.data_digest)
-        outcome = donor.copy_into(self.tracker, run_id, self._parameters(cfg, job.variant)) if donor else None
-        reused = outcome is not None
-        if reused:
-            trial.set_user_attr("reused_from", donor.source)
-        else:
-            self.reporter.trial(job.variant, job.seed, cfg.study.spec.train.epochs)
-            outcome = self.execution.train(job, cfg, run_id, trial)
-        if isinstance(outcome, Failed):
-            self.summary.failed.append((job.variant, job.seed, outcome.reason))
-            return
-        fault_point("track")  # test hook, before anything of the result is logged
-        self.execution.finish(run_id, outcome)
-        for key, value in outcome.summary.items():
-            trial.set_user_attr(key, value)
-        trial.set_user_attr("wall_s", outcome.wall_s)
-        fault_point("tell")  # test hook: MLflow says FINISHED, Optuna does not know yet
-        queue.study.tell(trial, self._primary(outcome))
-        if reused:
-            self.summary.reused += 1
-            self.reporter.reused(job.variant, job.seed, outcome, donor.source)
-        else:
-            self.summary.finished += 1
-            self.reporter.finished(job.variant, job.seed, outcome)
 
     def _parameters(self, cfg: Config, variant: str) -> int:
         """The parameter count of the model a trial of ``variant`` trains (built on the meta device)."""

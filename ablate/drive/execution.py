@@ -22,6 +22,7 @@ import torch
 from optuna.trial import TrialState
 
 from ablate.drive.ledger import INTERRUPTED, fingerprint_of, fingerprints, trained_with
+from ablate.drive.packing import PACK_TAG
 from ablate.faults import fault_point
 from ablate.model.variant import Variant
 from ablate.registry import COMPONENT_SLOTS
@@ -30,6 +31,7 @@ from ablate.tracking.names import TRAINED_WITH
 from ablate.tracking.store import Tracker
 from ablate.training import match as matching
 from ablate.training.own_trial import own_trial
+from ablate.training.packed import train_packed
 from ablate.training.preflight import preflight
 from ablate.training.trainer import (
     PRECISION_TAG,
@@ -278,13 +280,9 @@ class Execution:
                     else f"out of memory at batch size {batch}: {str(exc).splitlines()[0]}"
                 )
                 return self.fail(job, trial, run_id, reason)
-            except TrialFailed as exc:
-                checkpoint.remove()  # a retry starts afresh (e.g. after the code was fixed)
-                return self.fail(job, trial, run_id, str(exc))
             except Exception as exc:  # noqa: BLE001 - a crashing variant fails alone; the study goes on
-                checkpoint.remove()
-                message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                return self.fail(job, trial, run_id, f"{type(exc).__name__}: {message}".rstrip(": "))
+                checkpoint.remove()  # a retry starts afresh (e.g. after the code was fixed)
+                return self.fail(job, trial, run_id, failure_reason(exc))
             except BaseException:
                 # Ctrl-C: leave a clean record; the next run re-queues this trial.
                 trial.set_user_attr("failure", INTERRUPTED)
@@ -292,6 +290,64 @@ class Execution:
                 trial.study.tell(trial, state=TrialState.FAIL)
                 raise
         raise AssertionError("unreachable")  # pragma: no cover - the second attempt returns
+
+    def train_packed(
+        self, jobs: list[Job], cfg: Config, run_ids: list[str], trials: list[optuna.Trial]
+    ) -> list[TrialResult | Failed]:
+        """Train final trials of one variant as one pack (:func:`~ablate.training.packed.train_packed`),
+        each recorded as :meth:`train` records a trial alone: its epochs in its run, its checkpoint,
+        its failure its own. A member that runs out of memory trains again alone (:meth:`train`, with
+        its retry at half the batch size); a stop ends every member, each recorded as interrupted."""
+        study, metric = cfg.study, f"valid.{self.study.metrics[0]}"
+        checkpoints = [self.checkpoint(job, study) for job in jobs]
+        packed_with = ",".join(str(job.seed) for job in jobs)
+
+        def logger(run_id: str, trial: optuna.Trial) -> Callable[[int, dict[str, float]], None]:
+            def on_epoch(epoch: int, logged: dict[str, float]) -> None:
+                self.tracker.log_metrics(run_id, logged, step=epoch)
+                primary = logged.get(metric)
+                if primary is not None and math.isfinite(primary):
+                    trial.report(primary, epoch)
+                self.reporter.epoch(epoch, logged)
+                fault_point("train")
+
+            return on_epoch
+
+        for run_id in run_ids:
+            self.tracker.set_tag(run_id, PACK_TAG, packed_with)
+        try:
+            outcomes = train_packed(
+                study,
+                cfg.variant,
+                [job.seed for job in jobs],
+                self.data.get(),
+                self.device,
+                on_epoch=[logger(r, t) for r, t in zip(run_ids, trials, strict=True)],
+                on_step=self.reporter.step,
+                checkpoints=checkpoints,
+            )
+        except BaseException:
+            # Ctrl-C: clean records, each trial re-queued by the next run.
+            for run_id, trial in zip(run_ids, trials, strict=True):
+                trial.set_user_attr("failure", INTERRUPTED)
+                self.tracker.fail_trial(run_id, INTERRUPTED, status="KILLED")
+                trial.study.tell(trial, state=TrialState.FAIL)
+            raise
+        results: list[TrialResult | Failed] = []
+        held = zip(jobs, run_ids, trials, checkpoints, outcomes, strict=True)
+        for job, run_id, trial, checkpoint, outcome in held:
+            if isinstance(outcome, torch.OutOfMemoryError):
+                _free_accelerator()
+                checkpoint.remove()
+                results.append(self.train(job, cfg, run_id, trial))
+            elif isinstance(outcome, Exception):
+                checkpoint.remove()  # a retry starts afresh, as a failed trial alone
+                results.append(self.fail(job, trial, run_id, failure_reason(outcome)))
+            else:
+                if outcome.resumed_from:
+                    self.tracker.set_tag(run_id, "ablate.resumed_from_epoch", str(outcome.resumed_from))
+                results.append(outcome)
+        return results
 
     def finish(self, run_id: str, result: TrialResult) -> None:
         """Log a finished trial's metrics and per-unit results and close its run."""
@@ -316,6 +372,14 @@ def model_settings(variant: Variant) -> dict[str, Any]:
         resolved = [{**s, **p.options.model_dump(mode="json")} for s, p in zip(spelt, parts, strict=True)]
         settings[slot] = resolved if isinstance(held, list) else resolved[0]
     return settings
+
+
+def failure_reason(exc: Exception) -> str:
+    """A failed trial's reason: a :class:`TrialFailed`'s message, else the error's kind and first line."""
+    if isinstance(exc, TrialFailed):
+        return str(exc)
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {message}".rstrip(": ")
 
 
 def _free_accelerator() -> None:

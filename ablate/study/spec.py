@@ -43,6 +43,17 @@ MatchableSlot = Literal[tuple(slot for slot in COMPONENT_SLOTS if slot != "bias"
 Precision = Literal["auto", "fp32", "bf16"]
 
 
+# `train.pack`: seeds of a variant trained as one pack (ablate.training.packed): ``auto`` lets the
+# driver choose (ablate.drive.packing), ``off`` trains each alone, a number packs up to that many.
+def _pack(value: Any) -> Any:
+    if value in ("auto", "off") or (type(value) is int and value >= 1):
+        return value
+    raise ValueError(f"expected auto, off or a number of trials ≥ 1, got {value!r}")
+
+
+Pack = Annotated[Literal["auto", "off"] | int, BeforeValidator(_pack)]
+
+
 class TaskSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
     kind: str
@@ -138,6 +149,9 @@ class TrainSpec(Strict):
     # backpropagated before the next part's forward, then one optimiser step: the whole batch's
     # mean loss with less padding, one part's graph held at a time, parts in parallel CPU streams.
     micro_batches: int = Field(1, ge=1)
+    # Final trials of a variant trained together in one process, each exactly as alone; not part
+    # of what a trial trains (its fingerprint leaves it out).
+    pack: Pack = "auto"
 
     # Options added after stores existed: a study that leaves them at their defaults trains as
     # before they existed, so its trials' fingerprints leave them out and old stores resume.

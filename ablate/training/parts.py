@@ -19,7 +19,12 @@ import torch
 from pydantic import BaseModel
 from torch import Tensor, nn
 
-from ablate.components import dropout_generator, has_auxiliary_losses, total_auxiliary_loss
+from ablate.components import (
+    dropout_generator,
+    has_auxiliary_losses,
+    thread_dropout_generator,
+    total_auxiliary_loss,
+)
 from ablate.tasks import LossPart, Task, cpu_streams
 
 
@@ -95,7 +100,8 @@ def parallel_parts(
     gradients added in part order."""
     # Seeds drawn in the caller, in part order: the same whatever the number of streams.
     order_seeds = torch.randint(2**62, (len(work),), generator=generator).tolist()
-    dropout_seeds = torch.randint(2**62, (len(work),)).tolist()
+    # From this thread's dropout generator: a packed trial's own in its stream (ablate.training.packed).
+    dropout_seeds = torch.randint(2**62, (len(work),), generator=thread_dropout_generator()).tolist()
     params = [p for p in model.parameters() if p.requires_grad]
     device = params[0].device
 

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor, nn
@@ -34,6 +32,7 @@ from ablate.training.checkpoints import CHECKPOINT_ENV, Checkpoint, checkpoint_i
 from ablate.training.flops import flops_per_token
 from ablate.training.memory import PeakMemory
 from ablate.training.parts import backward_parts
+from ablate.training.randomness import random_states, restore_random_states, seed_everything
 
 
 class TrialFailed(Exception):
@@ -75,12 +74,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
 # The seed of every source of randomness that ``train.vary`` holds still.
 FIXED_SEED = 0
 
@@ -105,31 +98,6 @@ def seeded_model(
 
 
 EpochCallback = Callable[[int, dict[str, float]], None]
-
-
-def _random_states(generator: torch.Generator) -> dict[str, Any]:
-    """Every random state the rest of a trial draws from, as tensors and plain values only, so a
-    checkpoint loads with ``torch.load(weights_only=True)`` (no pickled objects, no code run)."""
-    name, key, position, has_gauss, cached = np.random.get_state()
-    states = {
-        "python": random.getstate(),
-        "numpy": (name, torch.from_numpy(key.astype(np.int64)), int(position), int(has_gauss), float(cached)),
-        "torch": torch.get_rng_state(),
-        "generator": generator.get_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def _restore_random_states(states: dict[str, Any], generator: torch.Generator) -> None:
-    random.setstate(states["python"])
-    name, key, *rest = states["numpy"]
-    np.random.set_state((name, key.numpy().astype(np.uint32), *rest))
-    torch.set_rng_state(states["torch"])
-    generator.set_state(states["generator"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 def trains_in_bf16(precision: str, device: torch.device) -> bool:
@@ -220,7 +188,7 @@ class Trainer:
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-            "random": _random_states(self.generator),
+            "random": random_states(self.generator),
             "tokens": self.tokens,
         }
 
@@ -229,7 +197,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
-        _restore_random_states(state["random"], self.generator)
+        restore_random_states(state["random"], self.generator)
         self.tokens = state["tokens"]
 
 
@@ -273,6 +241,161 @@ def _patience(train: Any, stage: int) -> int:
     return second.patience if stage > 1 and second.patience is not None else train.patience
 
 
+class TrialRun:
+    """One trial's epochs as phases a caller drives — :meth:`train_epoch`, :meth:`end_epoch` while
+    :attr:`training`, then :meth:`evaluate_best` and :meth:`result` — so that :func:`train_trial`
+    runs one trial alone and :mod:`ablate.training.packed` several in lockstep through the very
+    same code. Raises :class:`TrialFailed` from any phase.
+
+    With ``checkpoint``, a trial a dead worker left half-trained continues from its last saved
+    epoch; ``on_epoch`` is called again for the epochs before it (so a new tracking run gets the
+    whole curve), and the checkpoint is removed once the trial has a result."""
+
+    def __init__(
+        self,
+        study: Study,
+        variant: Variant,
+        seed: int,
+        data: Any,
+        device: torch.device,
+        on_epoch: EpochCallback | None = None,
+        on_step: Callable[[], None] | None = None,
+        checkpoint: Checkpoint | None = None,
+    ):
+        self.study, self.data, self.device = study, data, device
+        self.on_epoch, self.on_step, self.checkpoint = on_epoch, on_step, checkpoint
+        task, train = study.task, study.spec.train
+        self.sign = 1.0 if task.metric_higher_is_better(study.metrics[0]) else -1.0
+        try:
+            # A probe trainer's counted step, before the trial seeds its own build and draws; on the CPU
+            # whatever the trial's device, so that the figure is the same on every machine (flops.py).
+            probe = Trainer.start(study, variant, seed, data, torch.device("cpu"))
+            self.per_token = flops_per_token(probe, probe.batches(data))
+            del probe
+            self.start, self.cpu_start = time.perf_counter(), time.process_time()
+            self.trainer = Trainer.start(study, variant, seed, data, device)
+        except torch.OutOfMemoryError:
+            raise  # the driver retries at half batch size
+        except (ValueError, RuntimeError) as exc:
+            raise TrialFailed(f"could not build variant '{variant.name}': {exc}") from exc
+        model = self.model = self.trainer.model
+        self.outcome = TrialResult(summary={}, per_unit=pd.DataFrame(), params=count_parameters(model))
+        progress = self.progress = Progress(epochs=train.epochs)
+        saved = checkpoint.load() if checkpoint else None
+        if saved is not None:
+            self.trainer.load_state_dict(saved)
+            progress = self.progress = Progress.from_state(saved)
+            self.outcome.resumed_from = progress.epoch
+            for epoch in range(1, progress.epoch + 1):
+                task.on_epoch_end(model, epoch)  # replay the epoch schedule (e.g. frozen topologies)
+                if epoch in progress.stage_ends:
+                    end_stage(model, progress.stage_ends.index(epoch) + 1)
+                if on_epoch:
+                    on_epoch(epoch, {k: v for e, k, v in progress.curves if e == epoch})
+        self.earlier = (progress.wall_s, progress.cpu_s, progress.peak_memory_mb)
+        self.last_save = time.perf_counter()
+        self.stopped = False  # early stopping ended training
+        self.losses: list[Tensor] = []
+        self.norms: list[Tensor] = []
+        self.lr = self.trainer.lr
+
+    @property
+    def training(self) -> bool:
+        return not self.stopped and self.progress.epoch < self.progress.epochs
+
+    def train_epoch(self) -> None:
+        """The next epoch's training steps."""
+        trainer, epoch = self.trainer, self.progress.epoch + 1
+        self.model.train()
+        t0, self.losses, self.norms, self.lr = time.perf_counter(), [], [], trainer.lr
+        for batch in trainer.batches(self.data):
+            loss = trainer.step(batch)
+            if not torch.isfinite(loss):
+                raise TrialFailed(f"loss became {loss.item()} at epoch {epoch}")
+            self.losses.append(loss)
+            if trainer.grad_norm is not None:
+                self.norms.append(trainer.grad_norm.detach().float())
+            stopping.check()  # SIGTERM / Ctrl-C stop here, between steps
+            if self.on_step:
+                self.on_step()
+        self.progress.train_time += time.perf_counter() - t0
+        self.progress.epoch = epoch
+
+    def end_epoch(self, memory: PeakMemory) -> None:
+        """The epoch's evaluation, early stopping, schedule step, callback and checkpoint."""
+        study, task, train, model = self.study, self.study.task, self.study.spec.train, self.model
+        progress, trainer, epoch = self.progress, self.trainer, self.progress.epoch
+        task.on_epoch_end(model, epoch)
+        logged = {"train.loss": float(torch.stack(self.losses).mean())} if self.losses else {}
+        logged.update(grad_norm_curves(self.norms))
+        if trainer.scheduler is not None:
+            logged["train.lr"] = self.lr
+        if train.second_stage is not None:
+            logged["train.stage"] = float(1 + len(progress.stage_ends))
+        if epoch % train.eval_every == 0 or epoch == train.epochs:
+            valid = task.evaluate(
+                model, self.data, "valid", study.metrics, self.device, train.eval_rows(self.device)
+            )
+            logged.update({f"valid.{k}": v for k, v in valid.summary.items()})
+            score = self.sign * valid.summary[study.metrics[0]]
+            if score > progress.best_score:
+                progress.best_score, progress.stale, progress.best_epoch = score, 0, epoch
+                progress.best_state = copy.deepcopy(model.state_dict())
+            else:
+                progress.stale += 1
+        trainer.end_epoch()
+        progress.curves += [(epoch, k, v) for k, v in logged.items()]
+        if self.on_epoch:
+            self.on_epoch(epoch, logged)
+        if train.patience and progress.stale >= _patience(train, len(progress.stage_ends) + 1):
+            if train.second_stage is None or progress.stage_ends:
+                self.stopped = True
+                return
+            if train.second_stage.start == "best" and progress.best_state is not None:
+                model.load_state_dict(progress.best_state)
+            end_stage(model, 1)  # e.g. fr_graph freezes its topology
+            progress.stage_ends.append(epoch)
+            progress.stale = 0
+        checkpoint = self.checkpoint
+        if checkpoint and epoch < train.epochs and time.perf_counter() - self.last_save >= checkpoint.every_s:
+            earlier_wall, earlier_cpu, earlier_peak = self.earlier
+            progress.peak_memory_mb = max(earlier_peak, memory.mb)
+            progress.wall_s = earlier_wall + time.perf_counter() - self.start
+            progress.cpu_s = earlier_cpu + time.process_time() - self.cpu_start
+            checkpoint.save({**trainer.state_dict(), **progress.state_dict()})
+            self.last_save = time.perf_counter()
+
+    def evaluate_best(self) -> None:
+        """The best epoch's weights back, evaluated on the validation and test splits."""
+        study, train, progress = self.study, self.study.spec.train, self.progress
+        if progress.best_state is not None:
+            self.model.load_state_dict(progress.best_state)
+        fault_point("evaluate")
+        rows = train.eval_rows(self.device)
+        valid = study.task.evaluate(self.model, self.data, "valid", study.metrics, self.device, rows)
+        test = study.task.evaluate(self.model, self.data, "test", study.metrics, self.device, rows)
+        self.outcome.summary = {
+            **{f"valid.{k}": v for k, v in valid.summary.items()},
+            **{f"test.{k}": v for k, v in test.summary.items()},
+        }
+        self.outcome.per_unit = test.per_unit
+
+    def result(self, memory: PeakMemory) -> TrialResult:
+        """The trial's result once :meth:`evaluate_best` ran (costs to now); its checkpoint removed."""
+        result, progress, trainer = self.outcome, self.progress, self.trainer
+        earlier_wall, earlier_cpu, earlier_peak = self.earlier
+        result.curves = progress.curves
+        result.epochs, result.best_epoch = progress.epoch, progress.best_epoch
+        result.tokens_per_s = trainer.tokens / progress.train_time if progress.train_time > 0 else 0.0
+        result.train_gflop = self.per_token * trainer.tokens / 1e9
+        result.peak_memory_mb = max(earlier_peak, memory.mb)
+        result.wall_s = earlier_wall + time.perf_counter() - self.start
+        result.cpu_s = earlier_cpu + time.process_time() - self.cpu_start
+        if self.checkpoint:
+            self.checkpoint.remove()
+        return result
+
+
 def train_trial(
     study: Study,
     variant: Variant,
@@ -283,111 +406,12 @@ def train_trial(
     on_step: Callable[[], None] | None = None,
     checkpoint: Checkpoint | None = None,
 ) -> TrialResult:
-    """Train ``variant`` with ``seed`` and evaluate it; raises :class:`TrialFailed`.
-
-    With ``checkpoint``, a trial a dead worker left half-trained continues from its last saved
-    epoch; ``on_epoch`` is called again for the epochs before it (so a new tracking run gets the
-    whole curve), and the checkpoint is removed once the trial has a result."""
-    task, train = study.task, study.spec.train
-    primary = study.metrics[0]
-    sign = 1.0 if task.metric_higher_is_better(primary) else -1.0
-    try:
-        # A probe trainer's counted step, before the trial seeds its own build and draws; on the CPU
-        # whatever the trial's device, so that the figure is the same on every machine (flops.py).
-        probe = Trainer.start(study, variant, seed, data, torch.device("cpu"))
-        per_token = flops_per_token(probe, probe.batches(data))
-        del probe
-        start, cpu_start = time.perf_counter(), time.process_time()
-        trainer = Trainer.start(study, variant, seed, data, device)
-    except torch.OutOfMemoryError:
-        raise  # the driver retries at half batch size
-    except (ValueError, RuntimeError) as exc:
-        raise TrialFailed(f"could not build variant '{variant.name}': {exc}") from exc
-    model = trainer.model
-
-    result = TrialResult(summary={}, per_unit=pd.DataFrame(), params=count_parameters(model))
-    progress = Progress(epochs=train.epochs)
-    saved = checkpoint.load() if checkpoint else None
-    if saved is not None:
-        trainer.load_state_dict(saved)
-        progress = Progress.from_state(saved)
-        result.resumed_from = progress.epoch
-        for epoch in range(1, progress.epoch + 1):
-            task.on_epoch_end(model, epoch)  # replay the epoch schedule (e.g. frozen topologies)
-            if epoch in progress.stage_ends:
-                end_stage(model, progress.stage_ends.index(epoch) + 1)
-            if on_epoch:
-                on_epoch(epoch, {k: v for e, k, v in progress.curves if e == epoch})
-    earlier_wall, earlier_cpu, earlier_peak = progress.wall_s, progress.cpu_s, progress.peak_memory_mb
-    last_save = time.perf_counter()
+    """Train ``variant`` with ``seed`` and evaluate it, alone (:class:`TrialRun`); raises
+    :class:`TrialFailed`."""
+    run = TrialRun(study, variant, seed, data, device, on_epoch, on_step, checkpoint)
     with PeakMemory(device) as memory:
-        for epoch in range(progress.epoch + 1, train.epochs + 1):
-            model.train()
-            t0, losses, norms, lr = time.perf_counter(), [], [], trainer.lr
-            for batch in trainer.batches(data):
-                loss = trainer.step(batch)
-                if not torch.isfinite(loss):
-                    raise TrialFailed(f"loss became {loss.item()} at epoch {epoch}")
-                losses.append(loss)
-                if trainer.grad_norm is not None:
-                    norms.append(trainer.grad_norm.detach().float())
-                stopping.check()  # SIGTERM / Ctrl-C stop here, between steps
-                if on_step:
-                    on_step()
-            progress.train_time += time.perf_counter() - t0
-            progress.epoch = epoch
-            task.on_epoch_end(model, epoch)
-            logged = {"train.loss": float(torch.stack(losses).mean())} if losses else {}
-            logged.update(grad_norm_curves(norms))
-            if trainer.scheduler is not None:
-                logged["train.lr"] = lr
-            if train.second_stage is not None:
-                logged["train.stage"] = float(1 + len(progress.stage_ends))
-            if epoch % train.eval_every == 0 or epoch == train.epochs:
-                valid = task.evaluate(model, data, "valid", study.metrics, device, train.eval_rows(device))
-                logged.update({f"valid.{k}": v for k, v in valid.summary.items()})
-                score = sign * valid.summary[primary]
-                if score > progress.best_score:
-                    progress.best_score, progress.stale, progress.best_epoch = score, 0, epoch
-                    progress.best_state = copy.deepcopy(model.state_dict())
-                else:
-                    progress.stale += 1
-            trainer.end_epoch()
-            progress.curves += [(epoch, k, v) for k, v in logged.items()]
-            if on_epoch:
-                on_epoch(epoch, logged)
-            if train.patience and progress.stale >= _patience(train, len(progress.stage_ends) + 1):
-                if train.second_stage is None or progress.stage_ends:
-                    break
-                if train.second_stage.start == "best" and progress.best_state is not None:
-                    model.load_state_dict(progress.best_state)
-                end_stage(model, 1)  # e.g. fr_graph freezes its topology
-                progress.stage_ends.append(epoch)
-                progress.stale = 0
-            if checkpoint and epoch < train.epochs and time.perf_counter() - last_save >= checkpoint.every_s:
-                progress.peak_memory_mb = max(earlier_peak, memory.mb)
-                progress.wall_s = earlier_wall + time.perf_counter() - start
-                progress.cpu_s = earlier_cpu + time.process_time() - cpu_start
-                checkpoint.save({**trainer.state_dict(), **progress.state_dict()})
-                last_save = time.perf_counter()
-
-        if progress.best_state is not None:
-            model.load_state_dict(progress.best_state)
-        fault_point("evaluate")
-        valid = task.evaluate(model, data, "valid", study.metrics, device, train.eval_rows(device))
-        test = task.evaluate(model, data, "test", study.metrics, device, train.eval_rows(device))
-    result.summary = {
-        **{f"valid.{k}": v for k, v in valid.summary.items()},
-        **{f"test.{k}": v for k, v in test.summary.items()},
-    }
-    result.per_unit = test.per_unit
-    result.curves = progress.curves
-    result.epochs, result.best_epoch = progress.epoch, progress.best_epoch
-    result.tokens_per_s = trainer.tokens / progress.train_time if progress.train_time > 0 else 0.0
-    result.train_gflop = per_token * trainer.tokens / 1e9
-    result.peak_memory_mb = max(earlier_peak, memory.mb)
-    result.wall_s = earlier_wall + time.perf_counter() - start
-    result.cpu_s = earlier_cpu + time.process_time() - cpu_start
-    if checkpoint:
-        checkpoint.remove()
-    return result
+        while run.training:
+            run.train_epoch()
+            run.end_epoch(memory)
+        run.evaluate_best()
+    return run.result(memory)

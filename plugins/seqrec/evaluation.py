@@ -44,9 +44,9 @@ def evaluate(
         last = batch.lengths - 1
         hidden = model(batch, last_only=True)  # [b, d]
         # float32 scores even under bf16 autocast: rounding would create ties, which count
-        # against the target.
+        # against the target (a float64 model keeps float64: the exactness tests train one).
         with torch.autocast(device.type, enabled=False):
-            scores = model.scores(hidden.float())  # [b, m]
+            scores = model.scores(hidden.to(torch.promote_types(hidden.dtype, torch.float32)))  # [b, m]
         targets = batch.targets[rows, last]
         found = {}
         if "full" in protocols:

@@ -1,0 +1,61 @@
+"""Which final trials a worker trains as one pack (:mod:`ablate.training.packed`): how many
+(``train.pack``), and the queued seeds of the variant it just took that join it.
+
+``off`` never packs; a number packs up to that many anywhere (members step at once on a CPU with
+several torch threads, one single-threaded stream each, and take turns elsewhere: exact, but no
+faster). ``auto`` is the driver's choice, made where packing measures faster; so far that is
+nowhere: on a GPU the members only take turns, and on the CPU the one side-by-side (issue 57,
+benchmarks/RESULTS.md "Packed trials on the CPU") ran on a crowded machine, where packing won
+2–5×, while session 12's idle figures bound its gain at micro_batches 4 to about 1.2×. Until an
+idle run says where it wins, ``auto`` trains each trial alone.
+"""
+
+from __future__ import annotations
+
+import optuna
+import torch
+from optuna.trial import TrialState
+
+from ablate.drive.ledger import Key, drop_reason, key_of
+from ablate.drive.queue import Queue
+from ablate.study.load import Study
+
+# The run tag a packed trial carries: the seeds trained in its pack, its own among them.
+PACK_TAG = "ablate.packed_with"
+
+
+def pack_size(study: Study, device: torch.device) -> int:
+    """How many final trials of one variant a worker trains at once (``train.pack``)."""
+    pack = study.spec.train.pack
+    if pack == "off":
+        return 1
+    if pack == "auto":
+        return 1  # see the module's docstring: no measured win on an idle machine yet
+    return int(pack)
+
+
+def claim_mates(
+    study: Study, device: torch.device, queue: Queue, taken: optuna.Trial, planned: list[Key], worker: str
+) -> list[optuna.Trial]:
+    """Queued final trials of ``taken``'s variant claimed for its pack, up to :func:`pack_size` in
+    all, each as wanted as ``taken`` (:func:`~.ledger.drop_reason`) and marked as ``worker``'s. A
+    task that trains its own model (``function``) never packs."""
+    count = pack_size(study, device) - 1
+    if count < 1 or study.task.runs_trials:
+        return []
+    variant = taken.user_attrs.get("variant")
+    trials = queue.trials()
+    mates: list[optuna.Trial] = []
+    for candidate in trials:
+        if len(mates) >= count:
+            break
+        key = key_of(candidate)
+        if candidate.state != TrialState.WAITING or key is None or key[0] != variant:
+            continue
+        if candidate.number == taken.number or drop_reason(trials, candidate.number, key, planned):
+            continue
+        trial = queue.claim(candidate)
+        if trial is not None:
+            trial.set_user_attr("worker", worker)
+            mates.append(trial)
+    return mates

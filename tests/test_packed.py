@@ -1,0 +1,172 @@
+"""Packed trials (ablate.training.packed): k seeds of a variant trained as one pack give, member by
+member, what k trials alone give — weights, curves, metrics, per-user results, early stopping —
+whether the members take turns or step in parallel threads, with dropout, with members stopping
+at different epochs, and after a stop in the middle of an epoch resumed from their checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ablate.fastpaths import fast_paths
+from ablate.study.load import load_study
+from ablate.training.packed import steps_in_threads, train_packed
+from ablate.training.trainer import Checkpoint, TrialFailed, TrialRun, train_trial
+
+CPU = torch.device("cpu")
+SEEDS = (0, 1, 2)
+# Dropout on, patience short: the seeds stop early at different epochs (asserted below).
+PATCH = {"train": {"epochs": 8, "patience": 1, "lr": 0.05}, "model": {"dropout": 0.3}}
+
+
+class Interrupt(BaseException):
+    """Stands for a worker killed in the middle of an epoch (nothing catches it)."""
+
+
+@pytest.fixture
+def threads():
+    """Two torch threads (members may step in parallel streams), restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def float64():
+    """Models built in float64 (fbgemm's jagged kernels have no float64 form: torch's instead)."""
+    torch.set_default_dtype(torch.float64)
+    with fast_paths(fbgemm=False):
+        yield
+    torch.set_default_dtype(torch.float32)
+
+
+def _alone(study, data, seeds=SEEDS, threads=2):
+    """Each seed's trial alone, at ``threads`` torch threads (a member in a stream of its own runs
+    single-threaded: its trial alone at one thread is what it equals bit for bit)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return [train_trial(study, study.variants["mlp"], seed, data, CPU) for seed in seeds]
+    finally:
+        torch.set_num_threads(before)
+
+
+def _assert_same(packed, alone, exact=True):
+    for a, b in zip(packed, alone, strict=True):
+        assert (a.epochs, a.best_epoch) == (b.epochs, b.best_epoch)
+        assert [(e, k) for e, k, _ in a.curves] == [(e, k) for e, k, _ in b.curves]
+        if exact:
+            assert a.curves == b.curves and a.summary == b.summary
+            assert a.per_unit.equals(b.per_unit)
+        else:  # float32, members single-threaded against trials on two threads
+            assert [v for *_, v in a.curves] == pytest.approx([v for *_, v in b.curves], rel=1e-4, abs=1e-6)
+            assert a.summary == pytest.approx(b.summary, rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("in_threads", [False, True], ids=["turns", "threads"])
+def test_packed_members_are_the_trials_alone_bit_for_bit_in_float64(
+    write_study, threads, float64, in_threads
+):
+    study = load_study(write_study(PATCH))
+    data = study.task.load()
+    alone = _alone(study, data, threads=1 if in_threads else 2)
+    assert len({r.epochs for r in alone}) > 1, "the seeds should stop at different epochs"
+    packed = train_packed(study, study.variants["mlp"], SEEDS, data, CPU, threads=in_threads)
+    _assert_same(packed, alone, exact=True)
+
+
+def test_packed_members_in_float32(write_study, threads):
+    """float32: bit for bit when members take turns; in parallel threads each member runs its ops
+    single-threaded, bit for bit against its trial alone at one thread and within 1e-4 relative
+    of it at two."""
+    study = load_study(write_study({**PATCH, "train": {**PATCH["train"], "epochs": 4}}))
+    data = study.task.load()
+    seeds = SEEDS[:2]
+    turns = train_packed(study, study.variants["mlp"], seeds, data, CPU, threads=False)
+    _assert_same(turns, _alone(study, data, seeds), exact=True)
+    assert steps_in_threads(TrialRun(study, study.variants["mlp"], 0, data, CPU))
+    in_threads = train_packed(study, study.variants["mlp"], seeds, data, CPU, threads=True)
+    _assert_same(in_threads, _alone(study, data, seeds, threads=1), exact=True)
+    _assert_same(in_threads, turns, exact=False)
+
+
+def test_micro_batched_members_in_threads_are_the_trials_alone_at_any_thread_count(write_study, threads):
+    """With micro-batches a trial alone runs its parts single-threaded already: bit for bit."""
+    study = load_study(write_study({**PATCH, "train": {**PATCH["train"], "epochs": 4, "micro_batches": 2}}))
+    data = study.task.load()
+    in_threads = train_packed(study, study.variants["mlp"], SEEDS[:2], data, CPU, threads=True)
+    _assert_same(in_threads, _alone(study, data, SEEDS[:2], threads=2), exact=True)
+
+
+def test_a_pack_stopped_mid_epoch_resumes_from_each_members_checkpoint(write_study, tmp_path, threads):
+    patch = {"train": {"epochs": 6, "patience": 10}, "model": {"dropout": 0.3}}
+    study = load_study(write_study(patch))
+    data = study.task.load()
+    variant = study.variants["mlp"]
+    alone = _alone(study, data, SEEDS[:2], threads=1)
+    checkpoints = [Checkpoint(tmp_path / f"seed{s}.pt", signature=f"s{s}", every_s=0) for s in SEEDS[:2]]
+    steps = []
+
+    def kill_in_epoch_four():
+        steps.append(1)
+        if len(steps) == 2 * 3 * 2 + 1:  # 3 epochs of 2 steps for each member, then one step more
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        train_packed(
+            study, variant, SEEDS[:2], data, CPU, on_step=kill_in_epoch_four, checkpoints=checkpoints
+        )
+    assert [torch.load(c.path, weights_only=True)["epoch"] for c in checkpoints] == [3, 3]
+    resumed = train_packed(study, variant, SEEDS[:2], data, CPU, checkpoints=checkpoints)
+    assert [r.resumed_from for r in resumed] == [3, 3]
+    _assert_same(resumed, alone, exact=True)
+    assert not any(c.path.exists() for c in checkpoints)
+
+
+def test_a_members_checkpoint_is_the_trial_alones(write_study, tmp_path):
+    """A checkpoint a pack member left resumes as a trial alone (and ends as the trial alone)."""
+    patch = {"train": {"epochs": 4, "patience": 10}, "model": {"dropout": 0.3}}
+    study = load_study(write_study(patch))
+    data = study.task.load()
+    variant = study.variants["mlp"]
+    (whole,) = _alone(study, data, (1,))
+    checkpoint = Checkpoint(tmp_path / "seed1.pt", signature="s1", every_s=0)
+
+    def stop_after_two(epoch, logged):
+        if epoch == 2:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        train_packed(
+            study, variant, (0, 1), data, CPU, on_epoch=[None, stop_after_two], checkpoints=[None, checkpoint]
+        )
+    resumed = train_trial(study, variant, 1, data, CPU, checkpoint=checkpoint)
+    assert resumed.resumed_from == 1  # epoch 2's callback stopped it before its save
+    _assert_same([resumed], [whole], exact=True)
+
+
+def test_a_failing_member_fails_alone(write_study, monkeypatch, threads):
+    study = load_study(write_study({"train": {"epochs": 3}}))
+    data = study.task.load()
+    alone = _alone(study, data, (0, 2))
+    real = TrialRun.train_epoch
+
+    def diverge_seed_one(run):
+        if run.trainer.model is failing[0] and run.progress.epoch == 1:
+            raise TrialFailed("loss became nan at epoch 2")
+        real(run)
+
+    failing = []
+    real_init = TrialRun.__init__
+
+    def remember(self, study, variant, seed, *args, **kwargs):
+        real_init(self, study, variant, seed, *args, **kwargs)
+        if seed == 1:
+            failing.append(self.model)
+
+    monkeypatch.setattr(TrialRun, "__init__", remember)
+    monkeypatch.setattr(TrialRun, "train_epoch", diverge_seed_one)
+    first, second, third = train_packed(study, study.variants["mlp"], (0, 1, 2), data, CPU, threads=False)
+    assert isinstance(second, TrialFailed) and "epoch 2" in str(second)
+    _assert_same([first, third], alone, exact=True)
