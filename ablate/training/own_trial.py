@@ -123,9 +123,9 @@ def own_trial(
     CHILDREN.set_forkserver_preload([__name__, type(study.task).__module__, type(checkpoint).__module__])
     here, there = CHILDREN.Pipe()
     alive, lifeline = CHILDREN.Pipe(duplex=False)
-    child = CHILDREN.Process(target=_child_trial, args=(there, alive, setting, payload), daemon=True)
-    with _main_unseen():
-        child.start()
+    child = _started(
+        CHILDREN.Process(target=_child_trial, args=(there, alive, setting, payload), daemon=True)
+    )
     there.close()
     alive.close()
     try:
@@ -153,6 +153,23 @@ def own_trial(
         epochs=max((e for e, _, _ in curves), default=0),
         resumed_from=resumed_from,
     )
+
+
+def _started(child: Any) -> Any:
+    """``child`` started from the fork server. A stop signal sent to the whole job (SLURM's
+    ``scancel``, a process group's Ctrl-C) also ends the server, whose pipe then closes before
+    this process has handled its own signal: the stop wins (``KeyboardInterrupt``, the trial is
+    interrupted, not failed); a server lost otherwise is started again, once."""
+    for attempt in range(2):
+        try:
+            with _main_unseen():
+                child.start()
+            return child
+        except (EOFError, ConnectionError) as exc:
+            stopping.sleep(1.0)  # the signal's handler runs; a stop raises here
+            if attempt:
+                raise TrialFailed(f"the training code's process could not start: {exc}") from None
+    return child
 
 
 @contextlib.contextmanager
