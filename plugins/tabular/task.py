@@ -96,11 +96,6 @@ class TabularTask(Task):
         log.info("%s", table.describe())
         return table
 
-    def default_margin(self, name: str) -> float | str | None:
-        """Accuracy: 2% of the baseline's error rate (2% of its mean would be ±1.7 points at 85%,
-        wider than most gaps between models); RMSE / MAE: the report's default."""
-        return "2% of error" if name == "accuracy" else None
-
     def baselines(self, data: Table, metrics: list[str]) -> list[Baseline]:
         return baselines.trivial(data, metrics)
 
