@@ -45,10 +45,11 @@ def _seqrec(protocol: str = "full") -> tuple[SeqRecTask, object]:
 
 
 def _popularity_ranks(data, candidates_of) -> np.ndarray:
-    """0-based ranks of each user's test item by training counts, ties against the target, by loops."""
+    """0-based ranks of each user's test item by its count over every user's items before the test
+    point (training and validation items), ties against the target, by loops."""
     counts = np.zeros(data.num_items + 1)
     for s in data.sequences:
-        for item in s[:-2]:
+        for item in s[:-1]:
             counts[item] += 1
     ranks = []
     for u, s in enumerate(data.sequences):
@@ -70,6 +71,7 @@ def test_seqrec_popularity_full_ranking_by_hand():
     assert found.values["mrr"] == pytest.approx(np.mean(1 / (rank + 1)))
     assert found.values["ndcg@10"] == pytest.approx(np.mean(np.where(rank < 10, 1 / np.log2(rank + 2), 0)))
     assert found.values == task.baselines(data, ["ndcg@10", "hr@5", "mrr"])[0].values  # no seed
+    assert "training and validation items" in found.about
 
 
 def test_seqrec_popularity_ranks_against_the_variants_sampled_candidates():
@@ -201,7 +203,8 @@ def test_baselines_kept_with_the_run_and_rebuilt_from_the_store(write_study, cli
         "protocol"
     ]
     value = f"{stored['baselines'][0]['values']['ndcg@10']:.4f}"
-    about = "every user gets the items ranked by their training count"
+    about = stored["baselines"][0]["about"]
+    assert "items seen up to the test point" in about
     row = f"| popularity † | trivial baseline: {about} | — | {value}"
     assert row in (runs / "report" / "report.md").read_text()
     # the store alone (no study file, no data) holds them
