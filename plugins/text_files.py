@@ -69,6 +69,10 @@ Encoding = Annotated[str | None, AfterValidator(_known_encoding)]
 Separator = Annotated[str, Field(min_length=1), AfterValidator(_usable_separator)]
 
 
+class EmptyFile(DataError):
+    """A data file with nothing but white space in it (a folder's reader may skip it)."""
+
+
 def read_bytes(path: Path) -> bytes:
     """The file's bytes (decompressed for ``.gz``; for a zip archive, its one data file's); a
     missing, unreadable or empty file, or a folder, raises one line naming it."""
@@ -87,7 +91,7 @@ def read_bytes(path: Path) -> bytes:
     except MemoryError:
         raise DataError(f"{path}: does not fit in this machine's memory") from None
     if not raw.strip():
-        raise DataError(f"{path}: the file is empty")
+        raise EmptyFile(f"{path}: the file is empty")
     return raw
 
 
