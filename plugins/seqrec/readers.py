@@ -197,7 +197,8 @@ def read_table(
         raise DataError(f"{path}: min_rating needs a rating column (set 'rating')")
     wanted = {"user": user, "item": item, "timestamp": timestamp, "rating": rating}
     wanted = {k: v for k, v in wanted.items() if v is not None}
-    records = read_records(path, read_text(path, encoding), sep, header)
+    jsonl = "; set data.format: jsonl to read one JSON object per line"
+    records = read_records(path, read_text(path, encoding), sep, header, json_hint=jsonl)
     at = f"{path}:{records.header_line}" if header else str(path)
     for name, column in wanted.items():
         if column not in records.header:

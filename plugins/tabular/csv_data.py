@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.errors import DataError
-from ablate_plugins.text_files import Records, found, read_records, read_text
+from ablate_plugins.text_files import Records, found, header_hint, read_records, read_text
 
 from .data import SPLITS, RawSplit, RawTable
 from .options import CsvData
@@ -77,7 +77,8 @@ def _read_file(path: Path, data: CsvData) -> FileRows:
     if absent:
         raise DataError(
             f"{path}:{records.header_line}: declared column(s) {', '.join(absent)} not in the header "
-            f"({', '.join(map(str, records.header))})"
+            f"({', '.join(map(str, records.header))}){header_hint(records.header)}"
+            f"{' and name the columns in data.columns' if header_hint(records.header) else ''}"
         )
     missing = {"", *data.na_values}
     columns = {name: records.column(name) for name in (data.target, *data.numeric, *data.categorical)}
