@@ -175,6 +175,30 @@ def _by_column(records: Records, column: str) -> dict[str, np.ndarray]:
     return parts
 
 
+SPLIT_WORDS = {"train": "training", "valid": "validation", "test": "test"}
+
+
+def split_words(data: CsvData) -> str:
+    """How ``data``'s rows are split, as :func:`read_csv` splits them, each file named: the
+    protocol sentence's, so Methods says the split the run used."""
+    main = Path(data.path).name
+    if data.split_column is not None:
+        return f" by the value of column {data.split_column!r} in each row of {main}"
+    given = {SPLIT_FILES[o]: Path(p).name for o, p in data.files().items() if o != "path"}
+    drawn = [s for s in SPLITS if s not in given]
+    said = []
+    if len(drawn) == 1:
+        said.append(f"{SPLIT_WORDS[drawn[0]]} rows are those of {main}")
+    else:
+        shares = dict(zip(SPLITS, data.ratios, strict=True))
+        total = 1.0 if len(drawn) == len(SPLITS) else sum(shares[s] for s in drawn)
+        parts = " / ".join(SPLIT_WORDS[s] for s in drawn)
+        cut = " / ".join(f"{shares[s] / total:.0%}" for s in drawn)
+        said.append(f"{parts} rows drawn at random from {main}, {cut} (split_seed {data.split_seed})")
+    said += [f"{SPLIT_WORDS[s]} rows are those of {name}" for s, name in given.items()]
+    return ": " + "; ".join(said)
+
+
 def _at_random(rows: int, drawn: list[str], ratios: tuple[float, ...], seed: int) -> dict[str, np.ndarray]:
     """Rows of ``path`` for the ``drawn`` splits, shuffled with ``seed``: each split's share of the
     rows is its ratio over the drawn splits' ratios (the last split takes the rest)."""

@@ -16,7 +16,7 @@ from ablate.tasks import Baseline, Evaluation, Task, data_file_problem
 
 from . import baselines, evaluation
 from .batches import Batch, train_batches
-from .csv_data import read_csv
+from .csv_data import read_csv, split_words
 from .data import Table, read_npy, synthetic
 from .model import TabularModel
 from .options import CsvData, NpyData, TabularOptions
@@ -101,14 +101,11 @@ class TabularTask(Task):
 
     def protocol(self, metrics: list[str]) -> str:
         data = self.options.data
-        if isinstance(data, NpyData):
-            split = "npy"
-        elif isinstance(data, CsvData):
-            split = "column" if data.split_column else "files" if data.valid and data.test else "ratio"
+        if isinstance(data, CsvData):
+            split = split_words(data)
         else:
-            split = "synthetic"
-        ratios, seed = getattr(data, "ratios", None), getattr(data, "split_seed", None)
-        return baselines.protocol_text(split, self.options.scaling, self.declared_task_type(), ratios, seed)
+            split = " " + baselines.SPLITS["npy" if isinstance(data, NpyData) else "synthetic"]
+        return baselines.protocol_text(split, self.options.scaling, self.declared_task_type())
 
     def max_len(self, data: Table) -> int:
         return 1 + data.num_features  # readout + features
