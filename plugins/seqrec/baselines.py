@@ -47,8 +47,7 @@ def popularity(
             ranks["sampled"].append(M.sampled_ranks(every, targets, drawn))
     found = summarise(data.users, {p: torch.cat(r).numpy() for p, r in ranks.items()}, metrics, protocol)
     about = (
-        "every user gets the items ranked by their count over the items seen up to the test point "
-        "(every user's training and validation items, as the model reads them at test time)"
+        "every user gets the items ranked by their count up to the test point (training and validation items)"
     )
     return Baseline("popularity", about, found.summary)
 
