@@ -204,7 +204,7 @@ def test_baselines_kept_with_the_run_and_rebuilt_from_the_store(write_study, cli
     ]
     value = f"{stored['baselines'][0]['values']['ndcg@10']:.4f}"
     about = stored["baselines"][0]["about"]
-    assert "items seen up to the test point" in about
+    assert "up to the test point (training and validation items)" in about
     row = f"| popularity † | trivial baseline: {about} | — | {value}"
     assert row in (runs / "report" / "report.md").read_text()
     # the store alone (no study file, no data) holds them
