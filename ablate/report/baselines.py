@@ -126,8 +126,9 @@ def reference_elements(meta: dict | None) -> list[Element]:
         elements.append(
             Element(
                 "p",
-                f"Trivial baselines ({MARK} in the tables), fitted (where they fit anything) on the "
-                "training split only and evaluated on the same test units under the same protocol as the "
+                f"Trivial baselines ({MARK} in the tables), fitted (where they fit anything) on nothing "
+                "after the test point (the training split unless the baseline's words say more) and "
+                "evaluated on the same test units under the same protocol as the "
                 f"variants, deterministic (no seed): "
                 f"{said}.",
             )
