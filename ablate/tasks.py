@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from ablate import stopping
 from ablate.cache import file_digest
 from ablate.components import BuildContext, Component, Options
+from ablate.margins import default_margin
 from ablate.schema import errors_again
 
 
@@ -386,8 +387,9 @@ class Task:
     def default_margin(self, name: str) -> float | str | None:
         """The practical margin of metric ``name`` when the study file sets none, in the form
         ``report.margin`` takes (``0.002``; ``"2%"`` of the baseline's mean; ``"2% of error"``,
-        of its distance to a perfect score); None: the report's default (2% of the mean)."""
-        return None
+        of its distance to a perfect score); by default the metric family's
+        (:func:`ablate.margins.default_margin`: accuracy-like 2% of error, others 2% of the mean)."""
+        return default_margin(name)
 
     # -- what the report places the variants against ------------------------------------
     def baselines(self, data: Any, metrics: list[str]) -> list[Baseline]:

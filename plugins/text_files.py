@@ -69,6 +69,10 @@ Encoding = Annotated[str | None, AfterValidator(_known_encoding)]
 Separator = Annotated[str, Field(min_length=1), AfterValidator(_usable_separator)]
 
 
+class EmptyFile(DataError):
+    """A data file with nothing but white space in it (a folder's reader may skip it)."""
+
+
 def read_bytes(path: Path) -> bytes:
     """The file's bytes (decompressed for ``.gz``; for a zip archive, its one data file's); a
     missing, unreadable or empty file, or a folder, raises one line naming it."""
@@ -87,7 +91,7 @@ def read_bytes(path: Path) -> bytes:
     except MemoryError:
         raise DataError(f"{path}: does not fit in this machine's memory") from None
     if not raw.strip():
-        raise DataError(f"{path}: the file is empty")
+        raise EmptyFile(f"{path}: the file is empty")
     return raw
 
 
@@ -220,12 +224,14 @@ def read_records(
     names: Sequence[str] | None = None,
     comment: str | None = None,
     comment_option: bool = False,
+    json_hint: str = "",
 ) -> Records:
     """Split ``text`` into records. With ``header`` the first non-blank record names the columns;
     without, ``names`` does (or, without names, the first record's field numbers 0, 1, …). Every
     record must have as many fields as there are columns. A record whose first field starts with
     ``comment`` is skipped; where the caller has a ``data.comment`` option (``comment_option``), a
-    record of too few fields that starts with a comment mark says to set it."""
+    record of too few fields that starts with a comment mark says to set it. A first record that is
+    a JSON object stops the read, with ``json_hint`` (the caller's format that reads one)."""
     split = _csv_records(path, text, sep) if len(sep) == 1 else _split_lines(text, sep)
     columns = list(names) if names is not None else None
     rows, lines, header_line = [], [], 0
@@ -237,6 +243,8 @@ def read_records(
         fields = [f.strip() for f in fields]
         if comment is not None and fields[0].startswith(comment):
             continue
+        if not rows and columns is None and fields[0].startswith("{"):
+            raise DataError(f"{path}:{start}: a JSON object, not {sep!r}-separated fields{json_hint}")
         if columns is None and not header:
             columns = list(range(len(fields)))  # no header, no names: 0-based column numbers
         elif columns is None:
@@ -274,6 +282,15 @@ def _check_header(path: Path, line: int, columns: list[str], sep: str) -> None:
             )
             raise DataError(f"{path}:{line}: the header names column {name!r} twice{hint}")
         seen.add(name)
+
+
+def header_hint(columns: Sequence[str | int]) -> str:
+    """A hint for a header that names none of the declared columns: where some of its fields are
+    numbers, the first line is likely data."""
+    numbers = [str(c) for c in columns if _numeric(str(c))]
+    if not numbers:
+        return ""
+    return f"; its first line holds numbers ({', '.join(numbers[:3])}): if it is data, set data.header: false"
 
 
 def _numeric(name: str) -> bool:

@@ -45,10 +45,11 @@ def _seqrec(protocol: str = "full") -> tuple[SeqRecTask, object]:
 
 
 def _popularity_ranks(data, candidates_of) -> np.ndarray:
-    """0-based ranks of each user's test item by training counts, ties against the target, by loops."""
+    """0-based ranks of each user's test item by its count over every user's items before the test
+    point (training and validation items), ties against the target, by loops."""
     counts = np.zeros(data.num_items + 1)
     for s in data.sequences:
-        for item in s[:-2]:
+        for item in s[:-1]:
             counts[item] += 1
     ranks = []
     for u, s in enumerate(data.sequences):
@@ -70,6 +71,7 @@ def test_seqrec_popularity_full_ranking_by_hand():
     assert found.values["mrr"] == pytest.approx(np.mean(1 / (rank + 1)))
     assert found.values["ndcg@10"] == pytest.approx(np.mean(np.where(rank < 10, 1 / np.log2(rank + 2), 0)))
     assert found.values == task.baselines(data, ["ndcg@10", "hr@5", "mrr"])[0].values  # no seed
+    assert "training and validation items" in found.about
 
 
 def test_seqrec_popularity_ranks_against_the_variants_sampled_candidates():
@@ -129,7 +131,7 @@ def test_tabular_regression_baselines():
     assert found["training mean"]["rmse"] == pytest.approx(np.sqrt(np.mean((y_test - y_train.mean()) ** 2)))
     assert found["training mean"]["mae"] == pytest.approx(np.mean(np.abs(y_test - y_train.mean())))
     assert found["ridge"]["rmse"] < 0.7 * found["training mean"]["rmse"]
-    assert task.default_margin("rmse") is None and "original units" in task.protocol(["rmse"])
+    assert task.default_margin("rmse") == "2%" and "original units" in task.protocol(["rmse"])
 
 
 def test_margin_of_error_and_per_metric_defaults():
@@ -201,7 +203,8 @@ def test_baselines_kept_with_the_run_and_rebuilt_from_the_store(write_study, cli
         "protocol"
     ]
     value = f"{stored['baselines'][0]['values']['ndcg@10']:.4f}"
-    about = "every user gets the items ranked by their training count"
+    about = stored["baselines"][0]["about"]
+    assert "up to the test point (training and validation items)" in about
     row = f"| popularity † | trivial baseline: {about} | — | {value}"
     assert row in (runs / "report" / "report.md").read_text()
     # the store alone (no study file, no data) holds them
@@ -239,3 +242,20 @@ def test_repeat_last_on_etth1_is_the_published_repeat_row(data_file):
     assert found["repeat-last"]["mse"] == pytest.approx(1.295, abs=0.001)
     assert found["repeat-last"]["mae"] == pytest.approx(0.713, abs=0.001)
     assert "seasonal-naive" in found and "12 months train" in task.protocol(["mse"])
+
+
+def test_every_metric_has_its_default_margin_from_one_table():
+    """Accuracy-like names (also inside a longer name) are judged on a share of the error, every
+    other metric on a share of the mean; a study file's or a stored run's missing margin falls back
+    to the same table, and so do tasks that set none of their own."""
+    from ablate.margins import default_margin, wide_margin
+    from ablate_plugins.seqrec.task import SeqRecTask
+
+    for name in ("accuracy", "val_acc", "test/accuracy", "balanced_accuracy", "roc_auc", "f1"):
+        assert default_margin(name) == "2% of error", name
+    for name in ("ndcg@10", "hr@10", "mrr", "mse", "bpb", "loss", "access_rate"):
+        assert default_margin(name) == "2%", name
+    assert ReportSettings(primary="val_acc", metrics=["val_acc"]).margin_for(0.96) == pytest.approx(0.0008)
+    assert SeqRecTask.default_margin(None, "ndcg@10") == "2%"
+    assert wide_margin("accuracy", 0.0192, 0.96) == (pytest.approx(0.04), "its error (1 − mean)")
+    assert wide_margin("accuracy", 0.0008, 0.96) is None and wide_margin("ndcg@10", 0.5, 0.3) is None

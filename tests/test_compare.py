@@ -323,3 +323,24 @@ def test_an_unreachable_server_and_a_bad_margin_are_one_line_without_a_web_addre
         tmp_path / "r",
     )
     assert code == 2 and err.startswith("error: --margin -1: ") and "http" not in err, err
+
+
+def test_accuracy_near_one_is_judged_on_a_share_of_its_error(tmp_path, cli):
+    """At .96 accuracy, 2 % of the mean (±.019) is half the error: the default margin of an
+    accuracy-like metric is 2 % of the error (±.0008), so a −.001 ± .0025 change is no longer
+    'equivalent';
+    a margin set at 2 % of the mean still is, under a ⚠ line saying how wide it is."""
+    acc = {"0.1": [0.960, 0.962, 0.958, 0.961], "0.05": [0.957, 0.963, 0.954, 0.962]}
+    rows = [{"lr": float(lr), "seed": s, "accuracy": v} for lr, vs in acc.items() for s, v in enumerate(vs)]
+    pd.DataFrame(rows).to_csv(tmp_path / "sweep.csv", index=False)
+    args = ("compare", tmp_path / "sweep.csv", "-m", "accuracy", "--baseline", "lr=0.1")
+    verdicts = {}
+    for name, margin in (("default", ()), ("mean", ("--margin", "2%"))):
+        code, _, err = cli(*args, *margin, "--out", tmp_path / name)
+        assert code == 0, err
+        found = pd.read_csv(tmp_path / name / "comparisons.csv").set_index("variant")
+        verdicts[name] = found.loc["lr=0.05", "verdict"]
+    assert verdicts == {"default": "inconclusive", "mean": "equivalent"}
+    wide = "±0.0192 margin on accuracy is 48% of lr=0.1's error (1 − mean), 0.0398 (over 25%)"
+    assert wide in (tmp_path / "mean" / "report.md").read_text()
+    assert "no trivial baseline" not in (tmp_path / "default" / "report.md").read_text()

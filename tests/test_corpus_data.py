@@ -137,6 +137,16 @@ CASES = [
         {"study.yaml": reviews(path="data"), "data/r.csv": lines(REVIEW_HEADER, *REVIEWS)},
         ("data: is a folder, not a data file",),
     ),
+    Case(
+        "seqrec-json-lines-read-as-csv",
+        {
+            "study.yaml": reviews(),
+            "r.csv": lines(
+                *(f'{{"user": "A{u}", "item": "B{u}", "rating": 5, "timestamp": 1}}' for u in range(3))
+            ),
+        },
+        ("r.csv:1:", "a JSON object, not ','-separated fields", "set data.format: jsonl"),
+    ),
     Case("seqrec-empty-file", {"study.yaml": reviews(), "r.csv": ""}, ("r.csv: the file is empty",)),
     Case(
         "seqrec-header-only",
@@ -295,6 +305,15 @@ CASES = [
         "tabular-declared-column-not-in-header",
         {"study.yaml": tabular({"numeric": ["a", "size"]}), "t.csv": lines(*TABLE)},
         ("t.csv:1:", "declared column(s) size not in the header"),
+    ),
+    Case(
+        "tabular-headerless-file-read-with-a-header",  # adult.data: its first line is data
+        {"study.yaml": tabular({}), "t.csv": lines(*TABLE[1:])},
+        (
+            "t.csv:1:",
+            "not in the header (0, r, no)",
+            "holds numbers (0): if it is data, set data.header: false",
+        ),
     ),
     Case(
         "tabular-no-header-without-columns",

@@ -23,7 +23,7 @@ BESIDE = {"ablate_namesake": REPO / "ablate_namesake.py", "ablate_studies": REPO
 
 # ablate/README.md's table, bottom layer first: a room is a top-level module or a package.
 LAYERS = [
-    {"errors", "stopping", "faults", "cache", "schema", "fastpaths", "jagged", "kernels"},
+    {"errors", "stopping", "faults", "cache", "schema", "fastpaths", "jagged", "kernels", "margins"},
     {"components", "tasks", "registry"},
     {"stats"},
     {"data"},

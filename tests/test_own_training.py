@@ -29,7 +29,9 @@ def run_example(cli, tmp_path: Path, folder: str, *overrides: str) -> pd.DataFra
     assert code == 0, out + err
     results = pd.read_csv(tmp_path / "out" / "report" / "results.csv")
     assert len(results) == 4  # 2 variants × 2 seeds
-    return pd.read_csv(tmp_path / "out" / "report" / "comparisons.csv")
+    comparisons = pd.read_csv(tmp_path / "out" / "report" / "comparisons.csv")
+    comparisons.attrs["log"] = out + err
+    return comparisons
 
 
 def assert_verdict_rows(comparisons: pd.DataFrame, variant: str) -> None:
@@ -49,6 +51,15 @@ def assert_verdict_rows(comparisons: pd.DataFrame, variant: str) -> None:
 def test_a_plain_pytorch_loop_runs_through_the_driver(tmp_path, cli):
     comparisons = run_example(cli, tmp_path, "torch_loop", "model.config.rows=100", "model.config.epochs=2")
     assert_verdict_rows(comparisons, "wider")
+    # The plan and the cost table say what the run did: its function's epochs (2 here), not
+    # train.epochs; no parameter count or throughput where its own code measured none.
+    assert "each trained by the task's own code" in comparisons.attrs["log"]
+    assert " epochs each" not in comparisons.attrs["log"]
+    report = (tmp_path / "out" / "report" / "report.md").read_text(encoding="utf-8")
+    cost = report.split("## Cost")[1].split("\n## ")[0]
+    header, _, base = [line.split(" | ") for line in cost.splitlines() if line.startswith("|")][:3]
+    assert base[header.index("params")] == base[header.index("tokens/s")] == "n/a"
+    assert header[-1].strip(" |") == "epochs" and base[-1].strip(" |") == "2.0"
 
 
 def run_example_writing_nowhere_else(cli, tmp_path: Path, monkeypatch, folder: str, *overrides: str):

@@ -341,6 +341,20 @@ def test_single_variant_study_has_no_friedman(tmp_path):
     assert "(1 seeds" not in md and "3 seeds × 1 variant + baseline" in md
 
 
+def test_a_baseline_only_report_opens_with_its_results_and_no_empty_lines(tmp_path):
+    """A study of its baseline alone compares nothing: no 'practical margin none' headline, no
+    empty verdict lists, no exploratory paragraph about a family of 0 comparisons."""
+    results, units, curves = study(seeds=3)
+    keep = results["variant"] == "base"
+    md = write_report(results[keep], units, curves, settings(), tmp_path)["md"].read_text(encoding="utf-8")
+    second = md.splitlines()[2]
+    assert second.startswith("Results on ndcg@10 (the primary metric; higher is better) of base alone")
+    results_part = md.split("## Methods")[0]
+    assert "no tested comparison" not in results_part and "family of 0" not in results_part
+    assert "\n\n\n" not in md and "\n- \n" not in md
+    assert md.splitlines()[4].startswith("|")  # the table follows the headline
+
+
 def test_latex_table_escapes_specials():
     assert tex_escape("a_b&c%d$e#f{g}h~i^j\\k") == (
         r"a\_b\&c\%d\$e\#f\{g\}h\textasciitilde{}i\textasciicircum{}j\textbackslash{}k"

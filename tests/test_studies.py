@@ -27,9 +27,10 @@ def with_its_data(path: Path):
     return pytest.param(path, marks=pytest.mark.data(*named_data(path)), id=path.stem)
 
 
-# Reproduction records: one published configuration and one seed, compared with a paper, not
-# with variants.
-REPRODUCTIONS = {"sasrec_ml1m"}
+# Studies of one variant: a reproduction record (one published configuration and one seed,
+# compared with a paper), and a training change no variant can make (paired by seed with another
+# study's `base`).
+REPRODUCTIONS = {"sasrec_ml1m", "tisasrec_authors_l2_ml1m"}
 
 
 def test_there_are_seed_system_studies():

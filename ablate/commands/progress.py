@@ -45,9 +45,15 @@ def plan_line(study: Study, stores: Stores, report_dir: Path, workers: int = 1) 
     who = f"{workers} workers" if workers > 1 else "this process"
     named = next(filter(changes_training, study.overrides), None)
     own = f"study {study.name} (its own: {named} changes what trials train), " if named else ""
+    train = study.spec.train
+    # A task that trains its own model runs the epochs its own settings say, not train.epochs.
+    epochs = (
+        "each trained by the task's own code"
+        if study.task.runs_trials
+        else f"{'up to ' if train.patience else ''}{train.epochs} epochs each"
+    )
     return (
-        f"plan: {own}{variants} variants × {seeds} seeds = {trials} trials{search}, "
-        f"{'up to ' if study.spec.train.patience else ''}{study.spec.train.epochs} epochs each, in {who}; "
+        f"plan: {own}{variants} variants × {seeds} seeds = {trials} trials{search}, {epochs}, in {who}; "
         f"output {stores.output_dir} "
         f"(MLflow {stores.tracking_uri}, Optuna {stores.optuna_url}); report {report_dir}"
     )

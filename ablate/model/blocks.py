@@ -257,11 +257,27 @@ def xavier_normal_linears(module: nn.Module) -> None:
             nn.init.xavier_normal_(layer.weight)
 
 
+def xavier_uniform_zero_biases(module: nn.Module) -> None:
+    """TensorFlow's defaults, which TiSASRec's code keeps: Xavier-uniform for every ``nn.Linear``
+    weight and every other parameter of two or more dimensions inside ``module`` (the tables a kind
+    holds, e.g. ``time_interval``'s), zero ``nn.Linear`` biases; norms keep theirs."""
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear):
+            nn.init.xavier_uniform_(layer.weight)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
+    linear = {id(p) for layer in module.modules() if isinstance(layer, nn.Linear) for p in layer.parameters()}
+    for parameter in module.parameters():
+        if parameter.dim() >= 2 and id(parameter) not in linear:
+            nn.init.xavier_uniform_(parameter)
+
+
 # ``model.init`` → how the blocks' linear weights are (re-)initialised after the kinds built them.
 INITIALISERS: Vocabulary[Callable[[nn.Module], None]] = Vocabulary(
     "initialiser",
     {
         "default": keep_initialisation,
         "xavier_normal": xavier_normal_linears,
+        "xavier_uniform": xavier_uniform_zero_biases,
     },
 )

@@ -41,7 +41,8 @@ class ModelSpec(Strict):
     # A norm (model.norm's kind and options) after the last block; HSTU and FuXi-α have none.
     final_norm: bool = True
     # Weights of the blocks' linear layers: each kind's own initialisation (``default``: PyTorch's
-    # for nn.Linear) or Xavier-normal for all of them (SASRec's released code).
+    # for nn.Linear), Xavier-normal for all of them (SASRec's released code), or Xavier-uniform with
+    # zero biases for them and the blocks' tables (TensorFlow's defaults: TiSASRec's code).
     init: INITIALISERS.field = "default"
     # Free-form settings handed to a task that trains its own model (``Task.run_trial``, e.g. the
     # ``function`` task): variants patch them as they patch the rest of ``model:``.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ablate.margins import WIDE_SHARE, wide_margin
 from ablate.report.cells import isnan, number
 from ablate.report.document import Element
 from ablate.stats import ComparisonRow, ReportSettings
@@ -75,6 +76,17 @@ def _margin_lines(
         return []
     margin = settings.margin_for(base.mean, metric)
     higher = settings.higher(metric)
+    if all(isnan(b.value(metric)) for b in baselines):  # no row shows how far base is from trivial
+        wide = wide_margin(metric, margin, base.mean)
+        if wide is None:
+            return []
+        distance, what = wide
+        return [
+            f"the ±{number(margin)} margin on {metric} is {margin / distance:.0%} of {settings.baseline}'s "
+            f"{what.removeprefix('its ')}, {number(distance)} (over {WIDE_SHARE:.0%}), and no trivial "
+            f"baseline's row shows what doing nothing scores: 'equivalent' may hide a real difference; "
+            f"set report.margin (--margin) to a share of that distance"
+        ]
     gaps = [
         (abs(base.mean - b.value(metric)), b)
         for b in baselines
@@ -114,8 +126,9 @@ def reference_elements(meta: dict | None) -> list[Element]:
         elements.append(
             Element(
                 "p",
-                f"Trivial baselines ({MARK} in the tables), fitted (where they fit anything) on the "
-                "training split only and evaluated on the same test units under the same protocol as the "
+                f"Trivial baselines ({MARK} in the tables), fitted (where they fit anything) on nothing "
+                "after the test point (the training split unless the baseline's words say more) and "
+                "evaluated on the same test units under the same protocol as the "
                 f"variants, deterministic (no seed): "
                 f"{said}.",
             )

@@ -22,6 +22,9 @@ COSTS = [
     ("train_gflop", "train GFLOP", "{:,.1f}"),
     ("epochs", "epochs", "{:,.1f}"),
 ]
+# Costs a trial records as 0 where it has no figure (a task's own training: its model's size and
+# throughput are its own), shown as "—" rather than 0.
+NONE_WHEN_ZERO = {"params", "tokens_per_s"}
 
 
 def table_rows(
@@ -181,6 +184,9 @@ def cost_table(results: pd.DataFrame, names: list[str]) -> tuple[list[str], list
     if not cols:
         return None
     frame = results.assign(variant=results["variant"].astype(str))
+    for c in NONE_WHEN_ZERO & set(frame.columns):  # a trial of the task's own code counts neither
+        values = pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        frame[c] = np.where(values == 0, np.nan, values)
     means = frame.groupby("variant")[[c for c, _, _ in cols]].agg(
         lambda s: pd.to_numeric(s, errors="coerce").mean()
     )

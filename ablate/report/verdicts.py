@@ -83,6 +83,11 @@ def verdict_sentences(cmp: list[ComparisonRow], settings: ReportSettings) -> lis
 def headline(cmp: list[ComparisonRow], settings: ReportSettings) -> str:
     """The line above the primary metric's verdicts."""
     higher = "higher" if settings.higher(settings.primary) else "lower"
+    if not any(r.variant != settings.baseline for r in cmp):
+        return (
+            f"Results on {settings.primary} (the primary metric; {higher} is better) of {settings.baseline} "
+            "alone: the study has no other variant, so nothing is compared and no margin applies."
+        )
     return (
         f"Verdicts on {settings.primary} (the primary metric; {higher} is better), each variant against "
         f"{settings.baseline}; practical margin {_margin_text(cmp, settings)}:"

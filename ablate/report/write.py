@@ -267,7 +267,7 @@ def render(
     elements = [
         Element("h1", f"Ablation report: {settings.study}"),
         Element("p", headline(primary, settings)),
-        Element("list", items=verdict_sentences(primary, settings)),
+        *[Element("list", items=said) for said in [verdict_sentences(primary, settings)] if said],
         Element("table", headers=overview_headers, items=overview),
         Element("caption", overview_legend(tables, settings, baselines)),
     ]
@@ -294,11 +294,9 @@ def render(
         if i == 0:
             elements.append(Element("h2", f"Primary metric: {metric}"))
         else:
-            elements += [
-                Element("h2", f"Secondary metric (exploratory): {metric}"),
-                Element("p", exploratory_text(cmp, settings)),
-                Element("list", items=verdict_sentences(cmp, settings)),
-            ]
+            elements.append(Element("h2", f"Secondary metric (exploratory): {metric}"))
+            if said := verdict_sentences(cmp, settings):  # a baseline alone has nothing to say here
+                elements += [Element("p", exploratory_text(cmp, settings)), Element("list", items=said)]
         elements.append(Element("table", headers=headers, items=rows))
         name, file = ("seeds", "seeds.png") if i == 0 else (f"seeds:{metric}", f"seeds_{_slug(metric)}.png")
         figure(

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from ablate.margins import default_margin
 from ablate.schema import Bare, Strict
 from ablate.stats.corrections import CORRECTIONS, EQUIVALENCE, Correction
 from ablate.stats.crossed import VARIANCE
@@ -29,9 +30,6 @@ from ablate.stats.sequential import SequentialDecision, SequentialSeeds, decide_
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-# The practical margin when neither the study file nor the task's metric sets one: 2 % of the
-# baseline's mean.
-DEFAULT_MARGIN = "2%"
 # A relative margin ("P%", "P% of error") is a share of the baseline variant's mean, or of its
 # error: the distance to a perfect score (1 − mean where higher is better, as for accuracy or a hit
 # rate; the mean itself where lower is better).
@@ -87,7 +85,7 @@ class StudyFileSettings(Strict):
     calibration: int = Field(1000, ge=0)
     # Practical margin of equivalence, for every metric: a number is absolute (in the metric's units),
     # "2%" is relative to the baseline's mean, "2% of error" to its error. Differences inside it are
-    # too small to matter. None: each metric's own default (``margins``, else DEFAULT_MARGIN).
+    # too small to matter. None: each metric's own default (``margins``, else ablate.margins').
     margin: float | str | None = None
     # Each seed's test metrics over a bootstrap resample of the test units drawn with that seed
     # (stats.resample): the evaluation sample varies with the seed too.
@@ -143,7 +141,7 @@ class ReportSettings(StudyFileSettings):
     # ``grid:`` axis → levels, for the factorial analysis (stats.factorial); empty: no grid.
     grid: dict[str, list] = {}
     # metric → its default margin, used where the study file sets no ``margin`` (the task's for the
-    # metric, Task.default_margin; None or a metric not named: DEFAULT_MARGIN).
+    # metric, Task.default_margin; None or a metric not named: ablate.margins.default_margin).
     margins: dict[str, float | str | None] = {}
     # -- fixed here: the bootstrap's RNG seed and the CIs' level
     seed: int = 0
@@ -165,7 +163,8 @@ class ReportSettings(StudyFileSettings):
         file's, else the metric's default."""
         if self.margin is not None:
             return self.margin
-        return self.margins.get(metric or self.primary, DEFAULT_MARGIN)
+        metric = metric or self.primary
+        return self.margins.get(metric) or default_margin(metric)
 
     def margin_for(self, baseline_mean: float, metric: str | None = None) -> float:
         """The margin in the metric's units, given the baseline's mean (for a relative margin);

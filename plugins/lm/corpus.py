@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from ablate import stopping
-from ablate.errors import DataError
-from ablate_plugins.text_files import read_bytes, read_text
+from ablate.errors import DataError, warn
+from ablate_plugins.text_files import EmptyFile, read_bytes, read_text
 
 from .options import FileData, StdlibData, SyntheticData
 
@@ -95,19 +95,28 @@ def read_documents(path: Path, pattern: str, key: str, encoding: str | None) -> 
     """Every document of a file or folder, named: ``.jsonl`` lines, ``.parquet`` rows, other files
     whole (a folder's files by their path inside it)."""
     docs: Named = []
+    empty = 0
     for file in files_of(path, pattern):
         stopping.check()
         prefix = file.relative_to(path).parent.as_posix() + "/" if path.is_dir() else ""
-        if file.suffix == ".jsonl":
-            found = read_jsonl(file, key, encoding)
-        elif file.suffix == ".parquet":
-            found = read_parquet(file, key)
-        else:
-            found = [(file.name, read_text(file, encoding))]
+        try:
+            if file.suffix == ".jsonl":
+                found = read_jsonl(file, key, encoding)
+            elif file.suffix == ".parquet":
+                found = read_parquet(file, key)
+            else:
+                found = [(file.name, read_text(file, encoding))]
+        except EmptyFile:
+            if not path.is_dir():
+                raise
+            empty += 1  # a folder's empty files (a package's __init__.py) are empty documents: none
+            continue
         docs += [(f"{prefix}{name}".removeprefix("./"), text) for name, text in found]
     docs = [d for d in docs if d[1]]
     if not docs:
         raise DataError(f"{path}: holds no text (every document is empty)")
+    if empty:
+        warn(f"{path}: {empty} empty file(s) skipped")
     return docs
 
 

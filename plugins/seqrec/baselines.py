@@ -1,7 +1,9 @@
 """seqrec's trivial baseline and its protocol sentence for the report.
 
-``popularity``: every user gets the same scores, each item's count in the training parts
-(:func:`.batches.train_part`: all but each user's last two items), ranked with the task's own
+``popularity``: every user gets the same scores, each item's count over the items seen up to the
+test point (:func:`.batches.history` of the test split: each user's training items and validation
+item, which the model reads at test time too: the strongest count its inputs allow, where
+training items only gave .0390 NDCG@10 on Musical Instruments against .0436), ranked with the task's own
 candidates and tie rule (:mod:`.metrics`): the full protocol against every item the user has not
 seen, the sampled one against the same drawn negatives the variants are ranked against. Items of
 equal count tie, and ties count against the target, as for a model.
@@ -15,7 +17,7 @@ import torch
 from ablate.tasks import Baseline
 
 from . import metrics as M
-from .batches import history, target, train_part
+from .batches import history, target
 from .data import Interactions
 from .evaluation import summarise
 
@@ -29,7 +31,7 @@ def popularity(
     test candidates (rows aligned with ``data``), needed when a metric uses that protocol."""
     protocols = {M.protocol(name, protocol) for name in metrics}
     counts = np.bincount(
-        np.concatenate([train_part(s) for s in data.sequences]), minlength=data.num_items + 1
+        np.concatenate([history(s, "test") for s in data.sequences]), minlength=data.num_items + 1
     )
     scores = torch.from_numpy(counts.astype(np.float64))
     ranks: dict[str, list[torch.Tensor]] = {p: [] for p in protocols}
@@ -44,7 +46,10 @@ def popularity(
             drawn = torch.from_numpy(negatives[start : start + CHUNK])
             ranks["sampled"].append(M.sampled_ranks(every, targets, drawn))
     found = summarise(data.users, {p: torch.cat(r).numpy() for p, r in ranks.items()}, metrics, protocol)
-    return Baseline("popularity", "every user gets the items ranked by their training count", found.summary)
+    about = (
+        "every user gets the items ranked by their count up to the test point (training and validation items)"
+    )
+    return Baseline("popularity", about, found.summary)
 
 
 def protocol_text(protocol: str, sampled_negatives: int, metrics: list[str]) -> str:

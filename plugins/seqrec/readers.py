@@ -197,7 +197,8 @@ def read_table(
         raise DataError(f"{path}: min_rating needs a rating column (set 'rating')")
     wanted = {"user": user, "item": item, "timestamp": timestamp, "rating": rating}
     wanted = {k: v for k, v in wanted.items() if v is not None}
-    records = read_records(path, read_text(path, encoding), sep, header)
+    jsonl = "; set data.format: jsonl to read one JSON object per line"
+    records = read_records(path, read_text(path, encoding), sep, header, json_hint=jsonl)
     at = f"{path}:{records.header_line}" if header else str(path)
     for name, column in wanted.items():
         if column not in records.header:
@@ -228,6 +229,25 @@ def _table_fail(records: Records, wanted: dict[str, str | int]) -> Callable[[str
 # JSON lines
 
 MS_PER_S = 1000.0
+# Unix times in seconds from 1973-03-03 (1e8) to the year 5138 (1e11); in milliseconds they are
+# 1000 times larger. A latest time in the seconds' band is seconds, above it milliseconds.
+SECONDS_BAND = (1e8, 1e11)
+
+
+def unit_mismatch(times: np.ndarray, unit: str) -> tuple[int, str] | None:
+    """``(row, why)`` when the latest of ``times`` (as written) says they count the other unit than
+    ``unit``: seconds read as milliseconds put every time in 1970, milliseconds read as seconds
+    after the year 5000; None when they agree or the times are not Unix times (small counters)."""
+    row = int(np.argmax(times))
+    latest, (low, high) = float(times[row]), SECONDS_BAND
+    if unit == "ms" and low <= latest < high:
+        return row, "a Unix time in seconds (read as ms, every time falls in 1970); set timestamp_unit: s"
+    if unit == "s" and latest >= high:
+        return (
+            row,
+            "a Unix time in milliseconds (read as seconds: after the year 5000); set timestamp_unit: ms",
+        )
+    return None
 
 
 def read_json_lines(
@@ -286,6 +306,10 @@ def read_json_lines(
 
     kinds = {name: ID if name in ("user", "item") else NUMBER for name in wanted}
     frame = _columns(values, kinds, ids, remap, fail)
+    if "timestamp" in frame:
+        mismatch = unit_mismatch(frame["timestamp"].to_numpy(float), timestamp_unit)
+        if mismatch is not None:
+            raise fail("timestamp", *mismatch)
     if "timestamp" in frame and timestamp_unit == "ms":
         frame["timestamp"] = frame["timestamp"] / MS_PER_S
     return sequences(frame, str(path), Filters(min_rating, k_core, remap))

@@ -69,20 +69,16 @@ def trivial(table: Table, metrics: list[str]) -> list[Baseline]:
     ]
 
 
+# How the rows of data without a CSV file are split (a CSV file's: csv_data.split_words).
 SPLITS = {
     "npy": "as the folder's own train / validation / test files hold them",
-    "files": "by file: each split's rows are those of the file named for it",
-    "column": "by the split column's value in each row",
     "synthetic": "in the order generated, 64% / 16% / 20% for training / validation / test",
 }
 
 
-def protocol_text(split: str, scaling: str, task_type: str | None, ratios: tuple, seed: int | None) -> str:
-    """The split, the feature scaling, and how each metric is computed."""
-    how = SPLITS.get(split) or (
-        f"at random, {' / '.join(f'{r:.0%}' for r in ratios)} for training / validation "
-        f"/ test (split_seed {seed})"
-    )
+def protocol_text(how: str, scaling: str, task_type: str | None) -> str:
+    """The split (``how``: the words after "Rows are split"), the feature scaling, and how each
+    metric is computed."""
     scaled = {
         "quantile": "mapped to a normal distribution by a quantile transform fitted on the training rows",
         "standard": "z-scored with the training rows' mean and sd",
@@ -96,7 +92,7 @@ def protocol_text(split: str, scaling: str, task_type: str | None, ratios: tuple
     }
     said = metrics.get(task_type or "", "RMSE / MAE in the target's units, accuracy of the predicted class")
     return (
-        f"Rows are split {how}; every test row is one test unit. Numeric features are {scaled}; "
+        f"Rows are split{how}; every test row is one test unit. Numeric features are {scaled}; "
         f"categorical ones are indexed by their training categories (an unseen category has its own "
         f"index). {said[0].upper() + said[1:]}."
     )

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.errors import DataError
-from ablate_plugins.text_files import Records, found, read_records, read_text
+from ablate_plugins.text_files import Records, found, header_hint, read_records, read_text
 
 from .data import SPLITS, RawSplit, RawTable
 from .options import CsvData
@@ -77,7 +77,8 @@ def _read_file(path: Path, data: CsvData) -> FileRows:
     if absent:
         raise DataError(
             f"{path}:{records.header_line}: declared column(s) {', '.join(absent)} not in the header "
-            f"({', '.join(map(str, records.header))})"
+            f"({', '.join(map(str, records.header))}){header_hint(records.header)}"
+            f"{' and name the columns in data.columns' if header_hint(records.header) else ''}"
         )
     missing = {"", *data.na_values}
     columns = {name: records.column(name) for name in (data.target, *data.numeric, *data.categorical)}
@@ -172,6 +173,30 @@ def _by_column(records: Records, column: str) -> dict[str, np.ndarray]:
             f"{records.path}: split column '{column}' names no {' or '.join(empty)} rows ({counts})"
         )
     return parts
+
+
+SPLIT_WORDS = {"train": "training", "valid": "validation", "test": "test"}
+
+
+def split_words(data: CsvData) -> str:
+    """How ``data``'s rows are split, as :func:`read_csv` splits them, each file named: the
+    protocol sentence's, so Methods says the split the run used."""
+    main = Path(data.path).name
+    if data.split_column is not None:
+        return f" by the value of column {data.split_column!r} in each row of {main}"
+    given = {SPLIT_FILES[o]: Path(p).name for o, p in data.files().items() if o != "path"}
+    drawn = [s for s in SPLITS if s not in given]
+    said = []
+    if len(drawn) == 1:
+        said.append(f"{SPLIT_WORDS[drawn[0]]} rows are those of {main}")
+    else:
+        shares = dict(zip(SPLITS, data.ratios, strict=True))
+        total = 1.0 if len(drawn) == len(SPLITS) else sum(shares[s] for s in drawn)
+        parts = " / ".join(SPLIT_WORDS[s] for s in drawn)
+        cut = " / ".join(f"{shares[s] / total:.0%}" for s in drawn)
+        said.append(f"{parts} rows drawn at random from {main}, {cut} (split_seed {data.split_seed})")
+    said += [f"{SPLIT_WORDS[s]} rows are those of {name}" for s, name in given.items()]
+    return ": " + "; ".join(said)
 
 
 def _at_random(rows: int, drawn: list[str], ratios: tuple[float, ...], seed: int) -> dict[str, np.ndarray]:

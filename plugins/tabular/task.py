@@ -16,7 +16,7 @@ from ablate.tasks import Baseline, Evaluation, Task, data_file_problem
 
 from . import baselines, evaluation
 from .batches import Batch, train_batches
-from .csv_data import read_csv
+from .csv_data import read_csv, split_words
 from .data import Table, read_npy, synthetic
 from .model import TabularModel
 from .options import CsvData, NpyData, TabularOptions
@@ -96,24 +96,16 @@ class TabularTask(Task):
         log.info("%s", table.describe())
         return table
 
-    def default_margin(self, name: str) -> float | str | None:
-        """Accuracy: 2% of the baseline's error rate (2% of its mean would be ±1.7 points at 85%,
-        wider than most gaps between models); RMSE / MAE: the report's default."""
-        return "2% of error" if name == "accuracy" else None
-
     def baselines(self, data: Table, metrics: list[str]) -> list[Baseline]:
         return baselines.trivial(data, metrics)
 
     def protocol(self, metrics: list[str]) -> str:
         data = self.options.data
-        if isinstance(data, NpyData):
-            split = "npy"
-        elif isinstance(data, CsvData):
-            split = "column" if data.split_column else "files" if data.valid and data.test else "ratio"
+        if isinstance(data, CsvData):
+            split = split_words(data)
         else:
-            split = "synthetic"
-        ratios, seed = getattr(data, "ratios", None), getattr(data, "split_seed", None)
-        return baselines.protocol_text(split, self.options.scaling, self.declared_task_type(), ratios, seed)
+            split = " " + baselines.SPLITS["npy" if isinstance(data, NpyData) else "synthetic"]
+        return baselines.protocol_text(split, self.options.scaling, self.declared_task_type())
 
     def max_len(self, data: Table) -> int:
         return 1 + data.num_features  # readout + features

@@ -113,6 +113,23 @@ def test_held_out_documents_are_drawn_across_the_corpus_by_a_hash_of_their_names
         assert any(texts[name][k : k + 20] in test_text for k in range(0, size - 20))
 
 
+def test_a_folders_empty_files_are_skipped_with_a_count(tmp_path, capsys):
+    """A package's empty ``__init__.py`` files are empty documents, which the corpus drops anyway:
+    skipped with one warning line counting them, where a single empty file stays refused."""
+    folder = tmp_path / "pkg"
+    (folder / "sub").mkdir(parents=True)
+    for name in ("__init__.py", "sub/__init__.py"):
+        (folder / name).write_text("" if name == "__init__.py" else "\n  \n")
+    texts = {f"m{i}.py": f"def f{i}():\n    return {i}\n" * 20 for i in range(10)}
+    for name, text in texts.items():
+        (folder / name).write_text(text)
+    corpus = load_corpus(FileData(path="pkg", pattern="**/*.py"), tmp_path, 0.1, 0.1)
+    assert sorted(sum(corpus.splits.values(), [])) == sorted(texts.values())
+    assert capsys.readouterr().err.strip() == f"warning: {folder}: 2 empty file(s) skipped"
+    with pytest.raises(DataError, match=r"__init__\.py: the file is empty$"):
+        load_corpus(FileData(path="pkg/__init__.py"), tmp_path, 0.1, 0.1)
+
+
 def test_even_share_takes_the_same_fraction_of_every_document():
     docs = ["a" * 1000, "b" * 300, "c" * 100, "日本語" * 40]  # 1,760 bytes
     share = even_share(docs, 440)

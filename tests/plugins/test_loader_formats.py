@@ -182,6 +182,29 @@ def test_json_lines_read_one_interaction_per_line_in_time_order(tmp_path):
     assert np.array_equal(np.concatenate(in_ms.timestamps), np.concatenate(data.timestamps))
 
 
+def test_a_timestamp_unit_the_times_do_not_have_is_one_line_at_the_latest_time(tmp_path):
+    """Seconds read as milliseconds would put every time in January 1970 (the time-aware kinds
+    then see gaps 1000 times too short), milliseconds read as seconds after the year 5000: the
+    line of the latest time is named, with the unit to set; small counters (not Unix times) pass."""
+    rows = [
+        {"reviewerID": u, "asin": i, "unixReviewTime": t, "overall": 5.0}
+        for u in ("A1", "A2")
+        for i, t in (("B1", 1_500_000_000), ("B2", 1_500_086_400), ("B3", 1_500_172_800))
+    ]
+    path = _reviews(tmp_path / "s.json", rows)
+    with pytest.raises(
+        DataError,
+        match=r"s\.json:3: timestamp key 'unixReviewTime' holds '1500172800'.*set timestamp_unit: s$",
+    ):
+        read_json_lines(path, **AMAZON_2018, timestamp_unit="ms")
+    assert read_json_lines(path, **AMAZON_2018).timestamps[0][-1] == 1_500_172_800
+    ms = _reviews(tmp_path / "ms.json", [{**r, "unixReviewTime": r["unixReviewTime"] * 1000} for r in rows])
+    with pytest.raises(DataError, match=r"ms\.json:3: .*milliseconds .*set timestamp_unit: ms$"):
+        read_json_lines(ms, **AMAZON_2018)
+    counters = _reviews(tmp_path / "c.json", [{**r, "unixReviewTime": n} for n, r in enumerate(rows)])
+    assert len(read_json_lines(counters, **AMAZON_2018, timestamp_unit="ms").sequences) == 2
+
+
 @pytest.mark.parametrize(
     "line, words",
     [

@@ -10,6 +10,7 @@ Dimensions: ``b`` rows, ``n`` tokens, ``d`` width, ``h`` heads, ``e = d / h``, `
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -72,11 +73,22 @@ def layer_norm(x: Tensor, norm) -> Tensor:
     return norm.weight * (x - mean) / (var + 1e-8) ** 0.5 + norm.bias
 
 
-def published_forward(x: Tensor, tokens: TokenContext, backbone) -> Tensor:
+def floored_gaps(t: list[float], unit: float) -> list[list[int]]:
+    """The paper's ``min(⌊|t_i − t_j| / u⌋, k)``."""
+    return [[min(math.floor(abs(a - c) / unit), K) for c in t] for a in t]
+
+
+def rounded_times(t: list[float], unit: float) -> list[list[int]]:
+    """The authors' util.py: each time mapped to ``int(round((t − t_min) / u) + 1)`` (Python's round),
+    then ``computeRePos``: ``|a_i − a_j|``, clipped at ``k``."""
+    a = [int(round((x - min(t)) / unit) + 1) for x in t]
+    return [[min(abs(p - q), K) for q in a] for p in a]
+
+
+def published_forward(x: Tensor, tokens: TokenContext, backbone, rule=floored_gaps) -> Tensor:
     """TiSASRec's ``log2feats`` at evaluation, one row and one query at a time, on ``backbone``'s
     weights: its windows are left-padded to ``L``, so real item ``i`` of a row of ``m`` sits at
-    position ``L − m + i``; intervals ``min(⌊|t_i − t_j| / u⌋, k)`` with ``u`` the row's smallest
-    non-zero gap."""
+    position ``L − m + i``; intervals by ``rule`` with ``u`` the row's smallest non-zero gap."""
     attention = backbone.blocks[0].attention
     tk, tv, pk, pv = attention.interval_k, attention.interval_v, attention.position_k, attention.position_v
     out = torch.zeros_like(x)
@@ -84,7 +96,7 @@ def published_forward(x: Tensor, tokens: TokenContext, backbone) -> Tensor:
         m = int(tokens.valid[row].sum())
         t = tokens.timestamps[row, :m].tolist()
         unit = min(abs(a - c) for a in t for c in t if a != c)
-        r = [[min(math.floor(abs(t[i] - t[j]) / unit), K) for j in range(m)] for i in range(m)]
+        r = rule(t, unit)
         pos = [L - m + j for j in range(m)]
         seq = x[row, :m]
         for block in backbone.blocks:
@@ -140,6 +152,32 @@ def test_published_form_matches_the_papers_equations_in_float64():
         other.load_state_dict(backbone.state_dict(), strict=False)
         with torch.no_grad():
             assert not torch.allclose(other(x, tokens)[tokens.valid], expected[tokens.valid])
+
+
+def test_authors_rounded_times_match_their_code_in_float64():
+    """``interval_index: difference_of_rounded_times`` gives util.py's intervals: row 0's times 10,
+    35, 75 s in units of 10 s round to 1, 4, 8 (3.5 and 7.5 half to even), so 35 − 10 s is 3 units
+    there and ⌊2.5⌋ = 2 in the paper's rule; the two rules' outputs differ."""
+    tokens = tokens_with_times([7, 4], 7)
+    t = tokens.timestamps[0, :7].tolist()
+    assert rounded_times(t, 10.0)[2][1] == 3 and floored_gaps(t, 10.0)[2][1] == 2
+    torch.manual_seed(0)
+    variant = tisasrec(**PUBLISHED, interval_index="difference_of_rounded_times")
+    backbone = build_backbone(variant, BuildContext(dim=D, max_len=L)).double().eval()
+    randomised(backbone)
+    attention = backbone.blocks[0].attention
+    r = attention.intervals(tokens)
+    for row, m in enumerate([7, 4]):
+        times = tokens.timestamps[row, :m].tolist()
+        causal = [[rounded_times(times, 10.0)[i][j] for j in range(i + 1)] for i in range(m)]
+        assert [r[row, i, : i + 1].tolist() for i in range(m)] == causal
+    x = torch.randn(2, 7, D, dtype=torch.float64)
+    with torch.no_grad():
+        ours = backbone(x, tokens)
+    expected = published_forward(x, tokens, backbone, rounded_times)
+    torch.testing.assert_close(ours[tokens.valid], expected[tokens.valid], rtol=1e-12, atol=1e-12)
+    paper = published_forward(x, tokens, backbone)
+    assert not torch.allclose(paper[tokens.valid], expected[tokens.valid])
 
 
 def test_shared_tables_are_one_set_counted_once():
@@ -259,3 +297,29 @@ def test_per_block_tables_and_w_o_compute_the_published_form_with_weights_copied
         expected = shared(x, tokens)[tokens.valid]
         torch.testing.assert_close(own(x, tokens)[tokens.valid], expected, rtol=0, atol=0)
         torch.testing.assert_close(with_w_o(x, tokens)[tokens.valid], expected, rtol=1e-14, atol=1e-14)
+
+
+def test_authors_initialisation_is_xavier_uniform_with_zero_biases():
+    """``init: xavier_uniform`` (TensorFlow's defaults, TiSASRec's code): every projection and
+    table of the blocks inside Xavier-uniform's bound, not beyond it as Xavier-normal's tails go,
+    every linear bias zero, the norms' ones and zeros kept."""
+    variant = tisasrec(**PUBLISHED)
+    torch.manual_seed(0)
+    backbone = build_backbone(
+        dataclasses.replace(variant, spec=variant.spec.model_copy(update={"init": "xavier_uniform"})),
+        BuildContext(dim=D, max_len=L),
+    )
+    attention = backbone.blocks[0].attention
+    for weight in (
+        attention.qkv.weight,
+        attention.interval_k,
+        attention.position_v,
+        backbone.blocks[1].ffn.w1.weight,
+    ):
+        bound = math.sqrt(6 / sum(weight.shape))
+        assert weight.abs().max() <= bound and weight.abs().max() > 0.8 * bound
+    assert not attention.qkv.bias.any() and not backbone.blocks[0].ffn.w2.bias.any()
+    assert torch.equal(backbone.blocks[0].mix.norm.norm.weight, torch.ones(D))
+    torch.manual_seed(0)
+    normal = build_backbone(variant, BuildContext(dim=D, max_len=L))
+    assert normal.blocks[0].attention.qkv.bias.any()  # the kind's own U(±1/√d) biases otherwise
