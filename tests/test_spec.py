@@ -209,7 +209,7 @@ def test_error_names_the_yaml_line(write_study):
             "  norm: {kind: layernorm, placement: postnorm}",
             ":6: model.norm.placement: unknown norm placement 'postnorm'",
         ),
-        ("  init: xavier_uniform", ":6: model.init: unknown initialiser 'xavier_uniform'"),
+        ("  init: kaiming_uniform", ":6: model.init: unknown initialiser 'kaiming_uniform'"),
     ],
 )
 def test_unknown_vocabulary_name_names_the_yaml_line(write_study, line, key):

@@ -63,8 +63,8 @@ def test_explicit_default_trains_the_same_under_the_old_fingerprint(write_study)
     # The fingerprint as it was before ``vary`` (and ``model.final_norm``, ``TrainSpec.LATER_OPTIONS``)
     # existed: existing output folders resume.
     train = implicit.spec.train.model_dump(
-        # threads (added since) trains the same numbers: never in a fingerprint
-        exclude={"device", "eval_batch_size", "threads", "vary", *implicit.spec.train.LATER_OPTIONS}
+        # threads and pack (added since) train the same numbers: never in a fingerprint
+        exclude={"device", "eval_batch_size", "threads", "pack", "vary", *implicit.spec.train.LATER_OPTIONS}
     )
     content = {
         "model": implicit.variants["base"].spec.model_dump(exclude={"final_norm", "config"}),  # added since
