@@ -158,3 +158,9 @@ def test_a_proxy_that_is_not_there_is_one_line(cli, tmp_path):
 def test_a_proxy_address_that_is_no_address_is_one_line(cli, tmp_path, url, said):
     code, _, err = cli("worker", _study(tmp_path, 1), "--storage", url)
     assert code == 2 and said in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("storage", ["runs/optuna.journal", "grpc://127.0.0.1:13000"])
+def test_the_proxy_fronts_only_a_database(cli, storage):
+    code, _, err = cli("proxy", "--storage", storage)
+    assert code == 2 and "the proxy fronts a database" in err and len(err.strip().splitlines()) == 1

@@ -362,6 +362,8 @@ def proxy(
     from ablate.drive.proxy import PROXY_SCHEME, proxy_problem, serve_proxy
     from ablate.drive.stores import storage_problem
 
+    if "://" not in storage or storage.startswith(PROXY_SCHEME):
+        raise AblateError(f"--storage {storage}: the proxy fronts a database (postgresql://…, sqlite:///…)")
     if problem := storage_problem(storage) or proxy_problem(f"{PROXY_SCHEME}{host}:{port}"):
         raise AblateError(f"--storage: {problem}")
     where = f"{PROXY_SCHEME}<this host>:{port}"
