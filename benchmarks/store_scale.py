@@ -201,7 +201,10 @@ def mlflow_server(folder: Path) -> subprocess.Popen:
     ]
     command += ["--default-artifact-root", str(folder / "artifacts"), "--host", "127.0.0.1"]
     command += ["--port", str(MLFLOW_PORT), "--workers", "2"]
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=open(folder / "mlflow.log", "w"))
+    # MLflow 3's server also starts 7 job processes (its GenAI scorers): none wanted on a tracking host.
+    quiet = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    log = open(folder / "mlflow.log", "w")
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, env=quiet)
     deadline = time.time() + 120
     while time.time() < deadline:
         try:

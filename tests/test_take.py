@@ -164,3 +164,38 @@ def test_a_proxy_address_that_is_no_address_is_one_line(cli, tmp_path, url, said
 def test_the_proxy_fronts_only_a_database(cli, storage):
     code, _, err = cli("proxy", "--storage", storage)
     assert code == 2 and "the proxy fronts a database" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_held_trials_attributes_are_one_write_and_a_finished_trial_refuses_them(tmp_path):
+    study = load_study(_study(tmp_path, 2))
+    stores = Stores.for_study(study, storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    prepare(study, stores)
+    queue, trial = Driver(study, stores, worker_id="w")._next()
+    sent = []
+    sqlalchemy.event.listen(queue.storage.engine, "before_cursor_execute", lambda *_: sent.append(1))
+    queue.set_attrs(trial, {"valid.acc": 0.75, "wall_s": 1.5, "worker": "w2"})
+    assert len(sent) == 2  # the state checked, every attribute upserted (Optuna: 3 statements each)
+    stored = queue.stored(trial.number).user_attrs
+    assert (stored["valid.acc"], stored["wall_s"], stored["worker"]) == (0.75, 1.5, "w2")
+    queue.study.tell(trial, 0.5)
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        queue.set_attrs(trial, {"wall_s": 2.0})
+
+
+def test_only_a_key_that_never_ran_skips_the_search_for_runs_to_supersede(tmp_path):
+    """A trial whose key had no other trial in the queue cannot have left an MLflow run, so its
+    worker does not look for one; a key queued again after a failure is looked up as before."""
+    study = load_study(_study(tmp_path, 2))
+    stores = Stores.for_study(study, storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    prepare(study, stores)
+    first = Driver(study, stores, worker_id="w1")
+    queue, trial = first._next()
+    assert first._fresh == {trial.number}
+    queue.fail(trial, "boom")
+    retrying = Driver(study, stores, worker_id="w2", retry_failed=True)
+    fresh = {}
+    while popped := retrying._next():
+        queue, taken_trial = popped
+        fresh[key_of(taken_trial)] = taken_trial.number in retrying._fresh
+        queue.study.tell(taken_trial, 0.5)
+    assert fresh == {("base", 0): False, ("base", 1): True, ("other", 0): True, ("other", 1): True}

@@ -137,6 +137,7 @@ class Driver(FinalTrials):
         self._configs: dict[str, Config] = {}
         self._seen: list[FrozenTrial] | None = None  # the final queue as the last sync read it
         self._seen_by_key: dict[Key | None, list[FrozenTrial]] = {}
+        self._fresh: set[int] = set()  # final trials taken whose key had no other trial (no MLflow run)
         self._resumable: list[int] = []  # waiting final trials with a checkpoint, as the last sync found them
         self._waiting: list[int] = []  # the final trials the last sync found waiting, in this worker's order
         self._reap_at = 0.0  # when (time.monotonic) a busy worker next looks for dead workers' trials
@@ -283,6 +284,8 @@ class Driver(FinalTrials):
             if drop:
                 queue.fail(trial, drop)
                 continue
+            if final and [(t.number, t.state) for t in seen] == [(trial.number, TrialState.WAITING)]:
+                self._fresh.add(trial.number)
             return queue, trial
         return None
 

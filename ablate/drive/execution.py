@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -153,6 +154,9 @@ class TaskData:
         return self._loaded[1]
 
 
+# Seconds between two checks that the study's MLflow run is RUNNING while this worker trains.
+STUDY_RECHECK_S = 60.0
+
 class Execution:
     """Trains trials for one worker and records them in MLflow and Optuna."""
 
@@ -172,15 +176,29 @@ class Execution:
         self.reporter, self.data = reporter, data
         self.worker_id, self.checkpoint_s = worker_id, checkpoint_s
         self.device = resolve_device(study.spec.train.device)
+        self._study_opened_at = -math.inf
 
-    def start_run(self, job: Job, cfg: Config, extra_tags: dict[str, str], params: dict[str, Any]) -> str:
-        """Open the trial's MLflow run; returns its id."""
+    def start_run(
+        self,
+        job: Job,
+        cfg: Config,
+        extra_tags: dict[str, str],
+        params: dict[str, Any],
+        supersede: bool = True,
+    ) -> str:
+        """Open the trial's MLflow run; returns its id. ``supersede``: look for runs of the same key
+        to close first (False only where the queue shows that no other trial of it ever ran)."""
         base = self.study.variants[self.study.spec.report.baseline]
         # A (variant, seed) is trained by one worker at a time: any run of it still open, or
         # finished by a worker that died before telling Optuna, is superseded now.
         index, value = job.index
-        self.tracker.close_unfinished(job.variant, value, role=job.role, key=index)
-        self.tracker.open_study(self.parent)  # a resumed study's run is RUNNING again
+        if supersede:
+            self.tracker.close_unfinished(job.variant, value, role=job.role, key=index)
+        # A resumed study's run is RUNNING again; checked once a minute, not per trial (a worker
+        # stopped while this one was between trials may have closed it meanwhile).
+        if time.monotonic() - self._study_opened_at > STUDY_RECHECK_S:
+            self.tracker.open_study(self.parent)
+            self._study_opened_at = time.monotonic()
         settings = trained_with(cfg.study, job.variant)  # kept with the run: a reuse checks its fingerprint
         tags = {
             "variant": job.variant,

@@ -52,13 +52,17 @@ class FinalTrials:
         job = Job(trial.user_attrs["variant"], int(trial.user_attrs["seed"]))
         self.final.show_key(trial, job.variant, job.seed, list(self.study.variants))
         cfg = self.config(job.variant)
-        trained_as = fingerprint(cfg.study, job.variant)
-        trial.set_user_attr("fingerprint", trained_as)
+        attrs = {"fingerprint": fingerprint(cfg.study, job.variant)}
         tags = {"trial": str(trial.number)}
         if self.data_digest:
-            trial.set_user_attr(DATA_DIGEST, self.data_digest)
+            attrs[DATA_DIGEST] = self.data_digest
             tags[f"ablate.{DATA_DIGEST}"] = self.data_digest
-        run_id = self.execution.start_run(job, cfg, tags, cfg.params)
+        self.final.set_attrs(trial, attrs)
+        # A trial whose key no other trial had at the last whole read of the queue (it waited
+        # there, never ran) can have left no MLflow run to supersede: no search for one.
+        fresh = trial.number in self._fresh
+        self._fresh.discard(trial.number)
+        run_id = self.execution.start_run(job, cfg, tags, cfg.params, supersede=not fresh)
         trial.set_user_attr("mlflow_run_id", run_id)
         donor = self.donors.find_for(cfg.study, job.variant, job.seed, self.data_digest)
         outcome = donor.copy_into(self.tracker, run_id, self._parameters(cfg, job.variant)) if donor else None
@@ -81,9 +85,7 @@ class FinalTrials:
             return
         fault_point("track")  # test hook, before anything of the result is logged
         self.execution.finish(run_id, outcome)
-        for key, value in outcome.summary.items():
-            trial.set_user_attr(key, value)
-        trial.set_user_attr("wall_s", outcome.wall_s)
+        queue.set_attrs(trial, {**outcome.summary, "wall_s": outcome.wall_s})
         fault_point("tell")  # test hook: MLflow says FINISHED, Optuna does not know yet
         queue.study.tell(trial, self._primary(outcome))
         if donor is not None:

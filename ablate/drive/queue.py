@@ -21,7 +21,7 @@ from optuna.storages import JournalStorage, RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate.drive.ledger import INTERRUPTED, direction, search_name
-from ablate.drive.optuna_private import claim_first_waiting
+from ablate.drive.optuna_private import claim_first_waiting, set_user_attrs
 from ablate.study.tuning import make_pruner, make_sampler
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,6 +43,7 @@ class Queue:
         self.study, self.storage, self.phase = ostudy, storage, phase
         self._study_id = storage.get_study_id_from_name(ostudy.study_name)
         self._variants: BaseDistribution | None = None  # the variant parameter's choices, once seen
+        self._ids: dict[int, int] = {}  # trial number → storage id of the trials this worker claimed
 
     @classmethod
     def final(cls, study: Study, storage: optuna.storages.BaseStorage) -> Queue:
@@ -80,6 +81,8 @@ class Queue:
         return trials
 
     def trial_id(self, number: int) -> int:
+        if number in self._ids:  # claimed here: no query
+            return self._ids[number]
         return self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
 
     def stored(self, number: int) -> FrozenTrial:
@@ -108,7 +111,7 @@ class Queue:
                 return trial
         if isinstance(self.storage, RDBStorage):
             trial_id = claim_first_waiting(self.storage, self._study_id)
-            return None if trial_id is None else optuna.Trial(self.study, trial_id)
+            return None if trial_id is None else self._claimed(trial_id)
         if isinstance(self.storage, JournalStorage):
             queued = self.storage.get_all_trials(self._study_id, deepcopy=False, states=(TrialState.WAITING,))
             waiting[:] = [t.number for t in queued]
@@ -124,10 +127,23 @@ class Queue:
     def _claim(self, trial_id: int) -> optuna.Trial | None:
         try:
             if self.storage.set_trial_state_values(trial_id, state=TrialState.RUNNING):
-                return optuna.Trial(self.study, trial_id)
+                return self._claimed(trial_id)
         except optuna.exceptions.UpdateFinishedTrialError:
             pass  # another worker took and finished it meanwhile
         return None
+
+    def _claimed(self, trial_id: int) -> optuna.Trial:
+        trial = optuna.Trial(self.study, trial_id)
+        self._ids[trial.number] = trial_id
+        return trial
+
+    def set_attrs(self, trial: optuna.Trial, attrs: dict[str, Any]) -> None:
+        """User attributes of a trial this worker holds, in one write where the store allows."""
+        if isinstance(self.storage, RDBStorage):
+            set_user_attrs(self.storage, self.trial_id(trial.number), attrs)
+        else:
+            for key, value in attrs.items():
+                trial.set_user_attr(key, value)
 
     def fail(self, trial: optuna.Trial, reason: str, skip_if_finished: bool = False) -> None:
         """Settle a trial this worker holds as failed, for ``reason``."""

@@ -256,9 +256,10 @@ class SharedStores(Stores):
                         heartbeat_interval=self.heartbeat_s,
                         grace_period=self.grace_s,
                         heartbeat_stale_trial_callback=_Retry(),
-                        # One connection a worker: its heartbeat thread waits for it (a session
-                        # lasts one statement), so a server's slots serve as many workers.
-                        engine_kwargs={"pool_pre_ping": True, "pool_size": 1, "max_overflow": 1},
+                        # Two connections a worker, kept: Optuna's calls sometimes hold two at
+                        # once (one pooled and one opened and closed each time cost a connection
+                        # a trial); the heartbeat thread waits for one, never opens a third.
+                        engine_kwargs={"pool_pre_ping": True, "pool_size": 2, "max_overflow": 0},
                     )
             except Exception as exc:  # noqa: BLE001 - driver errors vary (psycopg, sqlalchemy)
                 text = str(exc)

@@ -150,11 +150,18 @@ class _Retrying:
 
 
 def read_units(client: MlflowClient, run_id: str):
-    """A finished trial run's per-unit test metrics (:data:`UNITS_ARTIFACT`) as a DataFrame."""
+    """A finished trial run's per-unit test metrics (:data:`UNITS_ARTIFACT`) as a DataFrame; empty
+    for a run that stored none (a task without per-unit results)."""
     import pandas as pd  # only readers of results need it
 
     with tempfile.TemporaryDirectory() as tmp:
-        return pd.read_csv(client.download_artifacts(run_id, UNITS_ARTIFACT, tmp))
+        try:
+            return pd.read_csv(client.download_artifacts(run_id, UNITS_ARTIFACT, tmp))
+        except Exception:  # noqa: BLE001 - each artifact store says "missing" its own way
+            folder = str(Path(UNITS_ARTIFACT).parent)
+            if any(item.path == UNITS_ARTIFACT for item in client.list_artifacts(run_id, folder)):
+                raise  # there, but unreadable: not an absence
+            return pd.DataFrame()
 
 
 def trial_metrics(
@@ -345,10 +352,11 @@ class Tracker:
         per-unit test metrics, and close its run."""
         final = {(BEST_PREFIX + k if k.startswith("valid.") else k): v for k, v in metrics.items()}
         self.log_metrics(run_id, final, step=0)
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / Path(UNITS_ARTIFACT).name
-            per_unit.to_csv(path, index=False)
-            self.client.log_artifact(run_id, str(path), artifact_path=str(Path(UNITS_ARTIFACT).parent))
+        if len(per_unit):  # a task with no per-unit results (``function``) stores no empty table
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / Path(UNITS_ARTIFACT).name
+                per_unit.to_csv(path, index=False)
+                self.client.log_artifact(run_id, str(path), artifact_path=str(Path(UNITS_ARTIFACT).parent))
         self.client.set_terminated(run_id, "FINISHED")
 
     def fail_trial(self, run_id: str, reason: str, status: str = "FAILED") -> None:
