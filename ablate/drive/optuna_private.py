@@ -70,7 +70,7 @@ def set_user_attrs(storage: RDBStorage, trial_id: int, attrs: dict[str, Any]) ->
             storage.set_trial_user_attr(trial_id, key, value)
         return
     trials, table = TrialModel.__table__, TrialUserAttributeModel.__table__
-    rows = [{"trial_id": trial_id, "key": key, "value_json": json.dumps(value)} for key, value in attrs.items()]
+    rows = [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()]
     upsert = insert(table).values(rows)
     upsert = upsert.on_conflict_do_update(
         index_elements=[table.c.trial_id, table.c.key], set_={"value_json": upsert.excluded.value_json}
