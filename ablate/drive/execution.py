@@ -157,6 +157,7 @@ class TaskData:
 # Seconds between two checks that the study's MLflow run is RUNNING while this worker trains.
 STUDY_RECHECK_S = 60.0
 
+
 class Execution:
     """Trains trials for one worker and records them in MLflow and Optuna."""
 
