@@ -147,7 +147,13 @@ def _tally(night: Night, kept: list[int], seeds: int, incumbent: str) -> dict[st
 RULES = ("gate", "greedy", "bootstrap-3")
 
 
-def simulate(nights: int, candidates: int, seed: int = 61, noise: np.ndarray | None = None) -> pd.DataFrame:
+def simulate(
+    nights: int,
+    candidates: int,
+    seed: int = 61,
+    noise: np.ndarray | None = None,
+    settings: GateSettings = SETTINGS,
+) -> pd.DataFrame:
     """One row per (rule, night): the same nights' truths and noise for every rule."""
     noise = seed_noise() if noise is None else noise
     rows = []
@@ -156,7 +162,7 @@ def simulate(nights: int, candidates: int, seed: int = 61, noise: np.ndarray | N
             rng = np.random.default_rng([seed, night_no])  # the same night for each rule
             night = draw_night(rng, noise, candidates)
             if rule == RULES[0]:
-                tally = run_gate(night)
+                tally = run_gate(night, settings)
             elif rule == RULES[1]:
                 tally = run_greedy(night)
             else:

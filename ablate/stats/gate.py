@@ -30,13 +30,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from pydantic import Field, model_validator
 
 from ablate.schema import Strict
 from ablate.stats.online import floored, lord_level
-from ablate.stats.sequential import SequentialSeeds, decide_sequential
+from ablate.stats.sequential import SequentialDecision, SequentialSeeds
 from ablate.stats.spending import SPENDING
+from ablate.stats.verdicts import decide
 
 Trainer = Callable[[str, list[int]], np.ndarray]
 INCUMBENT, CANDIDATE = "incumbent", "candidate"
@@ -184,28 +184,25 @@ def judge(
 ) -> GateDecision:
     """One candidate's sequential comparison at one-sided level ``level`` for "better": the design's
     two-sided boundaries at 2·level, so each side spends ``level`` (the equivalence tests at 2·level
-    per side: they only ever revert, or keep a change declared simpler)."""
+    per side: they only ever revert, or keep a change declared simpler). For a family of one this is
+    :func:`.sequential.decide_sequential`'s look, read here one look at a time (the simulation's
+    thousands of nights would recompute every earlier look at each)."""
     design = settings.design
     looks = design.looks()
+    share = min(2.0 * level, 0.5)
+    two_sided, one_sided = design.nominal(share, 2), design.nominal(share, 1)
     for look, n in enumerate(looks, start=1):
         seeds = seeds_of(n)
         values = {
             name: _finite(name, trainer(k, seeds), seeds)
             for name, k in ((INCUMBENT, incumbent), (CANDIDATE, key))
         }
-        per_seed = pd.DataFrame(values, index=range(n))
-        standing = decide_sequential(
-            per_seed,
-            INCUMBENT,
-            [CANDIDATE],
-            design,
-            min(2.0 * level, 0.5),
-            "holm",
-            lambda _mean: settings.margin,
-            settings.higher_is_better,
-            detectable=False,
-        )[CANDIDATE]
-        if standing.decision is None or not standing.closed:
+        diff = values[CANDIDATE] - values[INCUMBENT]
+        verdict = decide(
+            diff, two_sided[look - 1], settings.margin, settings.higher_is_better, one_sided[look - 1], False
+        )
+        standing = SequentialDecision(n, look, len(looks), verdict, "", share)
+        if not standing.closed:
             continue
         outcome, reason, discovery = _answer(standing.decision, simpler, look == len(looks))
         inc = values[INCUMBENT]

@@ -169,7 +169,6 @@ def decide_sequential(
     margin_of: Callable[[float], float],
     higher_is_better: bool = True,
     equivalence: str = "family",
-    detectable: bool = True,
 ) -> dict[str, SequentialDecision]:
     """Each variant's standing after the looks whose seeds are all trained.
 
@@ -180,7 +179,7 @@ def decide_sequential(
     family less the comparisons already rejected (better / worse; for the equivalence tests, those
     already said inside the margin), and read their t-tests at the nominal levels of those shares'
     boundaries (``SequentialDecision.share``, from which :meth:`SequentialDecision.adjusted` gives
-    the median-unbiased Δ). ``detectable``: as :func:`.verdicts.decide`."""
+    the median-unbiased Δ)."""
     from ablate.stats.corrections import CORRECTIONS
     from ablate.stats.verdicts import Verdict, decide, equivalence_levels, family_pvalues
 
@@ -221,7 +220,7 @@ def decide_sequential(
         for i, v in enumerate(ready):
             level = float(two_sided(shares[i])[0]) if np.isfinite(shares[i]) else math.nan
             eq_level = float(one_sided(eq_shares[i])[0]) if np.isfinite(eq_shares[i]) else math.nan
-            decision = decide(diffs[v], level, margin, higher_is_better, eq_level, detectable)
+            decision = decide(diffs[v], level, margin, higher_is_better, eq_level)
             if decision.verdict is not Verdict.INCONCLUSIVE:
                 reason = f"{decision.verdict} at {n} seeds (look {k} of {len(looks)})"
             elif k == len(looks):
