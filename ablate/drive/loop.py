@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from ablate.drive.gate_trials import LoopTrainer, configuration_key, resolve
 from ablate.errors import AblateError
+from ablate.faults import fault_point
 from ablate.schema import Strict
 from ablate.stats.gate import Gate, GateDecision, GateSettings, Outcome
 
@@ -207,6 +208,7 @@ class Loop:
             self._append({"event": "taken", "number": queued.number, "key": key, "overrides": full})
         trainer = LoopTrainer(self.folder, Path(self.spec.study), self.spec.metric, self.configurations())
         decision = gate.consider(key, trainer, queued.description, queued.simpler)
+        fault_point("decide")
         self._append({"event": "decided", "decision": decision.as_dict()})
         return decision
 
