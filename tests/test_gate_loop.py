@@ -157,3 +157,33 @@ def test_mcp_server_over_stdio_with_the_sdks_client(loop):
     assert decision["outcome"] == "no change" and decision["number"] == 2
     assert status["candidates"] == 2
     assert [d["description"] for d in history["decisions"]] == ["wider", "a seed"]
+
+
+def test_the_readmes_gate_section_runs_as_written(tmp_path):
+    """README "A gate for your research loop": its commands, then its Python, from a clone's root."""
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("\n## A gate for your research loop\n")
+    section = readme[start : readme.find("\n## ", start + 1)]
+    [bash] = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    [python] = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    (tmp_path / "examples").symlink_to(REPO / "examples", target_is_directory=True)
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    for line in bash.strip().splitlines():
+        done = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (line, done.stderr[-2000:])
+    assert (
+        "no change"
+        in subprocess.run(
+            [".venv/bin/ablate", "gate", "history", "runs/my_loop"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", python], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "runs" / "my_loop" / "report" / "history.html").is_file()

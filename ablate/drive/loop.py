@@ -142,7 +142,9 @@ class Loop:
         """Each configuration's key → its overrides (the start and every candidate taken up)."""
         events = self._events()
         found = {events[0]["key"]: list(self.spec.start)}
-        found.update({e["key"]: e["overrides"] for e in events if e.get("event") == "taken"})
+        for e in events:  # the first spelling of a key stays (a refused "no change" spells the incumbent)
+            if e.get("event") == "taken":
+                found.setdefault(e["key"], e["overrides"])
         return found
 
     def history(self) -> list[GateDecision]:

@@ -9,9 +9,9 @@ import numpy as np
 
 def make_data(rows: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(1234)  # fixed: every trial sees the same split
-    angle = rng.uniform(0, 3 * np.pi, rows)
+    angle = rng.uniform(0, 1.5 * np.pi, rows)
     label = rng.integers(0, 2, rows)
-    radius = angle / (3 * np.pi)
+    radius = 0.3 + angle / (1.5 * np.pi)
     sign = 1 - 2 * label
     points = np.stack([sign * radius * np.cos(angle), sign * radius * np.sin(angle)], axis=1)
     return points + 0.08 * rng.standard_normal((rows, 2)), label
