@@ -187,3 +187,45 @@ def test_the_readmes_gate_section_runs_as_written(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "runs" / "my_loop" / "report" / "history.html").is_file()
+
+
+def test_an_mcp_client_that_disconnects_mid_candidate_loses_no_seed(loop):
+    """The client leaves while the candidate trains (its server is ended with it): the candidate
+    stays taken up in the ledger, and the next try decides it from the seeds that finished."""
+    import time
+
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "ablate.commands.cli", "gate", "serve", str(loop)]
+    )
+
+    def taken() -> bool:
+        return '"event": "taken", "number": 2' in (loop / "ledger.jsonl").read_text()
+
+    async def leave_mid_candidate() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            call = asyncio.ensure_future(
+                client.call_tool("try_change", {"description": "lr", "overrides": ["model.config.lr=0.2"]})
+            )
+            for _ in range(600):
+                if taken() or call.done():
+                    break
+                await asyncio.sleep(0.1)
+            call.cancel()
+
+    asyncio.run(leave_mid_candidate())
+    assert taken()
+    for _ in range(300):  # the server's process ends after its client
+        try:
+            decisions = Loop(loop).try_change()
+            break
+        except Exception as exc:  # noqa: BLE001 - the lock is still held by the ending server
+            assert "another `ablate gate try`" in str(exc)
+            time.sleep(0.1)
+    history = Loop(loop).history()
+    assert [d.description for d in history] == ["wider", "lr"] and history[-1].seeds == [0, 1, 2]
+    assert len(decisions) <= 1 and Loop(loop).queued() == []
+    assert sorted(_trials(loop).values()) == [3, 3, 3]

@@ -1,9 +1,9 @@
 """The loop's gate as an MCP server on stdio (the official ``mcp`` SDK, the ``mcp`` extra): a coding
 agent asks to try a change and reads the decision. Each tool is the Python call of the same name on
 :class:`ablate.drive.loop.Loop`; the candidate's trials run through the driver in their own
-processes, never in the agent's. A client that disconnects mid-candidate leaves it taken up in the
-ledger: the candidate is decided when the tool's call ends, or by the next ``try_change`` after a
-kill (its finished seeds read back, none counted twice)."""
+processes, never in the agent's. A client that disconnects mid-candidate (its server ended with it)
+leaves the candidate taken up in the ledger: the next ``try_change`` decides it, its finished seeds
+read back, none counted twice."""
 
 from __future__ import annotations
 

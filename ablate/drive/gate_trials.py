@@ -72,8 +72,11 @@ class LoopTrainer:
         except AblateError as exc:
             raise CandidateFailed(f"does not validate: {exc}") from None
         stores = Stores.for_study(study, self.folder / "runs" / key)
-        with redirect_stdout(None):  # the driver's own lines: the loop reports the decision
-            summary = run_study(study, stores)
+        try:
+            with redirect_stdout(None):  # the driver's own lines: the loop reports the decision
+                summary = run_study(study, stores)
+        except AblateError as exc:  # its store refused it: a failed candidate, the incumbent kept
+            raise CandidateFailed(str(exc)) from None
         values = self._values(study, stores)
         missing = [s for s in seeds if s not in values]
         if missing:

@@ -61,14 +61,16 @@ def elements(history: list[GateDecision], settings: GateSettings, title: str, st
         )
     )
     out.append(Element("h2", "The incumbent"))
-    trajectory, current = [], start
+    trajectory, current = [], f"the start ({start[:12]})"
     for d in history:
         if d.seeds and not math.isnan(d.incumbent_mean):
             low, high = number(d.incumbent_low), number(d.incumbent_high)
-            trajectory.append([str(d.number), current[:12], number(d.incumbent_mean), f"[{low}, {high}]"])
+            seeds = f"{d.seeds[0]}–{d.seeds[-1]}"
+            trajectory.append([str(d.number), current, seeds, number(d.incumbent_mean), f"[{low}, {high}]"])
         if d.outcome is Outcome.KEEP:
-            current = d.key
-    out.append(Element("table", headers=["at #", "incumbent", "mean", "95 % interval"], items=trajectory))
+            current = f"#{d.number} {d.description or d.key[:12]}"
+    headers = ["at #", "incumbent", "seeds", "mean", "95 % interval"]
+    out.append(Element("table", headers=headers, items=trajectory, left=3))
     out.append(
         Element(
             "caption",

@@ -159,13 +159,13 @@ class Gate:
         number, incumbent = len(self.history) + 1, self.incumbent
         base = GateDecision(number, key, description, Outcome.NO_CHANGE, "", incumbent, simpler)
         if key == incumbent:
-            reason = "no change: the same resolved configuration and code as the incumbent; not trained"
+            reason = "the same resolved configuration and code as the incumbent; not trained"
             return self._append(replace(base, reason=reason))
         test = sum(d.test is not None for d in self.history) + 1
         try:
             decision = judge(key, incumbent, trainer, self.settings, self.next_level(), self.seeds, simpler)
         except CandidateFailed as exc:
-            return self._append(replace(base, outcome=Outcome.FAILED, reason=f"failed: {exc}"))
+            return self._append(replace(base, outcome=Outcome.FAILED, reason=str(exc)))
         return self._append(replace(decision, number=number, description=description, test=test))
 
     def _append(self, decision: GateDecision) -> GateDecision:
