@@ -171,7 +171,7 @@ class Loop:
             "candidates": len(gate.history),
             "next_level": gate.next_level(),
             "queued": [q.description for q in self.queued()],
-            "seeds_trained": sum(len(d.seeds) for d in gate.history),
+            "paired_seeds": sum(len(d.seeds) for d in gate.history),  # the candidates' seeds
         }
 
     # -- trying -------------------------------------------------------------------------------
