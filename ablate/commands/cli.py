@@ -44,6 +44,7 @@ from ablate.commands.console import (
     usage_line,
 )
 from ablate.commands.data import app as data_app
+from ablate.commands.gate import app as gate_app
 from ablate.commands.options import (
     OnlyOpt,
     OutputOpt,
@@ -70,6 +71,7 @@ app = typer.Typer(
     help="Comparative ablation studies of transformer-style sequence models.",
 )
 app.add_typer(data_app, name="data")  # ablate data list | fetch | path
+app.add_typer(gate_app, name="gate")  # ablate gate init | try | status | history | serve
 
 
 def _show_version(value: bool) -> None:
