@@ -79,6 +79,16 @@ def psql(sql: str) -> str:
     return done.stdout.strip()
 
 
+def psql_in(database: str, sql: str) -> str:
+    done = subprocess.run(
+        ["runuser", "-u", "postgres", "--", "psql", "-d", database, "-qAt", "-c", sql],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
 def fresh_databases(names: list[str]) -> None:
     subprocess.run(["service", "postgresql", "start"], capture_output=True, check=True)
     if not psql("SELECT 1 FROM pg_roles WHERE rolname = 'ablate'"):
@@ -280,6 +290,20 @@ def one(system: str, k: int, args: argparse.Namespace, root: Path) -> dict:
             if path.stem not in firsts and (text := path.read_text()):
                 firsts[path.stem] = float(text.split()[1])
     startup = sorted(t - start for t in firsts.values())
+    # Steady state: a worker's first trial also starts its trials' fork server (torch imported
+    # there, seconds each on shared cores), so the window waits for K trials finished, then warms up.
+    journal = None if on_database else stores.storage()
+
+    def finished() -> int:
+        if on_database:
+            sql = "SELECT count(*) FROM trials WHERE state = 'COMPLETE'"
+            return int(psql_in("ablate_scale_optuna", sql))
+        done = (optuna.trial.TrialState.COMPLETE,)
+        return len(optuna.load_study(study_name=study.name, storage=journal).get_trials(states=done))
+
+    while finished() < k and time.time() < start + args.ready_s:
+        time.sleep(1)
+    warm_s = time.time() - start
     time.sleep(args.warmup_s)
     t0, cpu0 = time.time(), server_cpu_s()
     c0 = commits() if on_database else 0
@@ -352,6 +376,7 @@ def one(system: str, k: int, args: argparse.Namespace, root: Path) -> dict:
         if startup
         else None,
         "started": len(firsts),
+        "k_finished_after_s": round(warm_s, 1),
         "trials_per_min": round(len(window) / minutes, 1),
         "ideal_per_min": round(k * 60 / args.trial_s, 1),
         "lock_wait_median_s": wait[0],
