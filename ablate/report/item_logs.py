@@ -77,7 +77,8 @@ def _long_table(path: Path, metric: str, label: str | None) -> pd.DataFrame:
             table = pd.DataFrame([r for _, r in numbered])
             lines = [f"{path}:{n}" for n, _ in numbered]
         else:
-            table = pd.read_csv(path, sep=None, engine="python")
+            # a cell as written ("n/a" named in a message), an empty one missing
+            table = pd.read_csv(path, sep=None, engine="python", keep_default_na=False, na_values=[""])
             lines = [f"{path}:{i + 2}" for i in range(len(table))]  # line 1: the header
     except (ValueError, OSError, UnicodeDecodeError, ImportError) as exc:
         raise AblateError(f"{path}: not a table of per-unit scores ({first_line(exc)})") from None
