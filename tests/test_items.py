@@ -69,7 +69,9 @@ def test_continuous_scores_read_a_paired_t_by_hand(tmp_path, cli):
     rows = [{"run": "a", "unit": u, "rouge": float(base[u])} for u in range(40)]
     rows += [{"run": "b", "unit": u, "rouge": float(other[u])} for u in range(40)]
     (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    got, items, *_ = _compared(tmp_path, cli, tmp_path / "r.jsonl", "-m", "rouge", "--baseline", "a", "--higher-is-better")
+    got, items, *_ = _compared(
+        tmp_path, cli, tmp_path / "r.jsonl", "-m", "rouge", "--baseline", "a", "--higher-is-better"
+    )
     d = other - base
     se = d.std(ddof=1) / np.sqrt(len(d))
     p = 2 * scipy_stats.t.sf(abs(d.mean()) / se, len(d) - 1)
