@@ -4,7 +4,9 @@ OLS, the crossed estimate); bad input is one line naming the file and the items,
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -170,3 +172,22 @@ def test_truncated_log_mixed_tasks_and_foreign_versions(tmp_path, cli):
     (old.parent / "results_2026.json").write_text(json.dumps({"lm_eval_version": "0.3.0"}))
     line = _bad(tmp_path, cli, f"a={cut}", f"c={old}", "-m", "acc", "--baseline", "a")
     assert f"{old}:1: no doc_id in the record (written by lm-eval 0.3.0" in line
+
+
+def _benchmark():
+    """benchmarks/items.py, the simulation whose larger run RESULTS.md reports."""
+    path = Path(__file__).parents[1] / "benchmarks" / "items.py"
+    spec = importlib.util.spec_from_file_location("items_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_simulated_false_rate_with_clusters_and_the_gain_of_pairing():
+    bench = _benchmark()
+    rates = bench.false_rates(60, clusters=20, per_cluster=10, cluster_sd=0.6)
+    given, naive = rates["clusters given"], rates["naive (items independent)"]
+    assert given <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / 60)  # ≤ α within two binomial se
+    assert naive >= given + 0.1  # the item-level test over-rejects when items share clusters
+    power = bench.power(60, items=200, effect=0.35)
+    assert power["paired (McNemar)"] > power["unpaired (Welch)"]

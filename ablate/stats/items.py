@@ -111,7 +111,9 @@ def item_test(units: pd.DataFrame, variant: str, baseline: str) -> ItemTest | No
     than 3 units."""
     pair = units[units["variant"].isin([variant, baseline])]
     keys = ["seed", "unit"] + [c for c in ("cluster", "weight") if c in pair.columns]
-    wide = pair.pivot_table(index=keys, columns="variant", values="score", aggfunc="mean", dropna=False)
+    wide = pair.groupby([*keys, "variant"], sort=False)["score"].mean().unstack("variant")
+    if variant not in wide or baseline not in wide:
+        return None
     wide = wide.dropna(subset=[variant, baseline]).reset_index()
     if wide["unit"].nunique() < MIN_UNITS:
         return None
