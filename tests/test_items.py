@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -191,3 +193,36 @@ def test_simulated_false_rate_with_clusters_and_the_gain_of_pairing():
     assert naive >= given + 0.1  # the item-level test over-rejects when items share clusters
     power = bench.power(60, items=200, effect=0.35)
     assert power["paired (McNemar)"] > power["unpaired (Welch)"]
+
+
+def test_a_function_returning_unit_scores_gets_crossed_verdicts(tmp_path, cli):
+    """examples/item_scores: the callable returns each test row's score beside its metrics; the
+    report's verdicts read the seeds crossed with the rows, as for ablate's own tasks."""
+    shutil.copytree(Path(__file__).parents[1] / "examples" / "item_scores", tmp_path / "example")
+    study = tmp_path / "example" / "study.yaml"
+    code, out, err = cli(
+        "run", study, "--output", tmp_path / "out", "model.config.rows=100", "model.config.epochs=1"
+    )
+    assert code == 0, out + err
+    report = tmp_path / "out" / "report"
+    assert "variance: seeds crossed with the test units for acc" in (report / "report.md").read_text()
+    row = pd.read_csv(report / "comparisons.csv").set_index("variant").loc["narrow"]
+    assert row["n_units"] == 3 * 20  # 3 seeds × the 20 test rows, paired
+    assert row["verdict"] in {"better", "worse", "equivalent", "inconclusive"}
+
+
+def test_unit_scores_of_a_function_are_checked():
+    from ablate.training.own_trial import unit_scores
+    from ablate.training.trainer import TrialFailed
+
+    summary = {"test.acc": 0.5, "valid.acc": 0.5}
+    frame = unit_scores({"acc": {"a": 1, "b": 0.0}}, summary)
+    assert frame.to_dict("list") == {"unit": ["a", "b"], "acc": [1.0, 0.0]}
+    assert unit_scores(None, summary).empty
+    for bad, said in [
+        ([1, 0], "must map each metric to {unit id: score}"),
+        ({"acc": {"a": "x"}}, "1 score(s) of 'acc' not finite numbers, units ['a']"),
+        ({"f1": {"a": 1}}, "'f1' has unit scores but no test.f1"),
+    ]:
+        with pytest.raises(TrialFailed, match=re.escape(said)):
+            unit_scores(bad, summary)
