@@ -226,3 +226,20 @@ def test_unit_scores_of_a_function_are_checked():
     ]:
         with pytest.raises(TrialFailed, match=re.escape(said)):
             unit_scores(bad, summary)
+
+
+def test_a_pilot_plans_units_and_seeds():
+    from ablate.stats.items import ItemTest, design_for
+
+    one = ItemTest("paired_t", "", 0.0, 0.05, 99, 1.0, units=100, seeds=1)
+    # (z_.975 + z_.8)² · 100 · 0.05² / 0.02² = 7.849 · 625 = 4905.5
+    assert design_for(one, 0.02, 0.05) == {
+        "units_needed": 4906,
+        "seeds_needed": pytest.approx(np.nan, nan_ok=True),
+    }
+    split = {"seeds": 1e-4, "units": 4e-3, "rest": 1e-3}
+    crossed = ItemTest("crossed", "", 0.0, 0.01, 5, 1.0, units=200, seeds=3, variance=split)
+    need = design_for(crossed, 0.02, 0.05)
+    target = (0.02 / 2.8015852) ** 2
+    assert need["units_needed"] == np.ceil((4e-3 + 1e-3 / 3) / (target - 1e-4 / 3))
+    assert need["seeds_needed"] == np.ceil((1e-4 + 1e-3 / 200) / (target - 4e-3 / 200))

@@ -19,8 +19,7 @@ from ablate.report.item_logs import FROM, first_few, read_items
 from ablate.stats import ReportSettings, comparison_frame
 from ablate.stats.comparison import Standing, _verdict_columns
 from ablate.stats.corrections import adjust_pvalues
-from ablate.stats.items import ITEM_TESTS, ItemTest, decide_items, item_test
-from ablate.stats.power import seeds_for_difference
+from ablate.stats.items import ITEM_TESTS, ItemTest, decide_items, design_for, item_test
 
 
 def matched(frame: pd.DataFrame, baseline: str, partial: bool) -> tuple[pd.DataFrame, list[str]]:
@@ -207,8 +206,9 @@ def _item_rows(rows, tests: dict[str, ItemTest | None], settings: ReportSettings
 
 
 def _details(tests: dict[str, ItemTest | None], rows, settings: ReportSettings) -> pd.DataFrame:
-    """items.csv: per model its test, why, the agreement, the variance split and the units a plan
-    needs for 80 % power at ±margin (the paired t over units at α / m, this log's sd)."""
+    """items.csv: per model its test, why, the agreement, the variance split and what a plan needs
+    for 80 % power at Δ = ±margin at α / m (:func:`.items.design_for`, this log as the pilot): the
+    units at these seeds, the seeds at these units."""
     verdicts = {r.variant: r for r in rows[1:]}
     family = max(1, sum(t is not None for t in tests.values()))
     records = []
@@ -217,7 +217,7 @@ def _details(tests: dict[str, ItemTest | None], rows, settings: ReportSettings) 
             records.append({"model": model, "test": "", "why": "fewer than 3 shared units"})
             continue
         row = verdicts[model]
-        need = seeds_for_difference(row.margin, t.sd_unit, settings.alpha / family)
+        need = design_for(t, row.margin, settings.alpha / family)
         records.append(
             {
                 "model": model,
@@ -238,7 +238,7 @@ def _details(tests: dict[str, ItemTest | None], rows, settings: ReportSettings) 
                 **{f"agree.{k}": v for k, v in (t.agreement or {}).items()},
                 **{f"var.{k}": v for k, v in (t.variance or {}).items()},
                 "sd_unit": t.sd_unit,
-                "units_for_margin": need,
+                **need,
             }
         )
     return pd.DataFrame(records)

@@ -34,6 +34,7 @@ from ablate.schema import Vocabulary
 from ablate.stats.crossed import crossed_estimate, variance_components
 from ablate.stats.verdicts import (
     MIN_SEEDS_VERDICT,
+    POWER,
     Decision,
     Verdict,
     decide_estimate,
@@ -53,6 +54,7 @@ ITEM_TESTS: Vocabulary[str] = Vocabulary(
     },
 )
 MIN_UNITS = 3  # units (or clusters) a test needs
+VARIANCE_PARTS = ("seeds", "units", "rest")
 
 
 @dataclass(frozen=True)
@@ -222,3 +224,28 @@ def _read_p(decision: Decision, p: float, higher: bool) -> Decision:
     else:
         verdict = Verdict.EQUIVALENT if inside else Verdict.INCONCLUSIVE
     return replace(decision, verdict=verdict, p=p, negligible=differs and inside)
+
+
+def design_for(test: ItemTest, effect: float, level: float, power: float = POWER) -> dict[str, float]:
+    """A plan from this comparison as a pilot: the units for ``power`` at ``|effect|`` at the
+    present seeds, and the seeds at the present units (∞: no number of them is enough; NaN: no
+    spread; one seed: the seeds' part unseen, NaN). Normal approximation of the paired test: one
+    seed, se² ∝ 1 / U (clusters growing with the units); seeds crossed with units, the variance
+    split as measured: se²(S, U) = σ²_seed / S + (σ²_unit + σ²_rest / S) / U."""
+    v = test.variance or {}
+    seed_var, unit_var, rest_var = (
+        0.0 if not math.isfinite(v.get(k, math.nan)) else v[k] for k in VARIANCE_PARTS
+    )
+    target = (abs(effect) / (special.ndtri(1 - level / 2) + special.ndtri(power))) ** 2  # the se² needed
+    spread = test.se > 0 if test.test != "crossed" else seed_var + unit_var + rest_var > 0
+    if not (target > 0 and spread):
+        return {"units_needed": math.nan, "seeds_needed": math.nan}
+    s, u = test.seeds, test.units
+    if test.test != "crossed":  # se² ∝ 1 / units (clusters growing with them); seeds unseen
+        return {"units_needed": math.ceil(u * test.se**2 / target), "seeds_needed": math.nan}
+    left = target - seed_var / s
+    units = math.ceil((unit_var + rest_var / s) / left) if left > 0 else math.inf
+    seeds = math.inf
+    if target > unit_var / u:  # more seeds help only past the units' part
+        seeds = math.ceil((seed_var + rest_var / u) / (target - unit_var / u))
+    return {"units_needed": units, "seeds_needed": seeds}
