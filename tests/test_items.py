@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -243,3 +244,21 @@ def test_a_pilot_plans_units_and_seeds():
     target = (0.02 / 2.8015852) ** 2
     assert need["units_needed"] == np.ceil((4e-3 + 1e-3 / 3) / (target - 1e-4 / 3))
     assert need["seeds_needed"] == np.ceil((1e-4 + 1e-3 / 200) / (target - 4e-3 / 200))
+
+
+def test_the_readmes_command_works_as_written(tmp_path, cli, monkeypatch):
+    """README's "Evaluation logs, item by item" command, from the clone's root; only --out moves."""
+    repo = Path(__file__).resolve().parents[1]
+    section = (repo / "README.md").read_text().split("## Evaluation logs, item by item", 1)[1]
+    command = shlex.split(section.split("```bash\n", 1)[1].split("\n```", 1)[0])
+    assert command[:2] == [".venv/bin/ablate", "compare"]
+    args = command[1:]
+    args[args.index("--out") + 1] = str(tmp_path / "report")
+    monkeypatch.chdir(repo)
+    code, out, err = cli(*args)
+    assert code == 0, err
+    assert "3 models, 240 units, 1 seed(s); baseline base" in err
+    items = pd.read_csv(tmp_path / "report" / "items.csv").set_index("model")
+    assert items["test"].tolist() == ["cluster_t", "cluster_t"]  # 40 passages of 6 questions
+    assert items.loc["rerank", "verdict"] == "better"
+    assert "only rerank 51, only base 20" in (tmp_path / "report" / "report.md").read_text()
