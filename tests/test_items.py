@@ -262,3 +262,25 @@ def test_the_readmes_command_works_as_written(tmp_path, cli, monkeypatch):
     assert items["test"].tolist() == ["cluster_t", "cluster_t"]  # 40 passages of 6 questions
     assert items.loc["rerank", "verdict"] == "better"
     assert "only rerank 51, only base 20" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_weights_and_clusters_are_checked_and_used(tmp_path, cli):
+    path, rows = _binary(tmp_path, rates=(("base", 0.55), ("good", 0.8)))
+    rows["cluster"] = [f"p{int(u[1:]) // 4}" for u in rows["unit"]]
+    rows["weight"] = [1.0 + int(u[1:]) % 3 for u in rows["unit"]]
+    rows.to_csv(path, index=False)
+    got, items, *_ = _compared(tmp_path, cli, path, "-m", "acc", "--baseline", "base")
+    assert items.loc["good", "test"] == "cluster_t" and items.loc["good", "df"] == UNITS // 4 - 1
+    wide = rows.pivot(index="unit", columns="model", values="acc")
+    w = rows[rows["model"] == "base"].set_index("unit")["weight"].loc[wide.index]
+    assert got.loc["good", "delta"] == pytest.approx(np.average(wide["good"] - wide["base"], weights=w))
+    for column, value, said in [
+        ("cluster", None, "1 row(s) with no cluster"),
+        ("weight", -1.0, "1 row(s) with a weight that is not a positive number"),
+        ("cluster", "elsewhere", "1 unit(s) with a different cluster in different models' rows: q7"),
+    ]:
+        bad = rows.copy()
+        bad.loc[UNITS + 7, column] = value  # the second model's row of q7
+        bad.to_csv(path, index=False)
+        line = _bad(tmp_path, cli, path, "-m", "acc", "--baseline", "base")
+        assert said in line, line

@@ -118,7 +118,12 @@ def _lm_eval(path: Path, metric: str, label: str | None) -> pd.DataFrame:
         raise AblateError(f"{path}: expected one samples_<task>_*.jsonl file; found {found}")
     samples = files[0]
     results = sorted(samples.parent.glob("results_*.json"))
-    written = json.loads(results[-1].read_text(encoding="utf-8")) if results else {}
+    try:
+        written = json.loads(results[-1].read_text(encoding="utf-8")) if results else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise AblateError(f"{results[-1]}: not lm-eval's results file ({first_line(exc)})") from None
+    if not isinstance(written, dict):
+        raise AblateError(f"{results[-1]}: not lm-eval's results file (not a JSON object)")
     version = written.get("lm_eval_version", "unknown")
     rows = []
     for number, record in _json_lines(samples):
@@ -236,7 +241,27 @@ def read_items(sources: list[str], metric: str) -> tuple[pd.DataFrame, list[str]
         tasks = frame.groupby("task")["_source"].first()
         said = first_few(f"{t} ({f})" for t, f in tasks.items())
         raise AblateError(f"mixed tasks: {said}; compare one task at a time")
-    return _checked_scores(frame, metric), read
+    return _checked_scores(_checked_keys(frame), metric), read
+
+
+def _checked_keys(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every row with its seed (a whole number), unit, and where given its cluster and a positive
+    weight: a row without one would fall out of the pairing unseen."""
+    seeds = pd.to_numeric(frame["seed"], errors="coerce")
+    weights = pd.to_numeric(frame["weight"], errors="coerce") if "weight" in frame else None
+    problems = {
+        "no seed, or not a whole number": seeds.isna() | (seeds % 1 != 0),
+        "no unit id": frame["unit"].isna() | (frame["unit"].astype(str).str.strip() == ""),
+    }
+    if "cluster" in frame:
+        problems["no cluster"] = frame["cluster"].isna()
+    if weights is not None:
+        problems["a weight that is not a positive number"] = ~(weights > 0) | ~np.isfinite(weights.fillna(0))
+    for what, bad in problems.items():
+        if bad.any():
+            raise AblateError(f"{int(bad.sum())} row(s) with {what}: {first_few(frame.loc[bad, FROM])}")
+    frame = frame.assign(seed=seeds.astype(int))
+    return frame if weights is None else frame.assign(weight=weights.astype(float))
 
 
 def _checked_scores(frame: pd.DataFrame, metric: str) -> pd.DataFrame:

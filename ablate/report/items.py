@@ -34,6 +34,12 @@ def matched(frame: pd.DataFrame, baseline: str, partial: bool) -> tuple[pd.DataF
             f"{source}: {len(where)} item(s) appear more than once for {where['variant'].iloc[0]!r}: "
             f"{first_few(where['unit'])} (first at {where[FROM].iloc[0]})"
         )
+    for given in ("cluster", "weight"):  # a unit's own, whichever model's row says it
+        if given in frame and (many := frame.groupby(["seed", "unit"])[given].nunique()).max() > 1:
+            units = [u for (_, u), n in many.items() if n > 1]
+            raise AblateError(
+                f"{len(units)} unit(s) with a different {given} in different models' rows: {first_few(units)}"
+            )
     models = list(dict.fromkeys(frame["variant"]))
     if baseline not in models:
         raise AblateError(f"--baseline {baseline}: no such model in the logs; models: {', '.join(models)}")

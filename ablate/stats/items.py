@@ -124,9 +124,11 @@ def item_test(units: pd.DataFrame, variant: str, baseline: str) -> ItemTest | No
     wide["e"] = wide[variant] - wide[baseline]
     seeds = wide["seed"].nunique()
     clusters = "cluster" in wide.columns and wide["cluster"].nunique() < wide["unit"].nunique()
-    if seeds >= MIN_SEEDS_VERDICT:
-        return _crossed(wide, seeds, clusters, agreed)
     weighted = "weight" in wide.columns and wide["weight"].nunique() > 1
+    if seeds >= MIN_SEEDS_VERDICT:
+        found = _crossed(wide, seeds, clusters, agreed)
+        unused = " (the crossed model weighs the units equally: their weights are not used)"
+        return replace(found, why=found.why + unused) if found is not None and weighted else found
     per_unit = wide.groupby(keys[1:], sort=False)["e"].mean().reset_index()  # 2 seeds: their mean
     e = per_unit["e"].to_numpy(float)
     averaged = f", the {seeds} seeds' mean per unit (too few for the crossed model)" if seeds > 1 else ""
