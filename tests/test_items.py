@@ -284,3 +284,13 @@ def test_weights_and_clusters_are_checked_and_used(tmp_path, cli):
         bad.to_csv(path, index=False)
         line = _bad(tmp_path, cli, path, "-m", "acc", "--baseline", "base")
         assert said in line, line
+
+
+def test_options_for_runs_are_refused_with_items(tmp_path, cli):
+    path, _ = _binary(tmp_path)
+    line = _bad(tmp_path, cli, path, "-m", "acc", "--baseline", "base", "--unpaired", "--group-by", "x")
+    assert "--group-by, --unpaired: for runs, not with --items" in line
+    code, _, err = cli(
+        "compare", path, "-m", "acc", "--baseline", "base", "--partial", "--out", tmp_path / "r"
+    )
+    assert code == 2 and "--partial: only with --items" in err

@@ -138,3 +138,17 @@ def test_lm_eval_samples_are_decided_by_mcnemar(tmp_path, cli, monkeypatch):
     # one comparison: Holm's level is α; 24 items cannot show equivalence within 2 % of the error
     expected = ("better" if only_two > only_one else "worse") if p < 0.05 else "inconclusive"
     assert row["verdict"] == expected
+
+
+def test_a_file_inspect_ai_cannot_read_is_one_line(tmp_path, cli):
+    pytest.importorskip("inspect_ai")
+    log = _inspect_log(tmp_path / "good", 0.5, 1)
+    cut = tmp_path / "cut.eval"
+    cut.write_bytes(open(log, "rb").read()[:300])  # a zip cut short
+    code, _, err = cli(
+        "compare", f"a={log}", f"b={cut}", "--items", "-m", "match", "--higher-is-better",
+        "--baseline", "a", "--out", tmp_path / "r",
+    )  # fmt: skip
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(lines) == 1, err
+    assert f"{cut}: inspect-ai 0.3" in lines[0] and "cannot read it as a log" in lines[0]

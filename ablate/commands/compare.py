@@ -91,6 +91,12 @@ def compare_command(
 ) -> None:
     from ablate.errors import AblateError
 
+    runs_only = {"--experiment": experiment, "--group-by": group_by, "--unpaired": unpaired}
+    runs_only["--seed-key"] = seed_key if seed_key != "seed" else None
+    if items and (given := [name for name, value in runs_only.items() if value]):
+        raise AblateError(f"{', '.join(given)}: for runs, not with --items (per-unit scores)")
+    if partial and not items:
+        raise AblateError("--partial: only with --items (per-unit scores)")
     if items:
         from ablate.report.items import compare_items
 
