@@ -147,6 +147,12 @@ def compare_items(
     grouping = (
         f"{len(models)} models, {units['unit'].nunique()} units, {n_seeds} seed(s); baseline {baseline}"
     )
+    for plan in details.dropna(subset=["units_needed"]).itertuples():
+        seeds = "" if pd.isna(plan.seeds_needed) else f", or {plan.seeds_needed:g} seeds at these units"
+        grouping += (
+            f"\nplan from this log: {plan.model} vs {baseline}: {plan.units_needed:g} units at "
+            f"{plan.seeds} seed(s){seeds} for 80% power at Δ = ±{plan.margin:.3g}"
+        )
     return Compared(paths, grouping, table)
 
 
