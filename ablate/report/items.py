@@ -86,7 +86,7 @@ def item_lines(tests: dict[str, ItemTest | None], baseline: str) -> list[str]:
     lines = []
     for model, t in tests.items():
         if t is None:
-            lines.append(f"{model} vs {baseline}: fewer than 3 shared units, not tested")
+            lines.append(f"{model} vs {baseline}: fewer than 3 shared units (or clusters), not tested")
             continue
         line = f"{model} vs {baseline}: {ITEM_TESTS[t.test]} ({t.why})"
         if t.agreement:
@@ -208,7 +208,9 @@ def _item_rows(rows, tests: dict[str, ItemTest | None], settings: ReportSettings
     for row in rows[1:]:
         t = tests.get(row.variant)
         if t is None:
-            out.append(replace(row, verdict=None, significant=False, note="fewer than 3 shared units"))
+            out.append(
+                replace(row, verdict=None, significant=False, note="fewer than 3 shared units (or clusters)")
+            )
             continue
         note = f"{ITEM_TESTS[t.test].split(':')[0]} ({t.why})"
         columns = _verdict_columns(Standing(decisions[row.variant], note), base_mean)
@@ -226,7 +228,7 @@ def _details(tests: dict[str, ItemTest | None], rows, settings: ReportSettings) 
     records = []
     for model, t in tests.items():
         if t is None:
-            records.append({"model": model, "test": "", "why": "fewer than 3 shared units"})
+            records.append({"model": model, "test": "", "why": "fewer than 3 shared units (or clusters)"})
             continue
         row = verdicts[model]
         need = design_for(t, row.margin, settings.alpha / family)

@@ -104,13 +104,16 @@ def _least_squares(e: np.ndarray, weights: np.ndarray | None, clusters: np.ndarr
     else:
         result = fit.fit()
         df = float(len(e) - 1)
-    return float(result.params[0]), float(result.bse[0]), df, float(result.pvalues[0])
+    delta, se = float(result.params[0]), float(result.bse[0])
+    if not se > 0:  # every unit moved by the same amount: as decide_estimate reads it
+        return delta, 0.0, df, 1.0 if delta == 0.0 else 0.0
+    return delta, se, df, float(result.pvalues[0])
 
 
 def item_test(units: pd.DataFrame, variant: str, baseline: str) -> ItemTest | None:
     """``variant`` against ``baseline`` on ``units`` (``variant``, ``seed``, ``unit``, ``score``,
     optional ``cluster`` and ``weight``; every unit of one present for the other); None with fewer
-    than 3 units."""
+    than 3 units (or clusters)."""
     pair = units[units["variant"].isin([variant, baseline])]
     keys = ["seed", "unit"] + [c for c in ("cluster", "weight") if c in pair.columns]
     wide = pair.groupby([*keys, "variant"], sort=False)["score"].mean().unstack("variant")
@@ -124,6 +127,8 @@ def item_test(units: pd.DataFrame, variant: str, baseline: str) -> ItemTest | No
     wide["e"] = wide[variant] - wide[baseline]
     seeds = wide["seed"].nunique()
     clusters = "cluster" in wide.columns and wide["cluster"].nunique() < wide["unit"].nunique()
+    if clusters and wide["cluster"].nunique() < MIN_UNITS:
+        return None
     weighted = "weight" in wide.columns and wide["weight"].nunique() > 1
     if seeds >= MIN_SEEDS_VERDICT:
         found = _crossed(wide, seeds, clusters, agreed)
