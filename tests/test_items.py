@@ -19,6 +19,7 @@ from scipy import stats as scipy_stats
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 
+from ablate.report.item_logs import read_items
 from ablate.stats.crossed import crossed_estimate
 from ablate.stats.items import item_test
 
@@ -74,6 +75,14 @@ def test_continuous_scores_read_a_paired_t_by_hand(tmp_path, cli):
     rows = [{"run": "a", "unit": u, "rouge": float(base[u])} for u in range(40)]
     rows += [{"run": "b", "unit": u, "rouge": float(other[u])} for u in range(40)]
     (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pd.DataFrame(rows).to_parquet(tmp_path / "r.parquet")  # the same table, read alike
+    lines, parquet = (
+        read_items([str(tmp_path / "r.jsonl")], "rouge")[0],
+        read_items([str(tmp_path / "r.parquet")], "rouge")[0],
+    )
+    pd.testing.assert_frame_equal(
+        lines.drop(columns=["_from", "_source"]), parquet.drop(columns=["_from", "_source"])
+    )
     got, items, *_ = _compared(
         tmp_path, cli, tmp_path / "r.jsonl", "-m", "rouge", "--baseline", "a", "--higher-is-better"
     )
