@@ -215,6 +215,7 @@ def _item_rows(rows, tests: dict[str, ItemTest | None], settings: ReportSettings
         note = f"{ITEM_TESTS[t.test].split(':')[0]} ({t.why})"
         columns = _verdict_columns(Standing(decisions[row.variant], note), base_mean)
         extra = {"n_units": t.units, "p_seeds_adj": float(adjusted[row.variant]), "n_paired": t.seeds}
+        extra["seeds_for_margin"] = None  # the seeds' plan would be the seed test's: items.csv has this one's
         out.append(replace(row, **columns, **extra, sd_diff=np.sqrt(t.variance["units"])))
     return out
 
