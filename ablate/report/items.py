@@ -72,6 +72,13 @@ def matched(frame: pd.DataFrame, baseline: str, partial: bool) -> tuple[pd.DataF
     return frame, said
 
 
+VARIANCE_NOTE = (
+    "variance: the units' — with one seed the intervals answer whether a difference shows again on "
+    "new items like these, for these trained models; with several seeds, on retraining and on new "
+    "items (seeds crossed with the units)"
+)
+
+
 def _results(units: pd.DataFrame, metric: str) -> pd.DataFrame:
     """One row per (model, seed): its units' (weighted) mean, as the report reads runs."""
     weights = units["weight"] if "weight" in units else pd.Series(1.0, index=units.index)
@@ -131,7 +138,10 @@ def compare_items(
     settings = _settings(tests, baseline, metric, models, higher, margin, read + said)
     analysis = analyse(results, None, None, settings)
     rows = _item_rows(analysis.tables[metric], tests, settings, metric)
-    analysis = replace(analysis, tables={**analysis.tables, metric: rows})
+    # the seeds-only variance line the report adds is the seed test's; these verdicts say their own
+    notes = [n for n in analysis.settings.notes if not n.startswith("variance: ")] + [VARIANCE_NOTE]
+    settings = analysis.settings.model_copy(update={"notes": notes})
+    analysis = replace(analysis, tables={**analysis.tables, metric: rows}, settings=settings)
     out_dir.mkdir(parents=True, exist_ok=True)
     results.to_csv(out_dir / "results.csv", index=False)
     details = _details(tests, rows, settings)
