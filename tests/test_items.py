@@ -270,7 +270,9 @@ def test_the_readmes_command_works_as_written(tmp_path, cli, monkeypatch):
     items = pd.read_csv(tmp_path / "report" / "items.csv").set_index("model")
     assert items["test"].tolist() == ["cluster_t", "cluster_t"]  # 40 passages of 6 questions
     assert items.loc["rerank", "verdict"] == "better"
-    assert "only rerank 51, only base 20" in (tmp_path / "report" / "report.md").read_text()
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "only rerank 51, only base 20" in report and "- variance: the units'" in report
+    assert "variance: seeds only" not in report  # the seed test's line, not these verdicts'
 
 
 def test_weights_and_clusters_are_checked_and_used(tmp_path, cli):

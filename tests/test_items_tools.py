@@ -18,7 +18,7 @@ from statsmodels.stats.contingency_tables import mcnemar
 SAMPLES, EPOCHS = 16, 3
 
 
-def _inspect_log(folder, right: float, seed: int):
+def _inspect_log(folder, right: float, seed: int, log_format: str = "eval"):
     from inspect_ai import Task, eval
     from inspect_ai.dataset import MemoryDataset, Sample
     from inspect_ai.model import ModelOutput, ModelUsage, get_model
@@ -37,7 +37,7 @@ def _inspect_log(folder, right: float, seed: int):
     )
     task = Task(dataset=dataset, solver=generate(), scorer=match(), epochs=EPOCHS, name="tiny")
     model = get_model("mockllm/model", custom_outputs=outputs, memoize=False)
-    (log,) = eval(task, model=model, log_dir=str(folder), display="none")
+    (log,) = eval(task, model=model, log_dir=str(folder), display="none", log_format=log_format)
     assert log.status == "success"
     return log.location
 
@@ -47,7 +47,7 @@ def test_inspect_logs_over_epochs_read_a_paired_t(tmp_path, cli):
     from inspect_ai.log import read_eval_log
 
     strong = _inspect_log(tmp_path / "strong", 0.85, 1)
-    weak = _inspect_log(tmp_path / "weak", 0.35, 2)
+    weak = _inspect_log(tmp_path / "weak", 0.35, 2, log_format="json")  # both of its log formats
     code, out, err = cli(
         "compare", f"weak={weak}", f"strong={strong}", "--items", "-m", "match", "--higher-is-better",
         "--baseline", "weak", "--out", tmp_path / "r",
