@@ -301,6 +301,8 @@ def test_options_for_runs_are_refused_with_items(tmp_path, cli):
     path, _ = _binary(tmp_path)
     line = _bad(tmp_path, cli, path, "-m", "acc", "--baseline", "base", "--unpaired", "--group-by", "x")
     assert "--group-by, --unpaired: for runs, not with --items" in line
+    line = _bad(tmp_path, cli, f"mine={path}", "-m", "acc", "--baseline", "base")
+    assert f"mine={path}: a table names its models in its model column" in line
     code, _, err = cli(
         "compare", path, "-m", "acc", "--baseline", "base", "--partial", "--out", tmp_path / "r"
     )

@@ -68,6 +68,10 @@ def _json_lines(path: Path) -> list[tuple[int, dict]]:
 
 def _long_table(path: Path, metric: str, label: str | None) -> pd.DataFrame:
     """model (run), seed, unit, score (the metric's column, or ``score``), cluster, weight, task."""
+    if label is not None:
+        raise AblateError(
+            f"{label}={path}: a table names its models in its model column; NAME= names a log's"
+        )
     try:
         if path.suffix == ".parquet":
             table = pd.read_parquet(path)
