@@ -25,9 +25,11 @@ from ablate.commands.compare import (
     DirectionOpt,
     ExperimentOpt,
     GroupByOpt,
+    ItemsOpt,
     MarginOpt,
     MetricOpt,
     OutOpt,
+    PartialOpt,
     SeedKeyOpt,
     SourceArg,
     UnpairedOpt,
@@ -319,7 +321,7 @@ def report(
 
 @app.command()
 def compare(
-    source: SourceArg,
+    sources: SourceArg,
     metric: MetricOpt,
     baseline: BaselineOpt,
     out_dir: OutOpt,
@@ -329,11 +331,14 @@ def compare(
     higher_is_better: DirectionOpt = None,
     margin: MarginOpt = None,
     unpaired: UnpairedOpt = False,
+    items: ItemsOpt = False,
+    partial: PartialOpt = False,
 ) -> None:
     """Verdicts for runs already made (an MLflow experiment, a CSV of runs, result files): runs
-    grouped by their parameters less the seed, each group against the baseline, the same report."""
-    arguments = (source, metric, baseline, out_dir, experiment, group_by, seed_key, higher_is_better)
-    compare_command(*arguments, margin, unpaired)
+    grouped by their parameters less the seed, each group against the baseline, the same report;
+    with --items, evaluation logs compared item by item."""
+    arguments = (sources, metric, baseline, out_dir, experiment, group_by, seed_key, higher_is_better)
+    compare_command(*arguments, margin, unpaired, items, partial)
 
 
 @app.command()
