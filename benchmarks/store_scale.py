@@ -111,6 +111,31 @@ def server_cpu_s() -> float:
     return total / TICKS
 
 
+def family_cpu_s(roots: list[int]) -> float:
+    """CPU seconds so far of the processes ``roots`` and all their descendants (the proxy, the
+    MLflow server and its uvicorn workers): what a cluster's central hosts spend."""
+    parent = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit():
+                parent[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+    family, grew = set(roots), True
+    while grew:
+        grown = {pid for pid, up in parent.items() if up in family} - family
+        family |= grown
+        grew = bool(grown)
+    total = 0
+    for pid in family:
+        try:
+            fields = (Path(f"/proc/{pid}/stat")).read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15])  # utime, stime, and of reaped children
+        except OSError:
+            continue
+    return total / TICKS
+
+
 def pss_mb(pids: list[int]) -> float:
     """The workers' proportional set size (shared pages split among the processes sharing them), MB."""
     total = 0
@@ -305,12 +330,13 @@ def one(system: str, k: int, args: argparse.Namespace, root: Path) -> dict:
         time.sleep(1)
     warm_s = time.time() - start
     time.sleep(args.warmup_s)
-    t0, cpu0 = time.time(), server_cpu_s()
+    central = [h if isinstance(h, int) else h.pid for h in helpers]
+    t0, cpu0, central0 = time.time(), server_cpu_s(), family_cpu_s(central)
     c0 = commits() if on_database else 0
     time.sleep(args.window_s / 2)
     held = connections() if on_database else None
     time.sleep(args.window_s / 2)
-    t1, cpu1 = time.time(), server_cpu_s()
+    t1, cpu1, central1 = time.time(), server_cpu_s(), family_cpu_s(central)
     c1 = commits() if on_database else 0
     memory = pss_mb(pids)
     for pid in pids:
@@ -390,6 +416,8 @@ def one(system: str, k: int, args: argparse.Namespace, root: Path) -> dict:
         "db_connections": held,
         "db_commits_per_s": round((c1 - c0) / (t1 - t0), 1) if on_database else None,
         "db_cpu_s_per_trial": round((cpu1 - cpu0) / max(len(window), 1), 4) if on_database else None,
+        # The proxy's and the MLflow server's CPU (their processes and descendants) in the window.
+        "central_cpu_s_per_trial": round((central1 - central0) / max(len(window), 1), 4) if central else None,
         "client_cpu_s_per_trial": round(client_cpu / max(completed, 1), 4),
         "worker_pss_mb": round(memory / k, 1),
         "completed": completed,
