@@ -384,6 +384,17 @@ def test_tracking_calls_retry_while_sqlite_is_locked(monkeypatch):
         client.broken()
     assert Flaky.calls == 1
 
+    class Dropped:  # a busy tracking server broke the connection mid-answer (32 workers, issue 56)
+        calls = 0
+
+        def log_batch(self, run_id):
+            Dropped.calls += 1
+            if Dropped.calls < 2:
+                raise RuntimeError("API request failed with exception ('Connection broken: IncompleteRead')")
+            return f"logged {run_id}"
+
+    assert track._Retrying(Dropped()).log_batch("r2") == "logged r2" and Dropped.calls == 2
+
 
 def test_precision_auto_is_bf16_on_cuda_only_and_bf16_casts_cpu_matmuls():
     from ablate.training.trainer import training_autocast, trains_in_bf16

@@ -117,14 +117,29 @@ def _first_use(tracking_uri: str) -> Iterator[None]:
             emptystore.keep(db)
 
 
+# What a passing fault says: a SQLite store locked by another writer, or a tracking server that
+# dropped a connection mid-answer (seen at 32 workers on one busy server: "Connection broken:
+# IncompleteRead"); MLflow's own HTTP retries cover error statuses, not a broken answer.
+TRANSIENT = (
+    "database is locked",
+    "database table is locked",
+    "connection broken",
+    "connection aborted",
+    "connection reset",
+    "remotedisconnected",
+)
+
+
 def _locked(exc: BaseException) -> bool:
     text = str(exc).lower()
-    return "database is locked" in text or "database table is locked" in text
+    return any(fault in text for fault in TRANSIENT)
 
 
 class _Retrying:
     """An ``MlflowClient`` whose calls retry while a SQLite store is locked by another
-    worker process (writers queue on one file; a busy one can hold it past SQLite's timeout)."""
+    worker process (writers queue on one file; a busy one can hold it past SQLite's timeout)
+    or a tracking server broke a connection. A run created twice that way stays unfinished, and
+    only finished runs are read back."""
 
     ATTEMPTS = 30
 
