@@ -53,7 +53,8 @@ boundaries), :mod:`.comparison` (each variant against the
 baseline), :mod:`.ranking` (Friedman, all pairs), :mod:`.calibration` (simulated error rates),
 :mod:`.spending` (the α-spending functions), :mod:`.power` and :mod:`.planned` (what ``ablate
 plan`` promises: power, a pilot's uncertain sd, equivalence simulated through the verdicts),
-:mod:`.across` (verdicts across data sets). The lowest package: it imports the foundations only
+:mod:`.across` (verdicts across data sets),
+:mod:`.ladder` (the trend over a ladder of model sizes). The lowest package: it imports the foundations only
 (``schema``, ``errors``, ``stopping``), nothing of studies, models or stores.
 """
 
