@@ -133,3 +133,46 @@ def test_a_rung_that_breaks_a_shape_is_refused_naming_the_rung(write_study, cli)
     assert code == 2 and len(lines) == 1, err
     assert lines[0].startswith(f"error: {path}:") and "ladder.rungs.w10: model.attention" in lines[0]
     assert "not divisible by heads=4" in lines[0] and lines[0].count(str(path)) == 1
+
+
+def _rung_results(params: dict[str, int], means: dict[str, float], seeds: int = 3) -> pd.DataFrame:
+    noise = np.linspace(-0.01, 0.01, seeds)
+    rows = [
+        {"variant": v, "seed": s, "params": params[v], "test.bpb": means[v] + noise[s]}
+        for v in means
+        for s in range(seeds)
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_the_ladder_report_reads_each_rungs_trials(tmp_path):
+    from ablate.report.ladder import write_ladder
+    from ablate.stats.ladder import ladder_table
+
+    per_rung = {  # rung → trials; "relu" worse by 0.1 at every size, "wide" better the larger
+        f"w{d}": _rung_results(
+            {"base": 1000 * d * d, "relu": 1000 * d * d, "wide": 1200 * d * d},
+            {"base": 2.0 - 0.1 * i, "relu": 2.1 - 0.1 * i, "wide": 2.0 - 0.1 * i - 0.05 * i},
+        )
+        for i, d in enumerate((8, 16, 32, 64))
+    }
+    trends, rungs = ladder_table(per_rung, {"relu": 0.05, "wide": 0.05}, "bpb", "base", 0.05, 1e8)
+    assert list(rungs.index) == ["w8", "w16", "w32", "w64"] and rungs.at["w8", "parameters"] == 64_000
+    by = trends.set_index("variant")
+    assert by.at["relu", "trend"] == "holds" and by.at["relu", "effect"] == pytest.approx(0.1)
+    # bpb: lower is better; "wide"'s difference grows more negative with size — its magnitude grows
+    assert by.at["wide", "trend"] == "grows" and by.at["wide", "slope"] < 0
+    assert by.at["wide", "target_kind"] == "extrapolation"
+    # at w8 base and wide tie (½), the other two pairs are ordered as at w64
+    assert rungs["decision_accuracy"].tolist() == pytest.approx([5 / 6, 1.0, 1.0, 1.0])
+    paths = write_ladder(tmp_path, "lm", trends, rungs, "bpb", "base", {r: tmp_path / r for r in per_rung})
+    text = paths["md"].read_text()
+    assert "**trend: holds**" in text and "**trend: grows**" in text and "(extrapolation)" in text
+    assert pd.read_csv(paths["csv"])["trend"].tolist() == ["holds", "grows"]
+
+
+def test_commands_that_take_one_study_refuse_a_ladder(write_study, cli):
+    path = write_study({"ladder": LADDER})
+    code, _, err = cli("status", path)
+    assert code == 2 and "ladder: ablate status takes one rung's study" in err
+    assert "model.dim=8 ~ladder name=tiny.w8" in err

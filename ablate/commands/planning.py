@@ -267,6 +267,7 @@ def show_plan(
     several data sets, each data set's (a ``--pilot`` folder of such a study gives each its own
     noise) and the totals over them."""
     from ablate.commands.pilots import pilot_of
+    from ablate.study.ladder import one_rung
     from ablate.study.load import load_study
     from ablate.study.several import per_dataset, several
 
@@ -275,6 +276,7 @@ def show_plan(
             "give the noise, one of --sd S (the sd of a seed's paired difference) or --pilot PATH"
         )
     study = load_study(study_file, check_files=False, overrides=overrides)
+    one_rung(study, "ablate plan")
     if not several(study):
         _show(plan_of(study, effect, sd, pilot, simulations))
         return

@@ -87,7 +87,6 @@ def validate_ladder(study) -> None:
     """Each rung's study validated (a rung that breaks the model refused, named), then one line
     per rung with the baseline's parameters, and the ladder's span."""
     from ablate.study.ladder import per_rung, rung_overrides
-    from ablate.study.sizes import amount
 
     per_rung(study, check_files=False)  # every rung's shapes first: one refused names its rung
     baseline = study.spec.report.baseline
@@ -95,7 +94,7 @@ def validate_ladder(study) -> None:
     for rung in study.spec.ladder.rungs:
         counts[rung] = validate_command(study.path, rung_overrides(study, rung))[baseline].parameters
     for rung, n in sorted(counts.items(), key=lambda item: item[1]):
-        out.print(f"ladder rung {rung}: {amount(n)} parameters ({baseline})", markup=False, highlight=False)
+        out.print(f"ladder rung {rung}: {n:,} parameters ({baseline})", markup=False, highlight=False)
     span = max(counts.values()) / max(min(counts.values()), 1)
     note = "" if len(counts) >= 3 else "; the trend needs ≥ 3 rungs"
     out.print(f"ladder: {len(counts)} rungs spanning {span:.1f}× in parameters{note}", markup=False)

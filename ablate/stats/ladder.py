@@ -223,6 +223,50 @@ def decision_accuracy(means: pd.DataFrame) -> pd.Series:
     return means.apply(agreement, axis=1)
 
 
+def ladder_table(
+    per_rung: dict[str, pd.DataFrame],
+    margins: dict[str, float],
+    metric: str,
+    baseline: str,
+    alpha: float,
+    target: float | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The trend of every variant over the rungs (``per_rung``: rung → its finished trials, as
+    ``results``' frame with a ``params`` column), each read against ``margins[variant]`` (metric
+    units), with the projection to ``target`` parameters; and the rungs (parameters, each
+    variant's mean, decision accuracy). A rung's scale is log10 of its baseline's parameters."""
+    from ablate.stats.paired import per_seed
+
+    column = f"test.{metric}"
+    scales = {
+        rung: math.log10(float(r.loc[r["variant"] == baseline, "params"].mean()))
+        for rung, r in per_rung.items()
+    }
+    rungs = pd.DataFrame({rung: r.groupby("variant")[column].mean() for rung, r in per_rung.items()}).T.loc[
+        sorted(scales, key=scales.get)
+    ]
+    rungs.insert(0, "parameters", [round(10 ** scales[r]) for r in rungs.index])
+    variants = [v for v in rungs.columns[1:] if v != baseline]
+    rungs["decision_accuracy"] = decision_accuracy(rungs[[baseline, *variants]]) if variants else math.nan
+    rows = []
+    for variant in variants:
+        diffs = []
+        for rung, results in per_rung.items():
+            wide = per_seed(results, metric)
+            if variant in wide and baseline in wide:
+                d = (wide[variant] - wide[baseline]).dropna().to_numpy(float)
+                diffs += [{"rung": rung, "scale": scales[rung], "diff": x} for x in d]
+        frame = pd.DataFrame(diffs, columns=["rung", "scale", "diff"])
+        fit = fit_ladder(frame, margins.get(variant, math.nan), alpha)
+        row = {"variant": variant, **fit.__dict__, "trend": str(fit.trend)}
+        ahead = project(frame, math.log10(target), alpha) if target else None
+        if ahead is not None:
+            row |= {"target": target, "target_effect": ahead.effect, "target_low": ahead.low}
+            row |= {"target_high": ahead.high, "target_kind": ahead.kind}
+        rows.append(row)
+    return pd.DataFrame(rows), rungs
+
+
 def simulate_ladder(
     scales: np.ndarray,
     seeds: int,
