@@ -176,3 +176,31 @@ def test_commands_that_take_one_study_refuse_a_ladder(write_study, cli):
     code, _, err = cli("status", path)
     assert code == 2 and "ladder: ablate status takes one rung's study" in err
     assert "model.dim=8 ~ladder name=tiny.w8" in err
+
+
+def test_the_ladder_report_of_a_studys_rungs(write_study, capsys, tmp_path):
+    """write_ladder_report as ``ablate run`` and ``ablate report`` call it once every rung is done
+    (their training and per-rung reports are any study's; the whole command was run by hand)."""
+    from types import SimpleNamespace
+
+    from ablate.commands.ladder import write_ladder_report
+    from ablate.study.ladder import per_rung
+    from ablate.study.load import load_study
+
+    study = load_study(write_study({"ladder": {**LADDER, "target": 1e6}, "seeds": [0, 1, 2]}))
+    done = {}
+    for i, (rung, sub) in enumerate(per_rung(study, check_files=False).items()):
+        results = _rung_results(
+            {"base": 100 * 4**i, "mlp": 120 * 4**i}, {"base": 0.2, "mlp": 0.25 + 0.05 * i}
+        )
+        results = results.rename(columns={"test.bpb": "test.ndcg@10"}).assign(differs="")
+        done[rung] = (
+            sub,
+            SimpleNamespace(results=results, units=pd.DataFrame()),
+            tmp_path / rung / "report.md",
+        )
+    paths = write_ladder_report(study, done, tmp_path / "report")
+    text = paths["md"].read_text()
+    assert "| w8 | 100 |" in text and "| w32 | 1,600 |" in text
+    assert "**trend: grows**" in text and "mlp at 1e+06 parameters (extrapolation)" in text
+    assert "ladder: mlp: trend: grows" in capsys.readouterr().out
