@@ -156,7 +156,7 @@ def test_the_ladder_report_reads_each_rungs_trials(tmp_path):
         )
         for i, d in enumerate((8, 16, 32, 64))
     }
-    trends, rungs = ladder_table(per_rung, {"relu": 0.05, "wide": 0.05}, "bpb", "base", 0.05, 1e8)
+    trends, rungs, points = ladder_table(per_rung, {"relu": 0.05, "wide": 0.05}, "bpb", "base", 0.05, 1e8)
     assert list(rungs.index) == ["w8", "w16", "w32", "w64"] and rungs.at["w8", "parameters"] == 64_000
     by = trends.set_index("variant")
     assert by.at["relu", "trend"] == "holds" and by.at["relu", "effect"] == pytest.approx(0.1)
@@ -165,8 +165,11 @@ def test_the_ladder_report_reads_each_rungs_trials(tmp_path):
     assert by.at["wide", "target_kind"] == "extrapolation"
     # at w8 base and wide tie (½), the other two pairs are ordered as at w64
     assert rungs["decision_accuracy"].tolist() == pytest.approx([5 / 6, 1.0, 1.0, 1.0])
-    paths = write_ladder(tmp_path, "lm", trends, rungs, "bpb", "base", {r: tmp_path / r for r in per_rung})
+    assert len(points) == 2 * 4 * 3  # two variants × four rungs × three seeds
+    reports = {r: tmp_path / r for r in per_rung}
+    paths = write_ladder(tmp_path, "lm", (trends, rungs, points), "bpb", "base", reports, 0.05)
     text = paths["md"].read_text()
+    assert "](figures/ladder.png)" in text and (tmp_path / "figures" / "ladder.png").stat().st_size > 1000
     assert "**trend: holds**" in text and "**trend: grows**" in text and "(extrapolation)" in text
     assert pd.read_csv(paths["csv"])["trend"].tolist() == ["holds", "grows"]
 

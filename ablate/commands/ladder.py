@@ -93,9 +93,9 @@ def write_ladder_report(
             if row.variant != baseline and math.isfinite(row.margin):
                 margins.setdefault(row.variant, []).append(float(row.margin))
     mean_margins = {v: sum(m) / len(m) for v, m in margins.items()}
-    trends, rungs = ladder_table(per, mean_margins, metric, baseline, alpha, study.spec.ladder.target)
+    trends, rungs, points = ladder_table(per, mean_margins, metric, baseline, alpha, study.spec.ladder.target)
     reports = {rung: path for rung, (_, _, path) in done.items()}
-    paths = write_ladder(out_dir, study.name, trends, rungs, metric, baseline, reports)
+    paths = write_ladder(out_dir, study.name, (trends, rungs, points), metric, baseline, reports, alpha)
     for row in trends.itertuples():
         out.print(f"ladder: {row.variant}: trend: {row.trend}", markup=False, highlight=False)
     out.print(f"ladder: {paths['md'].resolve()}", markup=False, highlight=False, soft_wrap=True)

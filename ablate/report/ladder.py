@@ -8,9 +8,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ablate.report.cells import number
+from ablate.stats.ladder import fitted_band
 
 
 def _interval(low: float, high: float) -> str:
@@ -75,16 +77,47 @@ def ladder_markdown(
     return "\n".join(lines) + "\n"
 
 
+def ladder_figure(points: pd.DataFrame, metric: str, alpha: float, path: Path) -> Path | None:
+    """Each variant's paired differences against its rung's parameters (log axis), the fitted
+    line and its 1 − α band; None with no variant of 3 rungs."""
+    from ablate.report.figures import Figure  # matplotlib set up (Agg, its cache) as the report's is
+
+    fig = Figure(figsize=(6.5, 4.0))
+    ax = fig.add_subplot()
+    drawn = False
+    for i, (variant, frame) in enumerate(points.groupby("variant", sort=False)):
+        xs = np.linspace(frame["scale"].min(), frame["scale"].max(), 50)
+        band = fitted_band(frame, xs, alpha)
+        colour = f"C{i}"
+        ax.scatter(10 ** frame["scale"], frame["diff"], s=14, color=colour, alpha=0.6)
+        if len(band):
+            ax.plot(10 ** band["scale"], band["effect"], color=colour, label=variant)
+            ax.fill_between(10 ** band["scale"], band["low"], band["high"], color=colour, alpha=0.15)
+            drawn = True
+    if not drawn:
+        return None
+    ax.axhline(0.0, color="0.4", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    ax.set_xlabel("parameters (baseline)")
+    ax.set_ylabel(f"Δ test.{metric} (variant − baseline)")
+    ax.legend(frameon=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
+
+
 def write_ladder(
     out_dir: Path,
     name: str,
-    trends: pd.DataFrame,
-    rungs: pd.DataFrame,
+    tables: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
     metric: str,
     baseline: str,
     reports: dict[str, Path],
+    alpha: float,
 ) -> dict[str, Path]:
-    """ladder.md and ladder.csv (the trends) in ``out_dir``."""
+    """ladder.md, ladder.csv (the trends) and figures/ladder.png in ``out_dir``; ``tables``: the
+    trends, rungs and paired differences of :func:`~ablate.stats.ladder.ladder_table`."""
+    trends, rungs, points = tables
     out_dir.mkdir(parents=True, exist_ok=True)
     shown = {}
     for rung, path in reports.items():
@@ -93,6 +126,10 @@ def write_ladder(
         except ValueError:  # elsewhere (its own output folder): named whole
             shown[rung] = str(path)
     md, csv = out_dir / "ladder.md", out_dir / "ladder.csv"
-    md.write_text(ladder_markdown(name, trends, rungs, metric, baseline, shown), encoding="utf-8")
+    text = ladder_markdown(name, trends, rungs, metric, baseline, shown)
+    if ladder_figure(points, metric, alpha, out_dir / "figures" / "ladder.png") is not None:
+        shown_band = f"{100 * (1 - alpha):.0f}%"
+        text += f"\n![each seed's Δ by size, the fitted line and its {shown_band} band](figures/ladder.png)\n"
+    md.write_text(text, encoding="utf-8")
     trends.to_csv(csv, index=False)
     return {"md": md, "csv": csv}

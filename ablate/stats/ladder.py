@@ -208,6 +208,18 @@ def project_means(
     return Projection(float(target), effect, low, high, INTERPOLATION if inside else EXTRAPOLATION)
 
 
+def fitted_band(diffs: pd.DataFrame, scales: np.ndarray, alpha: float) -> pd.DataFrame:
+    """The fitted effect at each log10 size of ``scales`` with its 1 − α interval (the figure's
+    band); empty with fewer than 3 rungs."""
+    means = rung_means(diffs)
+    if len(means) < MIN_RUNGS:
+        return pd.DataFrame(columns=["scale", "effect", "low", "high"])
+    line = _Line.fit(*_columns(means))
+    return pd.DataFrame(
+        [(x, *line.at(float(x), alpha)) for x in scales], columns=["scale", "effect", "low", "high"]
+    )
+
+
 def decision_accuracy(means: pd.DataFrame) -> pd.Series:
     """Per rung (``means``: rows rungs ordered by scale, columns variants, each its mean metric), the
     share of variant pairs ordered there as at the top (last) rung; a tie counts one half."""
@@ -230,11 +242,12 @@ def ladder_table(
     baseline: str,
     alpha: float,
     target: float | None = None,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The trend of every variant over the rungs (``per_rung``: rung → its finished trials, as
     ``results``' frame with a ``params`` column), each read against ``margins[variant]`` (metric
-    units), with the projection to ``target`` parameters; and the rungs (parameters, each
-    variant's mean, decision accuracy). A rung's scale is log10 of its baseline's parameters."""
+    units), with the projection to ``target`` parameters; the rungs (parameters, each variant's
+    mean, decision accuracy); and the paired differences the trends read (``variant``, ``rung``,
+    ``scale``, ``diff``). A rung's scale is log10 of its baseline's parameters."""
     from ablate.stats.paired import per_seed
 
     column = f"test.{metric}"
@@ -248,7 +261,7 @@ def ladder_table(
     rungs.insert(0, "parameters", [round(10 ** scales[r]) for r in rungs.index])
     variants = [v for v in rungs.columns[1:] if v != baseline]
     rungs["decision_accuracy"] = decision_accuracy(rungs[[baseline, *variants]]) if variants else math.nan
-    rows = []
+    rows, points = [], []
     for variant in variants:
         diffs = []
         for rung, results in per_rung.items():
@@ -257,6 +270,7 @@ def ladder_table(
                 d = (wide[variant] - wide[baseline]).dropna().to_numpy(float)
                 diffs += [{"rung": rung, "scale": scales[rung], "diff": x} for x in d]
         frame = pd.DataFrame(diffs, columns=["rung", "scale", "diff"])
+        points.append(frame.assign(variant=variant))
         fit = fit_ladder(frame, margins.get(variant, math.nan), alpha)
         row = {"variant": variant, **fit.__dict__, "trend": str(fit.trend)}
         ahead = project(frame, math.log10(target), alpha) if target else None
@@ -264,7 +278,8 @@ def ladder_table(
             row |= {"target": target, "target_effect": ahead.effect, "target_low": ahead.low}
             row |= {"target_high": ahead.high, "target_kind": ahead.kind}
         rows.append(row)
-    return pd.DataFrame(rows), rungs
+    columns = ["variant", "rung", "scale", "diff"]
+    return pd.DataFrame(rows), rungs, pd.concat(points)[columns] if points else pd.DataFrame(columns=columns)
 
 
 def simulate_ladder(
