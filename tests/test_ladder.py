@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from scipy import stats
 
 from ablate.stats.ladder import (
@@ -207,3 +208,21 @@ def test_the_ladder_report_of_a_studys_rungs(write_study, capsys, tmp_path):
     assert "| w8 | 100 |" in text and "| w32 | 1,600 |" in text
     assert "**trend: grows**" in text and "mlp at 1e+06 parameters (extrapolation)" in text
     assert "ladder: mlp: trend: grows" in capsys.readouterr().out
+
+
+def test_mup_style_width_scaling_gives_each_rung_its_hidden_matrices_lr(write_study, cli):
+    from ablate.study.ladder import per_rung
+    from ablate.study.load import load_study
+    from ablate.training.trainer import Trainer
+
+    path = write_study({"ladder": {**LADDER, "lr_base_dim": 16}, "model": {"attention": {"heads": 2}}})
+    rungs = per_rung(load_study(path, check_files=False), check_files=False)
+    assert [r.spec.train.param_groups[0].lr for r in rungs.values()] == pytest.approx([0.006, 0.003, 0.0015])
+    w32 = rungs["w32"]
+    optimizer = Trainer.start(w32, w32.variants["base"], 0, w32.task.load(), torch.device("cpu")).optimizer
+    scaled = optimizer.param_groups[1]  # the rest first, at train.lr
+    assert optimizer.param_groups[0]["lr"] == 0.003 and scaled["lr"] == pytest.approx(0.0015)
+    assert {tuple(p.shape) for p in scaled["params"]} == {(96, 32), (32, 32)}  # qkv; out and the FFN
+    assert all(p.dim() == 2 for p in scaled["params"])  # matrices only: no norm gain, no bias
+    code, out, err = cli("validate", path)
+    assert code == 0 and "ladder rung w32: " in out and "matrices at lr 0.0015 (μP-style)" in out, err

@@ -88,13 +88,15 @@ def validate_ladder(study) -> None:
     per rung with the baseline's parameters, and the ladder's span."""
     from ablate.study.ladder import per_rung, rung_overrides
 
-    per_rung(study, check_files=False)  # every rung's shapes first: one refused names its rung
+    subs = per_rung(study, check_files=False)  # every rung's shapes first: one refused names its rung
     baseline = study.spec.report.baseline
     counts = {}
     for rung in study.spec.ladder.rungs:
         counts[rung] = validate_command(study.path, rung_overrides(study, rung))[baseline].parameters
     for rung, n in sorted(counts.items(), key=lambda item: item[1]):
-        out.print(f"ladder rung {rung}: {n:,} parameters ({baseline})", markup=False, highlight=False)
+        groups = subs[rung].spec.train.param_groups if study.spec.ladder.lr_base_dim else []
+        scaled = f"; attention and FFN matrices at lr {groups[0].lr:.3g} (μP-style)" if groups else ""
+        out.print(f"ladder rung {rung}: {n:,} parameters ({baseline}){scaled}", markup=False, highlight=False)
     span = max(counts.values()) / max(min(counts.values()), 1)
     note = "" if len(counts) >= 3 else "; the trend needs ≥ 3 rungs"
     out.print(f"ladder: {len(counts)} rungs spanning {span:.1f}× in parameters{note}", markup=False)

@@ -20,9 +20,33 @@ def laddered(study: Study) -> bool:
     return study.spec.ladder is not None
 
 
+# The width × width matrices μP scales (its "hidden weights"): every weight of a block's attention
+# and FFN; their biases, the norms, the connections' own parameters and the embeddings are not.
+HIDDEN_MATRICES = r"blocks\.\d+\.(attention|ffn)\..*weight$"
+
+
 def rung_overrides(study: Study, rung: str) -> list[str]:
     """The overrides that make the study file one rung's study."""
-    return [*study.overrides, *study.spec.ladder.rungs[rung], "~ladder", f"name={study.name}.{rung}"]
+    given = study.spec.ladder.rungs[rung]
+    scaled = width_scaled_lr(study, given)
+    return [*study.overrides, *given, *scaled, "~ladder", f"name={study.name}.{rung}"]
+
+
+def width_scaled_lr(study: Study, given: list[str]) -> list[str]:
+    """``ladder.lr_base_dim``'s parameter group for a rung of overrides ``given``: the hidden
+    matrices at lr · lr_base_dim / dim (none without it, or where the rung's dim is no number: its
+    own override is refused then, named)."""
+    base = study.spec.ladder.lr_base_dim
+    if base is None:
+        return []
+    if study.spec.train.param_groups:
+        raise AblateError(f"{study.path}: ladder.lr_base_dim: sets train.param_groups; drop one of them")
+    dims = [text.split("=", 1)[1] for text in given if text.split("=", 1)[0].lstrip("+") == "model.dim"]
+    dim = dims[-1] if dims else str(study.spec.model.dim)
+    if not dim.isdigit() or int(dim) == 0:
+        return []
+    lr = study.spec.train.lr * base / int(dim)
+    return [f"train.param_groups=[{{params: '{HIDDEN_MATRICES}', lr: {lr:.6g}}}]"]
 
 
 def per_rung(study: Study, check_files: bool = True) -> dict[str, Study]:

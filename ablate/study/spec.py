@@ -301,6 +301,10 @@ class LadderSpec(Strict):
     rungs: dict[RungName, list[str]] = Field(min_length=1)
     # parameters: the size the trend is extrapolated (or interpolated) to
     target: float | None = Field(None, gt=0)
+    # μP-style width scaling of Adam's learning rate (Yang et al. 2022, Tensor Programs V): the
+    # attention's and FFN's weight matrices train at lr · lr_base_dim / dim on each rung, the
+    # rest (embeddings, norms, connections) at lr, so that an lr tuned at one width holds at all
+    lr_base_dim: int | None = Field(None, gt=0)
 
 
 class StudySpec(Strict):
