@@ -175,11 +175,19 @@ def test_the_ladder_report_reads_each_rungs_trials(tmp_path):
     assert pd.read_csv(paths["csv"])["trend"].tolist() == ["holds", "grows"]
 
 
-def test_commands_that_take_one_study_refuse_a_ladder(write_study, cli):
+def test_a_worker_refuses_a_ladder_and_status_shows_each_rung(write_study, cli):
     path = write_study({"ladder": LADDER})
-    code, _, err = cli("status", path)
-    assert code == 2 and "ladder: ablate status takes one rung's study" in err
+    code, _, err = cli("worker", path)  # a worker takes one queue: one rung's
+    assert code == 2 and "ladder: ablate worker takes one rung's study" in err
     assert "model.dim=8 ~ladder name=tiny.w8" in err
+    code, out, err = cli("status", path)  # status shows each rung's
+    assert code == 0, err
+    assert [line for line in out.splitlines() if line.startswith("ladder rung ")] == [
+        "ladder rung w8:",
+        "ladder rung w16:",
+        "ladder rung w32:",
+    ]
+    assert "tiny.w16: not started (4 trials planned)" in out and "ladder report: follows" in out
 
 
 def test_the_ladder_report_of_a_studys_rungs(write_study, capsys, tmp_path):

@@ -359,12 +359,12 @@ def status(
     """Trials done / running / failed / left per variant (and search progress), with an ETA;
     for a study over several data sets, each data set's and the across-data-set step."""
     from ablate.commands.across import show_status
-    from ablate.study.ladder import one_rung
+    from ablate.commands.ladder import show_ladder_status
+    from ablate.study.ladder import laddered
     from ablate.study.load import load_study
 
     study = load_study(study_file, check_files=False, overrides=overrides or ())
-    one_rung(study, "ablate status")
-    show_status(study, output, storage)
+    (show_ladder_status if laddered(study) else show_status)(study, output, storage)
 
 
 app.command("cancel")(slurm.cancel_command)

@@ -3,7 +3,9 @@
 and fingerprint — and workers, resumption and reuse work as for any study. ``ablate run`` trains
 and reports each rung in turn (smallest first, as the file lists them), then writes the ladder
 report (:mod:`ablate.stats.ladder`, :mod:`ablate.report.ladder`) to ``<reports>/<study>/``
-(``runs/<study>/report/`` without ``--reports``); ``ablate report`` rebuilds them all."""
+(``runs/<study>/report/`` without ``--reports``); ``ablate report`` rebuilds them all, ``ablate
+status`` and ``ablate plan`` show each rung's study. A worker, ``--gpus``, SLURM and ``--pilot``
+take one rung's study (its overrides: :func:`~ablate.study.ladder.rung_overrides`)."""
 
 from __future__ import annotations
 
@@ -66,6 +68,18 @@ def report_ladder(study: Study, output: Path | None, reports: Path | None, track
         )
         done[rung] = (sub, results, paths["md"])
     write_ladder_report(study, done, _ladder_dir(study, output, reports))
+
+
+def show_ladder_status(study: Study, output: Path | None, storage: str | None) -> None:
+    """``ablate status`` of a ladder: each rung's study, then where the ladder report stands."""
+    from ablate.commands.across import show_status
+
+    for rung, sub in per_rung(study, check_files=False).items():
+        out.print(f"ladder rung {rung}:", markup=False, highlight=False)
+        show_status(sub, rung_folder(study, rung, output), storage)
+    where = _ladder_dir(study, output, None) / "ladder.md"
+    state = f"written: {where}" if where.is_file() else "follows the last rung's report"
+    out.print(f"ladder report: {state}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _ladder_dir(study: Study, output: Path | None, reports: Path | None) -> Path:
