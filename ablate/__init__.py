@@ -131,4 +131,13 @@ def run(
     return ran.results
 
 
-__all__ = ["__version__", "load_results", "run"]
+def __getattr__(name: str) -> Any:
+    """``ablate.Loop``: the research loop's gate (:class:`ablate.drive.loop.Loop`), loaded on first use."""
+    if name == "Loop":
+        from ablate.drive.loop import Loop
+
+        return Loop
+    raise AttributeError(f"module 'ablate' has no attribute {name!r}")
+
+
+__all__ = ["Loop", "__version__", "load_results", "run"]

@@ -3,7 +3,8 @@
 ``ABLATE_TEST_KILL_AT=NAME@K`` makes the process SIGKILL itself the K-th time it reaches
 point NAME: ``load`` (before the data is read), ``train`` (after an epoch), ``evaluate`` (before
 the final evaluation), ``track`` (before the result is logged), ``tell`` (after MLflow has the
-result, before Optuna does), ``report`` (before the report is written).
+result, before Optuna does), ``report`` (before the report is written), ``decide`` (a research
+loop's candidate decided, before its ledger has the decision).
 ``ABLATE_TEST_REACHED=DIR`` makes it create ``DIR/NAME`` at each
 point reached (a test that signals the process waits for it). Unset, they cost two lookups.
 """

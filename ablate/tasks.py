@@ -111,6 +111,10 @@ class TaskOptions(Options):
             raise untagged(exc, ("data",), data.get("format") if isinstance(data, dict) else None) from None
 
 
+# The key under which a trial of one's own returns its test units' scores (Task.run_trial).
+PER_UNIT_KEY = "units"
+
+
 @dataclass
 class Evaluation:
     """Metrics on one split: the summary (metric -> mean) and per-unit values.
@@ -244,7 +248,9 @@ class Task:
     def run_trial(self, config: dict[str, Any], seed: int, reporter: TrialReporter) -> dict[str, float]:
         """Train and evaluate one (variant, seed) with the variant's free-form ``model.config``;
         returns its final metrics, ``valid.<metric>`` and ``test.<metric>`` for every metric the
-        study names. Overridden only by a task that trains its own model (:attr:`runs_trials`)."""
+        study names, and may return under :data:`PER_UNIT_KEY` the test units' scores (metric →
+        {unit id: score}, ``test.<metric>`` their mean) for the report's paired tests across units.
+        Overridden only by a task that trains its own model (:attr:`runs_trials`)."""
         raise NotImplementedError
 
     def options_problem(self) -> tuple[tuple[str | int, ...], str] | None:

@@ -79,6 +79,16 @@ def psql(sql: str) -> str:
     return done.stdout.strip()
 
 
+def psql_in(database: str, sql: str) -> str:
+    done = subprocess.run(
+        ["runuser", "-u", "postgres", "--", "psql", "-d", database, "-qAt", "-c", sql],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
 def fresh_databases(names: list[str]) -> None:
     subprocess.run(["service", "postgresql", "start"], capture_output=True, check=True)
     if not psql("SELECT 1 FROM pg_roles WHERE rolname = 'ablate'"):
@@ -96,6 +106,31 @@ def server_cpu_s() -> float:
             if proc.name.isdigit() and (proc / "comm").read_text().startswith("postgres"):
                 fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
                 total += int(fields[11]) + int(fields[12])  # utime, stime
+        except OSError:
+            continue
+    return total / TICKS
+
+
+def family_cpu_s(roots: list[int]) -> float:
+    """CPU seconds so far of the processes ``roots`` and all their descendants (the proxy, the
+    MLflow server and its uvicorn workers): what a cluster's central hosts spend."""
+    parent = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit():
+                parent[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+    family, grew = set(roots), True
+    while grew:
+        grown = {pid for pid, up in parent.items() if up in family} - family
+        family |= grown
+        grew = bool(grown)
+    total = 0
+    for pid in family:
+        try:
+            fields = (Path(f"/proc/{pid}/stat")).read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15])  # utime, stime, and of reaped children
         except OSError:
             continue
     return total / TICKS
@@ -280,13 +315,28 @@ def one(system: str, k: int, args: argparse.Namespace, root: Path) -> dict:
             if path.stem not in firsts and (text := path.read_text()):
                 firsts[path.stem] = float(text.split()[1])
     startup = sorted(t - start for t in firsts.values())
+    # Steady state: a worker's first trial also starts its trials' fork server (torch imported
+    # there, seconds each on shared cores), so the window waits for K trials finished, then warms up.
+    journal = None if on_database else stores.storage()
+
+    def finished() -> int:
+        if on_database:
+            sql = "SELECT count(*) FROM trials WHERE state = 'COMPLETE'"
+            return int(psql_in("ablate_scale_optuna", sql))
+        done = (optuna.trial.TrialState.COMPLETE,)
+        return len(optuna.load_study(study_name=study.name, storage=journal).get_trials(states=done))
+
+    while finished() < k and time.time() < start + args.ready_s:
+        time.sleep(1)
+    warm_s = time.time() - start
     time.sleep(args.warmup_s)
-    t0, cpu0 = time.time(), server_cpu_s()
+    central = [h if isinstance(h, int) else h.pid for h in helpers]
+    t0, cpu0, central0 = time.time(), server_cpu_s(), family_cpu_s(central)
     c0 = commits() if on_database else 0
     time.sleep(args.window_s / 2)
     held = connections() if on_database else None
     time.sleep(args.window_s / 2)
-    t1, cpu1 = time.time(), server_cpu_s()
+    t1, cpu1, central1 = time.time(), server_cpu_s(), family_cpu_s(central)
     c1 = commits() if on_database else 0
     memory = pss_mb(pids)
     for pid in pids:
@@ -352,6 +402,7 @@ def one(system: str, k: int, args: argparse.Namespace, root: Path) -> dict:
         if startup
         else None,
         "started": len(firsts),
+        "k_finished_after_s": round(warm_s, 1),
         "trials_per_min": round(len(window) / minutes, 1),
         "ideal_per_min": round(k * 60 / args.trial_s, 1),
         "lock_wait_median_s": wait[0],
@@ -365,6 +416,8 @@ def one(system: str, k: int, args: argparse.Namespace, root: Path) -> dict:
         "db_connections": held,
         "db_commits_per_s": round((c1 - c0) / (t1 - t0), 1) if on_database else None,
         "db_cpu_s_per_trial": round((cpu1 - cpu0) / max(len(window), 1), 4) if on_database else None,
+        # The proxy's and the MLflow server's CPU (their processes and descendants) in the window.
+        "central_cpu_s_per_trial": round((central1 - central0) / max(len(window), 1), 4) if central else None,
         "client_cpu_s_per_trial": round(client_cpu / max(completed, 1), 4),
         "worker_pss_mb": round(memory / k, 1),
         "completed": completed,

@@ -6,7 +6,9 @@ file, ``callable: "train.py:train"``) that ablate calls once per (variant, seed)
 dict, its keys the study's own), ``seed`` the trial's seed and ``reporter`` a
 :class:`~ablate.tasks.TrialReporter` (per-epoch curves, pruning, checkpoints). It returns the
 final metrics: ``{"valid.acc": …, "test.acc": …}``, or a plain name (``{"acc": …}``) for a
-number that is both (one held-out split). Everything else — variants, grids, search, seeds,
+number that is both (one held-out split); beside them, ``"units": {"acc": {unit id: score, …}}``
+the test units' scores (``test.acc`` their mean), which the report's paired tests across units and
+``report: {variance: seeds_and_units}`` read. Everything else — variants, grids, search, seeds,
 workers, tracking, the report — is ablate's as for any task.
 
 A trial's fingerprint covers the callable's code (:func:`local_modules`): the file defining it and
@@ -33,7 +35,7 @@ from pydantic import Field
 from ablate.cache import file_digest
 from ablate.components import Options
 from ablate.errors import warn
-from ablate.tasks import Task, TrialReporter
+from ablate.tasks import PER_UNIT_KEY, Task, TrialReporter
 
 
 class FunctionOptions(Options):
@@ -160,8 +162,10 @@ class FunctionTask(Task):
         if not isinstance(returned, dict):
             return returned  # the driver says what is wrong with it
         metrics = {str(key): value for key, value in returned.items() if "." in str(key)}
+        if PER_UNIT_KEY in returned:  # the test units' scores, passed on as they are
+            metrics[PER_UNIT_KEY] = returned[PER_UNIT_KEY]
         for key, value in returned.items():
-            if "." not in str(key):  # a plain name: the one held-out number is both, unless given apart
+            if "." not in str(key) and key != PER_UNIT_KEY:  # a plain name: both splits' number
                 metrics.setdefault(f"valid.{key}", value)
                 metrics.setdefault(f"test.{key}", value)
         return metrics

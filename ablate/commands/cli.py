@@ -25,9 +25,11 @@ from ablate.commands.compare import (
     DirectionOpt,
     ExperimentOpt,
     GroupByOpt,
+    ItemsOpt,
     MarginOpt,
     MetricOpt,
     OutOpt,
+    PartialOpt,
     SeedKeyOpt,
     SourceArg,
     UnpairedOpt,
@@ -44,6 +46,7 @@ from ablate.commands.console import (
     usage_line,
 )
 from ablate.commands.data import app as data_app
+from ablate.commands.gate import app as gate_app
 from ablate.commands.options import (
     OnlyOpt,
     OutputOpt,
@@ -70,6 +73,7 @@ app = typer.Typer(
     help="Comparative ablation studies of transformer-style sequence models.",
 )
 app.add_typer(data_app, name="data")  # ablate data list | fetch | path
+app.add_typer(gate_app, name="gate")  # ablate gate init | try | status | history | serve
 
 
 def _show_version(value: bool) -> None:
@@ -335,7 +339,7 @@ def report(
 
 @app.command()
 def compare(
-    source: SourceArg,
+    sources: SourceArg,
     metric: MetricOpt,
     baseline: BaselineOpt,
     out_dir: OutOpt,
@@ -345,11 +349,14 @@ def compare(
     higher_is_better: DirectionOpt = None,
     margin: MarginOpt = None,
     unpaired: UnpairedOpt = False,
+    items: ItemsOpt = False,
+    partial: PartialOpt = False,
 ) -> None:
     """Verdicts for runs already made (an MLflow experiment, a CSV of runs, result files): runs
-    grouped by their parameters less the seed, each group against the baseline, the same report."""
-    arguments = (source, metric, baseline, out_dir, experiment, group_by, seed_key, higher_is_better)
-    compare_command(*arguments, margin, unpaired)
+    grouped by their parameters less the seed, each group against the baseline, the same report;
+    with --items, evaluation logs compared item by item."""
+    arguments = (sources, metric, baseline, out_dir, experiment, group_by, seed_key, higher_is_better)
+    compare_command(*arguments, margin, unpaired, items, partial)
 
 
 @app.command()

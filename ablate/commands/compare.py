@@ -11,12 +11,14 @@ import typer
 from ablate.commands.console import err, out
 
 SourceArg = Annotated[
-    str,
+    list[str],
     typer.Argument(
-        metavar="SOURCE",
+        metavar="SOURCE...",
         help="The runs: a CSV file (one row per run, e.g. a Weights & Biases export), a folder of "
         "JSON / YAML result files (one per run), or an MLflow tracking URI (sqlite:///mlflow.db, "
-        "http://host:5000) with --experiment.",
+        "http://host:5000) with --experiment. With --items: per-unit scores, one or more of a long "
+        "table (CSV, Parquet, JSON lines), lm-eval --log_samples output, inspect-ai logs; "
+        "NAME=PATH names a log's model.",
         show_default=False,
     ),
 ]
@@ -63,10 +65,18 @@ MarginOpt = Annotated[
 UnpairedOpt = Annotated[
     bool, typer.Option("--unpaired", help="Compare unpaired (Welch) even where seeds pair.")
 ]
+ItemsOpt = Annotated[
+    bool,
+    typer.Option("--items", help="The sources hold per-unit scores: paired tests over the units."),
+]
+PartialOpt = Annotated[
+    bool,
+    typer.Option("--partial", help="With --items: compare the units every model has, saying which."),
+]
 
 
 def compare_command(
-    source: str,
+    sources: list[str],
     metrics: list[str],
     baseline: str,
     out_dir: Path,
@@ -76,12 +86,31 @@ def compare_command(
     higher: bool | None,
     margin: str | None,
     unpaired: bool,
+    items: bool = False,
+    partial: bool = False,
 ) -> None:
-    from ablate.report.foreign import compare_runs
+    from ablate.errors import AblateError
 
-    compared = compare_runs(
-        source, metrics, baseline, out_dir, experiment, group_by, seed_key, higher, margin, unpaired
-    )
+    runs_only = {"--experiment": experiment, "--group-by": group_by, "--unpaired": unpaired}
+    runs_only["--seed-key"] = seed_key if seed_key != "seed" else None
+    if items and (given := [name for name, value in runs_only.items() if value]):
+        raise AblateError(f"{', '.join(given)}: for runs, not with --items (per-unit scores)")
+    if partial and not items:
+        raise AblateError("--partial: only with --items (per-unit scores)")
+    if items:
+        from ablate.report.items import compare_items
+
+        if not metrics:
+            raise AblateError("--metric names the per-unit score to compare")
+        compared = compare_items(sources, metrics[0], baseline, out_dir, higher, margin, partial)
+    else:
+        from ablate.report.foreign import compare_runs
+
+        if len(sources) > 1:
+            raise AblateError(f"{len(sources)} sources: runs come from one (several only with --items)")
+        compared = compare_runs(
+            sources[0], metrics, baseline, out_dir, experiment, group_by, seed_key, higher, margin, unpaired
+        )
     err.print(compared.grouping, markup=False, highlight=False, soft_wrap=True)
     out.print(compared.table, markup=False, highlight=False, soft_wrap=True)
     out.print(f"report: {compared.paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)

@@ -152,7 +152,14 @@ class Driver(FinalTrials):
             summary = self.study.task.data_summary(data)
             if self.data_digest:  # which content every trial of this run was trained on
                 summary = {**summary, "data digest (SHA-256)": self.data_digest}
-            self.tracker.set_tag(self.parent, DATA_SUMMARY, json.dumps(summary, default=str))
+            text = json.dumps(summary, default=str)
+            try:
+                self.tracker.set_tag(self.parent, DATA_SUMMARY, text)
+            except Exception:
+                # Workers starting together tag the study's run with the same summary, and a
+                # database refuses the second insert: the tag being there is what matters.
+                if self.tracker.tag_of(self.parent, DATA_SUMMARY) != text:
+                    raise
             self.tracker.attach_files(self.parent, self.study.task.artifacts(data), DATA_ARTIFACTS)
         except Exception as exc:  # noqa: BLE001 - a summary is never worth a trial (data loads inside one)
             warnings.warn(f"no data summary recorded: {exc}", stacklevel=2)

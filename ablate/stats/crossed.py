@@ -88,6 +88,26 @@ def crossed_estimate(table: np.ndarray) -> Estimate | None:
     return Estimate(grand, math.sqrt(total / (s * u)), total**2 / parts, s, u, seeds_se)
 
 
+def variance_components(table: np.ndarray) -> dict[str, float]:
+    """σ² of the seeds, the units and the rest (seed × unit, with noise) in a complete seeds ×
+    units table of paired differences, by the mean squares above (negative estimates at 0); NaN
+    with fewer than 2 seeds or 2 units."""
+    e = np.asarray(table, dtype=float)
+    if e.ndim != 2 or min(e.shape) < 2:
+        return dict.fromkeys(("seeds", "units", "rest"), math.nan)
+    s, u = e.shape
+    grand, seed_means, unit_means = float(e.mean()), e.mean(axis=1), e.mean(axis=0)
+    ms_seed = u * float(np.sum((seed_means - grand) ** 2)) / (s - 1)
+    ms_unit = s * float(np.sum((unit_means - grand) ** 2)) / (u - 1)
+    rest = e - seed_means[:, None] - unit_means[None, :] + grand
+    ms_rest = float(np.sum(rest**2)) / ((s - 1) * (u - 1))
+    return {
+        "seeds": max(ms_seed - ms_rest, 0.0) / u,
+        "units": max(ms_unit - ms_rest, 0.0) / s,
+        "rest": ms_rest,
+    }
+
+
 def crossed_table(per_unit: pd.DataFrame | None, variant: str, baseline: str) -> np.ndarray | None:
     """``variant`` − ``baseline`` as a seeds × units table from the (seed, unit) × variant table
     of per-unit values: the seeds with any unit, and the units every one of them has; None without

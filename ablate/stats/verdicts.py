@@ -161,9 +161,11 @@ def decide(
     margin: float,
     higher_is_better: bool = True,
     eq_level: float | None = None,
+    detectable: bool = True,
 ) -> Decision:
     """The verdict on paired differences ``d`` (variant − base) at decision level ``level`` and
-    equivalence level ``eq_level`` (default ``level``: TOST at the same level)."""
+    equivalence level ``eq_level`` (default ``level``: TOST at the same level). ``detectable=False``
+    leaves the minimum detectable difference NaN (at a stream's tiny levels it costs seconds)."""
     d = np.asarray(d, dtype=float)
     d = d[np.isfinite(d)]
     n = len(d)
@@ -173,7 +175,15 @@ def decide(
         return Decision(Verdict.INCONCLUSIVE, n, delta, level, nan, nan, nan, margin, nan)
     delta, sd = float(np.mean(d)), float(np.std(d, ddof=1))
     return decide_estimate(
-        delta, sd / math.sqrt(n), n - 1, level, margin, higher_is_better, seeds=n, eq_level=eq_level
+        delta,
+        sd / math.sqrt(n),
+        n - 1,
+        level,
+        margin,
+        higher_is_better,
+        seeds=n,
+        eq_level=eq_level,
+        detectable=detectable,
     )
 
 
@@ -187,6 +197,7 @@ def decide_estimate(
     seeds: int | None = None,
     eq_level: float | None = None,
     floor: tuple[float, float] | None = None,
+    detectable: bool = True,
 ) -> Decision:
     """The verdict on an estimate ``delta`` with standard error ``se`` on ``df`` degrees of freedom
     (a linear model's contrast, say), read as :func:`decide` reads the paired t intervals, which is
@@ -213,7 +224,7 @@ def decide_estimate(
         "eq_high": float(eq_high),
         "p_equivalence": max(tost_p(delta, e, f, margin) for e, f in tests),
     }
-    mdd = minimum_detectable(df + 1, se * math.sqrt(df + 1), level)
+    mdd = minimum_detectable(df + 1, se * math.sqrt(df + 1), level) if detectable else float("nan")
     differs = bool(low > 0.0 or high < 0.0)
     inside = bool(-margin < eq_low and eq_high < margin)
     if differs:

@@ -270,6 +270,9 @@ class Tracker:
     def study_status(self, run_id: str) -> str:
         return self.client.get_run(run_id).info.status
 
+    def tag_of(self, run_id: str, key: str) -> str | None:
+        return self.client.get_run(run_id).data.tags.get(key)
+
     def open_study(self, run_id: str) -> None:
         """Mark the study's run RUNNING again (a resumed study trains): MLflow lets a finished run's
         status be set back; its end time stays until it is closed again."""

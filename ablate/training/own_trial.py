@@ -27,7 +27,7 @@ import torch
 from ablate import stopping
 from ablate.model.variant import Variant
 from ablate.study.load import Study
-from ablate.tasks import TrialReporter
+from ablate.tasks import PER_UNIT_KEY, TrialReporter
 from ablate.training.checkpoints import Checkpoint
 from ablate.training.memory import PeakMemory
 from ablate.training.trainer import TrialFailed, TrialResult, seed_everything
@@ -141,12 +141,12 @@ def own_trial(
         raise TrialFailed(f"the training code's process {how} before it returned its metrics")
     if outcome[0] == "failed":
         raise TrialFailed(outcome[1])
-    _, summary, curves, pruned_at, resumed_from, peak_mb, cpu_s = outcome
+    _, summary, curves, pruned_at, resumed_from, peak_mb, cpu_s, per_unit = outcome
     if pruned_at is not None:
         raise optuna.TrialPruned(f"pruned at epoch {pruned_at}")
     return TrialResult(
         summary=summary,
-        per_unit=pd.DataFrame(),
+        per_unit=per_unit,
         curves=curves,
         peak_memory_mb=peak_mb,
         wall_s=time.perf_counter() - start,
@@ -217,7 +217,8 @@ def _end(child: Any) -> None:
 
 def _child_trial(there: Any, alive: Any, setting: tuple, payload: bytes) -> None:
     """The trial's process: the parent's paths, folder and environment, then the task's code; its
-    outcome sent back as ("done", summary, curves, pruned_at, resumed_from, peak MB, CPU s) or
+    outcome sent back as ("done", summary, curves, pruned_at, resumed_from, peak MB, CPU s, the
+    test units' scores) or
     ("failed", reason). It ends when the parent does (the lifeline closes)."""
     # What the fork server imported (torch, ablate) is no trial's garbage: left out of the
     # collection PeakMemory starts with, which walked it and copied its pages, 0.32 s a trial.
@@ -245,9 +246,11 @@ def _child_trial(there: Any, alive: Any, setting: tuple, payload: bytes) -> None
         seed_everything(seed)
         with PeakMemory(torch.device(device)) as memory:
             returned = task.run_trial(config, seed, reporter)
+        units = returned.pop(PER_UNIT_KEY, None) if isinstance(returned, dict) else None
         summary = finished_metrics(returned, metrics) if reporter.pruned_at is None else {}
+        per_unit = unit_scores(units, summary) if reporter.pruned_at is None else pd.DataFrame()
         outcome = ("done", summary, reporter.curves, reporter.pruned_at, reporter.resumed_from)
-        outcome += (memory.mb, time.process_time() - cpu_start)
+        outcome += (memory.mb, time.process_time() - cpu_start, per_unit)
         reporter.discard()
     except torch.OutOfMemoryError as exc:  # its batch size is its own: nothing for ablate to halve
         outcome = ("failed", f"out of memory: {str(exc).strip().splitlines()[0]}")
@@ -293,3 +296,30 @@ def finished_metrics(returned: Any, metrics: list[str]) -> dict[str, float]:
         given = ", ".join(summary) or "nothing"
         raise TrialFailed(f"the training function returned no {', '.join(missing)} (it returned {given})")
     return summary
+
+
+def unit_scores(units: Any, summary: dict[str, float]) -> pd.DataFrame:
+    """The test units' scores a trial of one's own returned (metric → {unit id: score}) as the
+    per-unit table (``unit`` and a column per metric); raises :class:`TrialFailed` for another
+    shape, a score that is not a finite number, or metrics scored on different units."""
+    if units is None:
+        return pd.DataFrame()
+    shape = f"{PER_UNIT_KEY!r} must map each metric to {{unit id: score}}"
+    if not isinstance(units, Mapping) or not all(isinstance(v, Mapping) for v in units.values()):
+        raise TrialFailed(f"the training function's {shape}; it is {type(units).__name__}")
+    columns = {}
+    for metric, scores in units.items():
+        if f"test.{metric}" not in summary:
+            raise TrialFailed(f"{PER_UNIT_KEY}: {metric!r} has unit scores but no test.{metric}")
+        values = pd.to_numeric(pd.Series(scores, dtype=object), errors="coerce")
+        bad = [str(u) for u, v in values.items() if not math.isfinite(v)]
+        if bad:
+            raise TrialFailed(
+                f"{PER_UNIT_KEY}: {len(bad)} score(s) of {metric!r} not finite numbers, units {bad[:5]}"
+            )
+        columns[str(metric)] = values.astype(float)
+    units_of = {metric: set(map(str, col.index)) for metric, col in columns.items()}
+    if len({frozenset(u) for u in units_of.values()}) > 1:
+        raise TrialFailed(f"{PER_UNIT_KEY}: the metrics are scored on different units")
+    frame = pd.DataFrame(columns)
+    return frame.rename_axis("unit").reset_index().astype({"unit": str})
