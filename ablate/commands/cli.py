@@ -142,8 +142,10 @@ def run(
     resuming where it stopped, then write the report. A comma sweep (train.lr=1e-3,3e-3) runs
     the study once per value, each its own study named <name>.lr_0.001."""
     from ablate.commands.across import run_across
+    from ablate.commands.ladder import run_ladder
     from ablate.commands.running import each_point, run_and_report
     from ablate.drive import Donors
+    from ablate.study.ladder import laddered
     from ablate.study.load import load_study
     from ablate.study.several import several
 
@@ -156,6 +158,14 @@ def run(
     warn_design(study, seeds=False)
     reuse = Donors(reuse or (), older_kinds=True) if reuse_older_kinds else reuse  # on to every worker
     jobs = slurm.settings(launcher, study, partition, time, mem, cpus, gpus_per_task, account, sbatch)
+    if laddered(study):  # model sizes: a study each, then the ladder report
+        if gpus is not None or per_gpu is not None or jobs is not None:
+            raise AblateError(
+                "ladder: run each rung's study for --gpus or --launcher slurm (`ablate validate` names them)"
+            )
+        with stopping.stop_signals(), _resumable(study_file, False, overrides):
+            args = (quiet, retry_failed, workers, storage, tracking_uri, reuse, rebuild_queue)
+            raise typer.Exit(1 if run_ladder(study, output, reports, *args) else 0)
     if several(study):  # task.data lists data sets: a study each, then the across-data-set report
         with stopping.stop_signals(), _resumable(study_file, False, overrides):
             placing = None if gpus is None and per_gpu is None else (gpus, per_gpu)  # per data set
@@ -221,12 +231,14 @@ def worker(
     from ablate.commands.workers import stop_with_parent
     from ablate.drive import Donors, Stores, run_study
     from ablate.drive.recovery import check_stores
+    from ablate.study.ladder import one_rung
     from ablate.study.load import load_study
     from ablate.study.several import one_dataset
 
     with stopping.stop_signals(), _resumable(study_file, quiet, overrides):  # it may read the data
         study = load_study(study_file, overrides=overrides or ())
     one_dataset(study, "ablate worker")  # each data set's study has its own queue
+    one_rung(study, "ablate worker")  # and each rung's
     stores = Stores.for_study(study, output, tracking_uri, storage)
     stores.heartbeat_s, stores.grace_s = heartbeat, grace
     check_folders(study, stores, output)  # before any training
@@ -280,8 +292,10 @@ def report(
 ) -> None:
     """Rebuild the report from the tracking store alone (no training)."""
     from ablate.commands.across import report_across
+    from ablate.commands.ladder import report_ladder
     from ablate.commands.running import check_folders, write_study_report
     from ablate.drive import Stores, folder_problem, write_trials
+    from ablate.study.ladder import laddered
     from ablate.study.load import load_study
     from ablate.study.several import several
     from ablate.tracking.store import tracking_problem
@@ -290,6 +304,10 @@ def report(
         raise AblateError(f"--trials {trials}: {problem}")
     if study_file is not None:
         study = load_study(study_file, check_files=False, overrides=overrides or ())
+        if laddered(study):  # each rung's report, then the ladder report
+            if trials is not None:
+                raise AblateError("ladder: --trials takes one rung's study (`ablate validate` names them)")
+            return report_ladder(study, output, reports, tracking_uri)
         if several(study):  # each data set's trials and report, then the across-data-set report
             return report_across(study, output, reports, tracking_uri, trials)
         stores = Stores.for_study(study, output, tracking_uri)
@@ -348,9 +366,12 @@ def status(
     """Trials done / running / failed / left per variant (and search progress), with an ETA;
     for a study over several data sets, each data set's and the across-data-set step."""
     from ablate.commands.across import show_status
+    from ablate.commands.ladder import show_ladder_status
+    from ablate.study.ladder import laddered
     from ablate.study.load import load_study
 
-    show_status(load_study(study_file, check_files=False, overrides=overrides or ()), output, storage)
+    study = load_study(study_file, check_files=False, overrides=overrides or ())
+    (show_ladder_status if laddered(study) else show_status)(study, output, storage)
 
 
 app.command("cancel")(slurm.cancel_command)

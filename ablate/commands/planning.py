@@ -267,6 +267,7 @@ def show_plan(
     several data sets, each data set's (a ``--pilot`` folder of such a study gives each its own
     noise) and the totals over them."""
     from ablate.commands.pilots import pilot_of
+    from ablate.study.ladder import laddered, one_rung, per_rung
     from ablate.study.load import load_study
     from ablate.study.several import per_dataset, several
 
@@ -275,6 +276,19 @@ def show_plan(
             "give the noise, one of --sd S (the sd of a seed's paired difference) or --pilot PATH"
         )
     study = load_study(study_file, check_files=False, overrides=overrides)
+    if laddered(study) and pilot is None:  # each rung's plan: the noise given holds for every size
+        plans = {
+            rung: plan_of(sub, effect, sd, None, simulations) for rung, sub in per_rung(study, False).items()
+        }
+        for each in plans.values():
+            _show(each)
+        from ablate.commands.console import out
+
+        k = len(plans)
+        trend = f"its slope on {k - 2} df" if k >= 3 else "none: a trend needs ≥ 3 rungs"
+        out.print(f"ladder: {k} rungs, each planned alone; the trend over them: {trend}", markup=False)
+        return
+    one_rung(study, "ablate plan --pilot")  # a pilot is one rung's study
     if not several(study):
         _show(plan_of(study, effect, sd, pilot, simulations))
         return

@@ -312,10 +312,12 @@ def cancel_command(study_file: StudyArg, overrides: OverridesArg = None, output:
     """Cancel the SLURM jobs `ablate run --launcher slurm` submitted for a study; their trials
     in flight are queued again for the next run."""
     from ablate.drive import Stores
+    from ablate.study.ladder import one_rung
     from ablate.study.load import load_study
     from ablate.study.several import each_study
 
     study = load_study(study_file, check_files=False, overrides=overrides or ())
+    one_rung(study, "ablate cancel")
     for each, where in each_study(study, output):  # several data sets: each data set's jobs
         output_dir = Stores.for_study(each, where).output_dir
         jobs = [job["id"] for job in recorded(output_dir)]

@@ -21,11 +21,13 @@ def validate_command(
     overrides: OverridesArg = None,
     only: OnlyOpt = None,
     resolved: Annotated[bool, typer.Option("--resolved", help=PRINT_HELP)] = False,
-) -> None:
+) -> dict | None:
     """Check a study file without training: keys, types, kinds, compatibility, every model's
-    shapes and size, and the data (read as `ablate run` reads them, through the same cache)."""
+    shapes and size, and the data (read as `ablate run` reads them, through the same cache).
+    Returns each variant's size (None for several studies)."""
     from ablate.errors import warn
     from ablate.study.folders import output_problem
+    from ablate.study.ladder import laddered
     from ablate.study.load import load_study
     from ablate.study.several import dataset_overrides, several
     from ablate.study.sizes import machine_memory
@@ -43,6 +45,8 @@ def validate_command(
             for entry in study.dataset.entries:
                 validate_command(study_file, dataset_overrides(study, entry))
             return
+        if laddered(study):  # each rung's study, then the ladder's sizes
+            return validate_ladder(study)
         data = study.task.load()
     sizes = preflight(study, data)
     problem = output_problem(study)  # as `ablate run` would, without --output
@@ -76,6 +80,26 @@ def validate_command(
     warn_design(study)
     given = f" with {shlex.join(overrides)}" if overrides else ""
     out.print(f"{study_file}{given}: valid", markup=False, highlight=False, soft_wrap=True)
+    return sizes
+
+
+def validate_ladder(study) -> None:
+    """Each rung's study validated (a rung that breaks the model refused, named), then one line
+    per rung with the baseline's parameters, and the ladder's span."""
+    from ablate.study.ladder import per_rung, rung_overrides
+
+    subs = per_rung(study, check_files=False)  # every rung's shapes first: one refused names its rung
+    baseline = study.spec.report.baseline
+    counts = {}
+    for rung in study.spec.ladder.rungs:
+        counts[rung] = validate_command(study.path, rung_overrides(study, rung))[baseline].parameters
+    for rung, n in sorted(counts.items(), key=lambda item: item[1]):
+        groups = subs[rung].spec.train.param_groups if study.spec.ladder.lr_base_dim else []
+        scaled = f"; attention and FFN matrices at lr {groups[0].lr:.3g} (μP-style)" if groups else ""
+        out.print(f"ladder rung {rung}: {n:,} parameters ({baseline}){scaled}", markup=False, highlight=False)
+    span = max(counts.values()) / max(min(counts.values()), 1)
+    note = "" if len(counts) >= 3 else "; the trend needs ≥ 3 rungs"
+    out.print(f"ladder: {len(counts)} rungs spanning {span:.1f}× in parameters{note}", markup=False)
 
 
 def warn_design(study, seeds: bool = True) -> None:

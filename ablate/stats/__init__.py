@@ -54,8 +54,8 @@ baseline), :mod:`.ranking` (Friedman, all pairs), :mod:`.calibration` (simulated
 :mod:`.spending` (the α-spending functions), :mod:`.power` and :mod:`.planned` (what ``ablate
 plan`` promises: power, a pilot's uncertain sd, equivalence simulated through the verdicts),
 :mod:`.across` (verdicts across data sets), :mod:`.items` (paired tests over evaluation
-items). The lowest package: it imports the foundations only
-(``schema``, ``errors``, ``stopping``), nothing of studies, models or stores.
+items), :mod:`.ladder` (the trend over a ladder of model sizes). The lowest package: it imports the
+foundations only (``schema``, ``errors``, ``stopping``), nothing of studies, models or stores.
 """
 
 from __future__ import annotations

@@ -289,6 +289,24 @@ class SlurmSpec(Strict):
     setup: list[str] = []  # shell lines run before the worker starts (module load …, source …/activate)
 
 
+RungName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=40)]
+
+
+class LadderSpec(Strict):
+    """``ladder:``: the model sizes every variant trains at, each rung a list of ``key=value``
+    overrides of the study file (``w64: [model.dim=64, model.blocks=2]``) making a study of its
+    own named ``<study>.<rung>`` (:mod:`ablate.study.ladder`); the report reads the effect's trend
+    over log10(parameters) (:mod:`ablate.stats.ladder`)."""
+
+    rungs: dict[RungName, list[str]] = Field(min_length=1)
+    # parameters: the size the trend is extrapolated (or interpolated) to
+    target: float | None = Field(None, gt=0)
+    # μP-style width scaling of Adam's learning rate (Yang et al. 2022, Tensor Programs V): the
+    # attention's and FFN's weight matrices train at lr · lr_base_dim / dim on each rung, the
+    # rest (embeddings, norms, connections) at lr, so that an lr tuned at one width holds at all
+    lr_base_dim: int | None = Field(None, gt=0)
+
+
 class StudySpec(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=MAX_NAME)
     description: str = ""
@@ -310,6 +328,8 @@ class StudySpec(Strict):
     output: str | None = None
     # The SLURM jobs of `ablate run --launcher slurm` (no trial's fingerprint includes them).
     slurm: SlurmSpec = SlurmSpec()
+    # Model sizes (rungs) every variant trains at: one study per rung, the trend over them.
+    ladder: LadderSpec | None = None
 
     @property
     def seed_list(self) -> list[int]:
