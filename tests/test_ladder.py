@@ -6,6 +6,7 @@ false trends ≤ α with a constant effect, power for a slope, the held-out top 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -234,3 +235,29 @@ def test_mup_style_width_scaling_gives_each_rung_its_hidden_matrices_lr(write_st
     assert all(p.dim() == 2 for p in scaled["params"])  # matrices only: no norm gain, no bias
     code, out, err = cli("validate", path)
     assert code == 0 and "ladder rung w32: " in out and "matrices at lr 0.0015 (μP-style)" in out, err
+
+
+def test_the_readmes_ladder_section_validates_as_written(tmp_path):
+    """README "Does it hold at scale?": its yaml is the committed study's ladder, and its validate
+    command, run from a clone's root, prints each rung's parameters."""
+    import re
+    import subprocess
+    import sys
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    readme = (repo / "README.md").read_text()
+    start = readme.index("\n## Does it hold at scale?\n")
+    section = readme[start : readme.find("\n## ", start + 1)]
+    [shown] = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
+    [commands] = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    committed = yaml.safe_load((repo / "studies" / "ladder_minimind_lm.yaml").read_text())["ladder"]
+    assert yaml.safe_load(shown)["ladder"] == committed
+    validate = commands.strip().splitlines()[0]
+    (tmp_path / "studies").symlink_to(repo / "studies", target_is_directory=True)
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    done = subprocess.run(["bash", "-c", validate], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for rung, count in {"d32": "57,664", "d64": "213,632", "d128": "820,480", "d256": "3,213,824"}.items():
+        assert f"ladder rung {rung}: {count} parameters" in done.stdout
