@@ -307,3 +307,20 @@ def test_options_for_runs_are_refused_with_items(tmp_path, cli):
         "compare", path, "-m", "acc", "--baseline", "base", "--partial", "--out", tmp_path / "r"
     )
     assert code == 2 and "--partial: only with --items" in err
+
+
+def test_plan_with_items_reads_a_log_as_the_pilot(tmp_path, cli):
+    """``ablate plan --items``: the items each comparison needs, as compare's items.csv has them,
+    with the design's options for a study refused in one line."""
+    path, _ = _binary(tmp_path)
+    _, items, _, _ = _compared(tmp_path, cli, path, "--metric", "acc", "--baseline", "base")
+    code, out, err = cli("plan", path, "--items", "--metric", "acc", "--baseline", "base")
+    assert code == 0, err
+    for model in ("good", "same"):
+        [line] = [x for x in out.splitlines() if x.startswith(f"{model}: ")]
+        assert line.startswith(f"{model}: {items.loc[model, 'units_needed']:g} units at 1 seed(s)")
+        assert f"({items.loc[model, 'test']}: " in line
+    for wrong in (["--sd", "0.1"], []):
+        args = ["--baseline", "base"] if wrong else []
+        code, _, err = cli("plan", path, "--items", "--metric", "acc", *args, *wrong)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err

@@ -58,7 +58,7 @@ from ablate.commands.options import (
     StudyArg,
     TrackingOpt,
 )
-from ablate.commands.planning import EffectOpt, PilotOpt, SdOpt, SimulationsOpt, show_plan
+from ablate.commands.planning import plan_command
 from ablate.commands.validate import PRINT_HELP, validate_command, warn_design
 from ablate.errors import AblateError, first_line
 from ablate.study.overrides import command_line
@@ -258,17 +258,7 @@ def worker(
 app.command("validate")(validate_command)
 
 
-@app.command()
-def plan(
-    study_file: StudyArg,
-    overrides: OverridesArg = None,
-    effect: EffectOpt = None,
-    sd: SdOpt = None,
-    pilot: PilotOpt = None,
-    simulations: SimulationsOpt = 400,
-) -> None:
-    """Before the run: the seeds and trials its design needs for 80% power, and for 'equivalent' at Δ = 0."""
-    show_plan(study_file, overrides or [], effect, sd, pilot, simulations)
+app.command("plan")(plan_command)
 
 
 @app.command()

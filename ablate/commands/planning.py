@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ablate.commands.compare import ItemsOpt, MarginOpt, PartialOpt
+from ablate.commands.options import OverridesArg, StudyArg
 from ablate.errors import AblateError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,6 +58,43 @@ PilotOpt = Annotated[
 SimulationsOpt = Annotated[
     int, typer.Option(min=50, max=100_000, help="Simulated studies per scenario (sequential seeds).")
 ]
+PlanMetricOpt = Annotated[
+    str | None, typer.Option("--metric", "-m", help="With --items: the logs' score.", show_default=False)
+]
+PlanBaselineOpt = Annotated[
+    str | None, typer.Option(help="With --items: the baseline model's name.", show_default=False)
+]
+
+
+def plan_command(
+    study_file: StudyArg,
+    overrides: OverridesArg = None,
+    effect: EffectOpt = None,
+    sd: SdOpt = None,
+    pilot: PilotOpt = None,
+    simulations: SimulationsOpt = 400,
+    items: ItemsOpt = False,
+    metric: PlanMetricOpt = None,
+    baseline: PlanBaselineOpt = None,
+    margin: MarginOpt = None,
+    partial: PartialOpt = False,
+) -> None:
+    """Before the run: the seeds and trials its design needs for 80% power, and for 'equivalent' at
+    Δ = 0. With --items, the arguments are evaluation logs (as `ablate compare --items` reads them),
+    the pilot of a per-item design: the items (or seeds) each comparison needs."""
+    if not items:
+        show_plan(study_file, overrides or [], effect, sd, pilot, simulations)
+        return
+    from ablate.commands.console import out
+    from ablate.report.items import plan_items
+
+    given = [name for name, value in {"--effect": effect, "--sd": sd, "--pilot": pilot}.items() if value]
+    if given or metric is None or baseline is None:
+        wrong = f"{', '.join(given)}: not with --items" if given else "--items needs --metric and --baseline"
+        usage = "ablate plan --items LOG... -m METRIC --baseline NAME"
+        raise AblateError(f"{wrong} (the logs are the pilot: {usage})")
+    for line in plan_items([str(study_file), *(overrides or [])], metric, baseline, None, margin, partial):
+        out.print(line, markup=False)
 
 
 @dataclass(frozen=True)

@@ -125,19 +125,9 @@ def compare_items(
     partial: bool = False,
 ) -> Compared:
     """Read the logs, match their items, and write the report into ``out_dir``."""
-    frame, read = read_items(sources, metric)
-    units, said = matched(frame, baseline, partial)
-    for line in said:
-        warn(line)
-    models = list(dict.fromkeys(units["variant"]))
-    models = [baseline, *(m for m in models if m != baseline)]
-    if len(models) < 2:
-        raise AblateError(f"one model only ({baseline}): comparing needs at least two")
-    tests = {m: item_test(units, m, baseline) for m in models[1:]}
-    results = _results(units, metric)
-    settings = _settings(tests, baseline, metric, models, higher, margin, read + said)
-    analysis = analyse(results, None, None, settings)
-    rows = _item_rows(analysis.tables[metric], tests, settings, metric)
+    units, models, tests, results, analysis, rows, read = _judged(
+        sources, metric, baseline, higher, margin, partial
+    )
     # the seeds-only variance line the report adds is the seed test's; these verdicts say their own
     notes = [n for n in analysis.settings.notes if not n.startswith("variance: ")] + [VARIANCE_NOTE]
     settings = analysis.settings.model_copy(update={"notes": notes})
@@ -164,6 +154,54 @@ def compare_items(
             f"{plan.seeds} seed(s){seeds} for 80% power at Δ = ±{plan.margin:.3g}"
         )
     return Compared(paths, grouping, table)
+
+
+def plan_items(
+    sources: list[str],
+    metric: str,
+    baseline: str,
+    higher: bool | None = None,
+    margin: str | None = None,
+    partial: bool = False,
+) -> list[str]:
+    """``ablate plan --items``: per model, what its comparison with the baseline needs for 80 %
+    power at Δ = ±margin, these logs as the pilot — the units at their seeds, the seeds at their
+    units (:func:`.items.design_for`)."""
+    _, models, tests, _, analysis, rows, _ = _judged(sources, metric, baseline, higher, margin, partial)
+    lines = [f"{len(models)} models against {baseline}, {metric}, at α = {analysis.settings.alpha:g}"]
+    for plan in _details(tests, rows, analysis.settings).itertuples():
+        if not plan.test:
+            lines.append(f"{plan.model}: {plan.why}")
+            continue
+        units = f"{plan.units_needed:g} units"
+        units = "no number of units is enough" if plan.units_needed == np.inf else units
+        seeds = ""
+        if not pd.isna(plan.seeds_needed):
+            seeds = f", or {plan.seeds_needed:g} seeds at these {plan.units} units"
+            seeds = ", and no number of seeds is enough" if plan.seeds_needed == np.inf else seeds
+        lines.append(
+            f"{plan.model}: {units} at {plan.seeds} seed(s){seeds} for 80% power at Δ = ±{plan.margin:.3g} "
+            f"({plan.test}: {plan.why}; now Δ = {plan.delta:+.3g}, se {plan.se:.3g}, {plan.units} units)"
+        )
+    return lines
+
+
+def _judged(sources, metric, baseline, higher, margin, partial):
+    """The logs read, their items matched, each model's per-item test and verdict rows."""
+    frame, read = read_items(sources, metric)
+    units, said = matched(frame, baseline, partial)
+    for line in said:
+        warn(line)
+    models = list(dict.fromkeys(units["variant"]))
+    models = [baseline, *(m for m in models if m != baseline)]
+    if len(models) < 2:
+        raise AblateError(f"one model only ({baseline}): comparing needs at least two")
+    tests = {m: item_test(units, m, baseline) for m in models[1:]}
+    results = _results(units, metric)
+    settings = _settings(tests, baseline, metric, models, higher, margin, read + said)
+    analysis = analyse(results, None, None, settings)
+    rows = _item_rows(analysis.tables[metric], tests, settings, metric)
+    return units, models, tests, results, analysis, rows, read
 
 
 def _settings(tests, baseline, metric, models, higher, margin, read) -> ReportSettings:
