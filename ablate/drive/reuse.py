@@ -95,9 +95,8 @@ class StoredTrial(Donor):
 
     def read(self) -> tuple[TrialResult, dict[str, str]]:
         final, curves = trial_metrics(self.client, self.run)
-        run_id = self.run.info.run_id
         tags = {t: self.run.data.tags[t] for t in CARRIED_TAGS if t in self.run.data.tags}
-        return _result(final, curves, read_units(self.client, run_id)), tags
+        return _result(final, curves, read_units(self.client, self.run)), tags
 
     def write(self, folder: Path) -> Path | None:
         """This trial as a trial file in ``folder`` (what ``--reuse folder`` reads); None where a

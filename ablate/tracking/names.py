@@ -11,6 +11,7 @@ from typing import Any
 ROLE = "ablate.role"
 PARENT = "mlflow.parentRunId"
 UNITS_ARTIFACT = "units/test.csv"
+NO_UNITS_TAG = "ablate.no_units"  # a trial run whose task has no per-unit results: no artifact stored
 TRAINED_WITH = "trained_with.json"  # a trial run's settings as its fingerprint hashes them (JSON)
 STUDY_ARTIFACT = "study.resolved.yaml"  # the validated study, overrides applied
 REPORT_FOLDER = "report"  # where the parent run keeps the written report

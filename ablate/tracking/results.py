@@ -121,7 +121,7 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
         seen[(variant, seed)] = len(rows)
         rows.append(row)
         try:
-            units = read_units(tracker.client, run.info.run_id)
+            units = read_units(tracker.client, run)
             units.insert(0, "seed", seed)
             units.insert(0, "variant", variant)
             unit_frames.append(units)

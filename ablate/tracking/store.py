@@ -28,6 +28,7 @@ from ablate.tracking.names import (
     BEST_PREFIX,
     CURVE_PREFIXES,
     DATA_SUMMARY,
+    NO_UNITS_TAG,
     PARAMS_PER_BATCH,
     PARENT,
     REPORT_FILES,
@@ -164,19 +165,15 @@ class _Retrying:
         return call
 
 
-def read_units(client: MlflowClient, run_id: str):
+def read_units(client: MlflowClient, run: Any):
     """A finished trial run's per-unit test metrics (:data:`UNITS_ARTIFACT`) as a DataFrame; empty
-    for a run that stored none (a task without per-unit results)."""
+    for a run tagged as having none (:data:`NO_UNITS_TAG`: a task without per-unit results)."""
     import pandas as pd  # only readers of results need it
 
+    if run.data.tags.get(NO_UNITS_TAG) == "true":
+        return pd.DataFrame()
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            return pd.read_csv(client.download_artifacts(run_id, UNITS_ARTIFACT, tmp))
-        except Exception:  # noqa: BLE001 - each artifact store says "missing" its own way
-            folder = str(Path(UNITS_ARTIFACT).parent)
-            if any(item.path == UNITS_ARTIFACT for item in client.list_artifacts(run_id, folder)):
-                raise  # there, but unreadable: not an absence
-            return pd.DataFrame()
+        return pd.read_csv(client.download_artifacts(run.info.run_id, UNITS_ARTIFACT, tmp))
 
 
 def trial_metrics(
@@ -369,8 +366,13 @@ class Tracker:
         validation metrics as ``best.valid.*``: the ``valid.*`` histories stay the curves) and its
         per-unit test metrics, and close its run."""
         final = {(BEST_PREFIX + k if k.startswith("valid.") else k): v for k, v in metrics.items()}
-        self.log_metrics(run_id, final, step=0)
-        if len(per_unit):  # a task with no per-unit results (``function``) stores no empty table
+        ts = _now_ms()
+        metrics = [Metric(to_mlflow(k), float(v), ts, 0) for k, v in final.items()]
+        # A task with no per-unit results (``function``) stores no empty table; its run says so,
+        # so that a reader tells that from a table lost.
+        tags = [] if len(per_unit) else [RunTag(NO_UNITS_TAG, "true")]
+        self.client.log_batch(run_id, metrics=metrics, tags=tags)
+        if len(per_unit):
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / Path(UNITS_ARTIFACT).name
                 per_unit.to_csv(path, index=False)
