@@ -29,7 +29,7 @@ REQUIRED = os.environ.get("ABLATE_REQUIRE_COMPILER") == "1"
 def lacking(why: str) -> None:
     if REQUIRED:
         pytest.fail(f"ABLATE_REQUIRE_COMPILER is set but {why}")
-    pytest.skip(why)
+    pytest.skip(f"{why} (a C compiler and root; CI sets ABLATE_REQUIRE_COMPILER=1: fails)")
 
 
 needs_compiler = pytest.mark.skipif(

@@ -129,7 +129,7 @@ def slurm():
     if problem and os.environ.get("ABLATE_REQUIRE_SLURM"):
         pytest.fail(f"ABLATE_REQUIRE_SLURM is set but {problem}")
     if problem:
-        pytest.skip(problem)
+        pytest.skip(f"{problem} (`.ci/slurm/start` starts a one-node SLURM; CI fails instead)")
 
 
 def _trials(folder: Path) -> list:
