@@ -57,7 +57,7 @@ def run_across(study: Study, output: Path | None, reports: Path | None, *args: A
         )
         failed += ran.failed
         done[label] = (sub, ran.results, ran.paths["md"])
-    write_across_report(study, done, _across_dir(study, output, reports))
+    write_across_report(study, done, report_dir(study, output, reports))
     return failed
 
 
@@ -105,7 +105,7 @@ def report_across(
         shown = f"report of {label}: {paths['html'].resolve()}"
         out.print(shown, markup=False, highlight=False, soft_wrap=True)
         done[label] = (sub, results, paths["md"])
-    write_across_report(study, done, _across_dir(study, output, reports))
+    write_across_report(study, done, report_dir(study, output, reports))
 
 
 def show_status(study: Study, output: Path | None, storage: str | None) -> None:
@@ -121,7 +121,7 @@ def show_status(study: Study, output: Path | None, storage: str | None) -> None:
         if _status_of(sub, data_set_folders(study, label, output, None)[0], storage):
             finished.append(label)
     k = len(study.dataset.entries)
-    where = _across_dir(study, output, None) / "across_datasets.md"
+    where = report_dir(study, output, None) / "across_datasets.md"
     if len(finished) < k:
         which = f" ({', '.join(finished)})" if finished else ""
         line = f"{len(finished)} of {k} data sets finished{which}; across_datasets.md follows the last"
@@ -161,7 +161,8 @@ def _status_of(study: Study, output: Path | None, storage: str | None) -> bool:
     return not sum(r.left + r.running for r in progress(study, stores).values())
 
 
-def _across_dir(study: Study, output: Path | None, reports: Path | None) -> Path:
+def report_dir(study: Study, output: Path | None, reports: Path | None) -> Path:
+    """Where a study of sub-studies (data sets, ladder rungs) writes the report over them."""
     if reports:
         return reports / study.name
     return Path(output or study.spec.output or Path("runs") / study.name) / "report"

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ablate.commands.across import report_dir
 from ablate.commands.console import err, out
 from ablate.study.ladder import per_rung, rung_folder
 from ablate.study.load import Study
@@ -47,7 +48,7 @@ def run_ladder(study: Study, output: Path | None, reports: Path | None, *args: A
         )
         failed += ran.failed
         done[rung] = (sub, ran.results, ran.paths["md"])
-    write_ladder_report(study, done, _ladder_dir(study, output, reports))
+    write_ladder_report(study, done, report_dir(study, output, reports))
     return failed
 
 
@@ -67,7 +68,7 @@ def report_ladder(study: Study, output: Path | None, reports: Path | None, track
             f"report of {rung}: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True
         )
         done[rung] = (sub, results, paths["md"])
-    write_ladder_report(study, done, _ladder_dir(study, output, reports))
+    write_ladder_report(study, done, report_dir(study, output, reports))
 
 
 def show_ladder_status(study: Study, output: Path | None, storage: str | None) -> None:
@@ -77,15 +78,9 @@ def show_ladder_status(study: Study, output: Path | None, storage: str | None) -
     for rung, sub in per_rung(study, check_files=False).items():
         out.print(f"ladder rung {rung}:", markup=False, highlight=False)
         show_status(sub, rung_folder(study, rung, output), storage)
-    where = _ladder_dir(study, output, None) / "ladder.md"
+    where = report_dir(study, output, None) / "ladder.md"
     state = f"written: {where}" if where.is_file() else "follows the last rung's report"
     out.print(f"ladder report: {state}", markup=False, highlight=False, soft_wrap=True)
-
-
-def _ladder_dir(study: Study, output: Path | None, reports: Path | None) -> Path:
-    if reports:
-        return reports / study.name
-    return Path(output or study.spec.output or Path("runs") / study.name) / "report"
 
 
 def write_ladder_report(
