@@ -344,11 +344,21 @@ def _settings(
             grid=groups.grid if groups.paired else {},
             calibration=200 if groups.paired else 0,  # its simulated studies have paired seeds
             notes=notes,
-            **({"margin": float(margin) if _is_number(margin) else margin} if margin else {}),
+            **margin_option(margin),
         )
-    except ValueError as exc:  # pydantic's message without its web address
-        said = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
-        raise AblateError(f"--margin {margin}: {said}") from None
+    except ValueError as exc:
+        raise margin_refused(margin, exc) from None
+
+
+def margin_option(margin: str | None) -> dict:
+    """``--margin`` as the report settings take it: a number in the metric's units, or "2%"."""
+    return {"margin": float(margin) if _is_number(margin) else margin} if margin else {}
+
+
+def margin_refused(margin: str | None, exc: ValueError) -> AblateError:
+    """A ``--margin`` the settings refused, in one line: pydantic's message without its web address."""
+    said = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
+    return AblateError(f"--margin {margin}: {said}")
 
 
 def _is_number(text: str) -> bool:

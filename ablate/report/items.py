@@ -14,7 +14,7 @@ import pandas as pd
 
 from ablate.errors import AblateError, warn
 from ablate.report import analyse, format_table, render
-from ablate.report.foreign import Compared, higher_is_better
+from ablate.report.foreign import Compared, higher_is_better, margin_option, margin_refused
 from ablate.report.item_logs import FROM, first_few, read_items
 from ablate.stats import ReportSettings, comparison_frame
 from ablate.stats.comparison import Standing, _verdict_columns
@@ -221,18 +221,10 @@ def _settings(tests, baseline, metric, models, higher, margin, read) -> ReportSe
             variants=models,
             calibration=0,  # its simulated studies are of seeds, not of items
             notes=notes,
-            **({"margin": float(margin) if _is_number(margin) else margin} if margin else {}),
+            **margin_option(margin),
         )
     except ValueError as exc:
-        raise AblateError(f"--margin {margin}: {str(exc).splitlines()[-1].strip()}") from None
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+        raise margin_refused(margin, exc) from None
 
 
 def _item_rows(rows, tests: dict[str, ItemTest | None], settings: ReportSettings, metric: str):
