@@ -117,14 +117,65 @@ LADDER = {"rungs": RUNGS}
 def test_validate_prints_each_rungs_parameters(write_study, cli):
     code, out, err = cli("validate", write_study({"model": {"attention": {"heads": 2}}, "ladder": LADDER}))
     assert code == 0, err
-    counts = {}
+    counts, gflop = {}, {}
     for line in out.splitlines():
         if line.startswith("ladder rung "):
-            rung, rest = line.removeprefix("ladder rung ").split(": ", 1)
+            rung, rest = line.removeprefix("ladder rung ").split(" (base): ", 1)
             counts[rung] = int(rest.split(" parameters")[0].replace(",", ""))
+            gflop[rung] = float(rest.split(" to train, ")[1].split(" training GFLOP")[0])
     assert list(counts) == ["w8", "w16", "w32"]
     assert counts["w8"] < counts["w16"] < counts["w32"]
-    assert "tiny.w32: " in out and "3 rungs spanning" in out
+    assert 0 < gflop["w8"] < gflop["w16"] < gflop["w32"]
+    assert "tiny.w32: " in out and "3 rungs spanning" in out and "× in parameters" in out
+
+
+def test_a_trials_training_gflop_is_known_before_it_trains(write_study):
+    """validate's figure (trial_gflop) is the one the trained trial records, counted apart."""
+    from ablate.study.load import load_study
+    from ablate.training.preflight import trial_gflop
+    from ablate.training.trainer import train_trial
+
+    study = load_study(write_study({"train": {"epochs": 2, "patience": 5}}))
+    data = study.task.load()
+    expected = trial_gflop(study, "base", data)
+    trained = train_trial(study, study.variants["base"], 0, data, torch.device("cpu"))
+    assert expected > 0 and trained.train_gflop == pytest.approx(expected, rel=1e-9)
+
+
+EPOCHS = {"e1": ["train.epochs=1"], "e2": ["train.epochs=2"], "e4": ["train.epochs=4"]}
+
+
+def test_a_ladder_over_epochs_is_placed_by_compute(write_study, cli):
+    path = write_study({"ladder": {"rungs": EPOCHS}})
+    code, _, err = cli("validate", path)  # one parameter count at every rung: no trend to read
+    line = err.strip().splitlines()[-1]  # after each rung's own warnings (2 seeds: no verdict)
+    assert code == 2 and line.startswith(f"error: {path}:") and ": ladder.scale: rungs e1, e2, e4 " in line
+    assert "set ladder.scale: compute" in line
+    code, out, err = cli("validate", write_study({"ladder": {"rungs": EPOCHS, "scale": "compute"}}))
+    assert code == 0 and "3 rungs spanning 4.0× in compute" in out, err
+    code, _, err = cli("validate", write_study({"ladder": {"rungs": EPOCHS, "scale": "flops"}}))
+    assert code == 2 and "unknown ladder scale 'flops'" in err
+
+
+def test_a_compute_ladders_report_reads_training_gflop(tmp_path):
+    from ablate.report.ladder import write_ladder
+    from ablate.stats.ladder import ladder_table
+
+    per_rung = {  # one size; "relu" worse by 0.1 at 1× and less the longer it trains
+        f"e{k}": _rung_results({"base": 5000, "relu": 5000}, {"base": 2.0, "relu": 2.1 - 0.02 * k}).assign(
+            train_gflop=10.0 * k
+        )
+        for k in (1, 2, 4, 8)
+    }
+    trends, rungs, points = ladder_table(per_rung, {"relu": 0.05}, "bpb", "base", 0.05, 1e3, "compute")
+    assert rungs.columns[0] == "training GFLOP" and rungs["training GFLOP"].tolist() == [10, 20, 40, 80]
+    assert trends.at[0, "trend"] == "shrinks" and trends.at[0, "target_kind"] == "extrapolation"
+    text = write_ladder(tmp_path, "lm", (trends, rungs, points), "bpb", "base", {}, 0.05)["md"].read_text()
+    assert "| rung | training GFLOP |" in text and "| e8 | 80 |" in text
+    assert "relu at 1e+03 training GFLOP (extrapolation)" in text
+    with pytest.raises(ValueError, match="rung e1: its base trials have no training GFLOP figure"):
+        missing = {**per_rung, "e1": per_rung["e1"].drop(columns="train_gflop")}
+        ladder_table(missing, {}, "bpb", "base", 0.05, None, "compute")
 
 
 def test_a_rung_that_breaks_a_shape_is_refused_naming_the_rung(write_study, cli):
@@ -234,7 +285,7 @@ def test_mup_style_width_scaling_gives_each_rung_its_hidden_matrices_lr(write_st
     assert {tuple(p.shape) for p in scaled["params"]} == {(96, 32), (32, 32)}  # qkv; out and the FFN
     assert all(p.dim() == 2 for p in scaled["params"])  # matrices only: no norm gain, no bias
     code, out, err = cli("validate", path)
-    assert code == 0 and "ladder rung w32: " in out and "matrices at lr 0.0015 (μP-style)" in out, err
+    assert code == 0 and "ladder rung w32 (base): " in out and "matrices at lr 0.0015 (μP-style)" in out, err
 
 
 def test_the_readmes_ladder_section_validates_as_written(tmp_path):
@@ -260,4 +311,4 @@ def test_the_readmes_ladder_section_validates_as_written(tmp_path):
     done = subprocess.run(["bash", "-c", validate], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     for rung, count in {"d32": "57,664", "d64": "213,632", "d128": "820,480", "d256": "3,213,824"}.items():
-        assert f"ladder rung {rung}: {count} parameters" in done.stdout
+        assert f"ladder rung {rung} (base): {count} parameters" in done.stdout

@@ -15,6 +15,7 @@ from typing import Any
 
 from ablate.commands.across import report_dir
 from ablate.commands.console import err, out
+from ablate.errors import AblateError
 from ablate.study.ladder import per_rung, rung_folder
 from ablate.study.load import Study
 
@@ -102,7 +103,12 @@ def write_ladder_report(
             if row.variant != baseline and math.isfinite(row.margin):
                 margins.setdefault(row.variant, []).append(float(row.margin))
     mean_margins = {v: sum(m) / len(m) for v, m in margins.items()}
-    trends, rungs, points = ladder_table(per, mean_margins, metric, baseline, alpha, study.spec.ladder.target)
+    ladder = study.spec.ladder
+    try:
+        tables = ladder_table(per, mean_margins, metric, baseline, alpha, ladder.target, ladder.scale)
+    except ValueError as exc:  # a rung with no size to place it by (no training GFLOP recorded)
+        raise AblateError(f"{study.path}: ladder.scale: {exc}") from None
+    trends, rungs, points = tables
     reports = {rung: path for rung, (_, _, path) in done.items()}
     paths = write_ladder(out_dir, study.name, (trends, rungs, points), metric, baseline, reports, alpha)
     for row in trends.itertuples():

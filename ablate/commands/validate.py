@@ -85,21 +85,45 @@ def validate_command(
 
 def validate_ladder(study) -> None:
     """Each rung's study validated (a rung that breaks the model refused, named), then one line
-    per rung with the baseline's parameters, and the ladder's span."""
+    per rung with the baseline's parameters, training GFLOP a trial and memory, and the ladder's
+    span on its scale; rungs of one size on that scale are refused at ``ladder.scale``."""
+    from ablate.schema import Locator
+    from ablate.stats.ladder import LADDER_SCALES
+    from ablate.study.file import read_study
     from ablate.study.ladder import per_rung, rung_overrides
+    from ablate.study.sizes import amount, in_bytes
+    from ablate.training.preflight import trial_gflop
 
     subs = per_rung(study, check_files=False)  # every rung's shapes first: one refused names its rung
-    baseline = study.spec.report.baseline
-    counts = {}
-    for rung in study.spec.ladder.rungs:
-        counts[rung] = validate_command(study.path, rung_overrides(study, rung))[baseline].parameters
-    for rung, n in sorted(counts.items(), key=lambda item: item[1]):
-        groups = subs[rung].spec.train.param_groups if study.spec.ladder.lr_base_dim else []
+    baseline, ladder = study.spec.report.baseline, study.spec.ladder
+    sizes, gflop = {}, {}
+    for rung, sub in subs.items():
+        sizes[rung] = validate_command(study.path, rung_overrides(study, rung))[baseline]
+        gflop[rung] = trial_gflop(sub, baseline, sub.task.load())
+    # each rung's figures by the column a trial records them in, one of them its place on the scale
+    recorded = {"params": {r: size.parameters for r, size in sizes.items()}, "train_gflop": gflop}
+    on_scale = recorded[LADDER_SCALES[ladder.scale].column]
+    for rung in sorted(subs, key=on_scale.get):
+        groups = subs[rung].spec.train.param_groups if ladder.lr_base_dim else []
         scaled = f"; attention and FFN matrices at lr {groups[0].lr:.3g} (μP-style)" if groups else ""
-        out.print(f"ladder rung {rung}: {n:,} parameters ({baseline}){scaled}", markup=False, highlight=False)
-    span = max(counts.values()) / max(min(counts.values()), 1)
-    note = "" if len(counts) >= 3 else "; the trend needs ≥ 3 rungs"
-    out.print(f"ladder: {len(counts)} rungs spanning {span:.1f}× in parameters{note}", markup=False)
+        size = sizes[rung]
+        line = f"{size.parameters:,} parameters, ≈ {in_bytes(size.memory)} to train, "
+        shown = amount(gflop[rung]) if gflop[rung] >= 100 else f"{gflop[rung]:.3g}"  # small rungs: 3 digits
+        line += f"{shown} training GFLOP a trial"
+        out.print(f"ladder rung {rung} ({baseline}): {line}{scaled}", markup=False, highlight=False)
+    alike = [r for r in on_scale if sum(abs(v / on_scale[r] - 1) < 1e-3 for v in on_scale.values()) > 1]
+    if alike:
+        _, lines = read_study(study.path)
+        other = " or ".join(name for name in LADDER_SCALES if name != ladder.scale)
+        raise Locator(study.path, lines).error(
+            ("ladder", "scale"),
+            f"rungs {', '.join(alike)} have the same {ladder.scale} ({amount(on_scale[alike[0]])}), so the "
+            f"trend has nothing to read; set ladder.scale: {other}, or make the rungs differ",
+            fallback=("ladder",),
+        )
+    span = max(on_scale.values()) / max(min(on_scale.values()), 1e-12)
+    note = "" if len(subs) >= 3 else "; the trend needs ≥ 3 rungs"
+    out.print(f"ladder: {len(subs)} rungs spanning {span:.1f}× in {ladder.scale}{note}", markup=False)
 
 
 def warn_design(study, seeds: bool = True) -> None:

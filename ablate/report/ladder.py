@@ -1,5 +1,5 @@
-"""The ladder report of a study over model sizes: ladder.md (each rung's parameters and means, how
-often its ranking agrees with the top rung's, then each variant's trend over log10(parameters)
+"""The ladder report of a study over model sizes: ladder.md (each rung's size and means, how
+often its ranking agrees with the top rung's, then each variant's trend over log10(size)
 with the effect at the top rung, the slope per decade, their intervals and the projection to a
 target size) and ladder.csv. The statistics are :mod:`ablate.stats.ladder`'s."""
 
@@ -23,21 +23,22 @@ def ladder_markdown(
     name: str, trends: pd.DataFrame, rungs: pd.DataFrame, metric: str, baseline: str, reports: dict[str, str]
 ) -> str:
     """The text of ladder.md. ``reports``: rung → its report's path, relative."""
-    variants = [c for c in rungs.columns if c not in ("parameters", "decision_accuracy")]
+    size = rungs.columns[0]  # the ladder's scale: parameters or training GFLOP (ladder_table)
+    variants = [c for c in rungs.columns[1:] if c != "decision_accuracy"]
     lines = [
         f"# {name}: does it hold at scale?",
         "",
         f"Primary metric `test.{metric}`, each variant against `{baseline}` at {len(rungs)} model sizes "
         f"({', '.join(f'[{r}]({p})' for r, p in reports.items())}: each rung's own report and verdicts).",
         "",
-        "| rung | parameters | " + " | ".join(variants) + " | ranking as at the top rung |",
+        f"| rung | {size} | " + " | ".join(variants) + " | ranking as at the top rung |",
         "|---|---:|" + "---:|" * len(variants) + "---:|",
     ]
     for rung, row in rungs.iterrows():
         accuracy = row["decision_accuracy"]
         shown = "—" if pd.isna(accuracy) else f"{100 * accuracy:.0f}%"
         means = " | ".join(number(row[v]) for v in variants)
-        lines.append(f"| {rung} | {int(row['parameters']):,} | {means} | {shown} |")
+        lines.append(f"| {rung} | {row[size]:,.0f} | {means} | {shown} |")
     lines += [
         "",
         "| variant | trend | Δ at the top rung | 95% CI | slope per decade | 95% CI | margin |",
@@ -54,7 +55,7 @@ def ladder_markdown(
         for r in trends.itertuples():
             if not pd.isna(r.target):
                 lines.append(
-                    f"- {r.variant} at {r.target:.3g} parameters ({r.target_kind}): "
+                    f"- {r.variant} at {r.target:.3g} {size} ({r.target_kind}): "
                     f"Δ {number(r.target_effect)}, 95% prediction interval "
                     f"{_interval(r.target_low, r.target_high)}."
                 )
@@ -63,7 +64,7 @@ def ladder_markdown(
         "## Method",
         "",
         "Per rung, the paired differences of the seeds' test metric (variant − baseline); the effect is "
-        "a line in log10 of the baseline's parameters, fitted by least squares to the rung means "
+        f"a line in log10 of the baseline's {size}, fitted by least squares to the rung means "
         "weighted by their seeds, its scale from the means' own scatter (t on rungs − 2 df), so a "
         "rung's own deviation from the line widens the intervals instead of being taken for noise. "
         "**holds**: the slope's 90% interval inside ± the margin per decade (TOST) and the effect at the "
@@ -77,8 +78,8 @@ def ladder_markdown(
     return "\n".join(lines) + "\n"
 
 
-def ladder_figure(points: pd.DataFrame, metric: str, alpha: float, path: Path) -> Path | None:
-    """Each variant's paired differences against its rung's parameters (log axis), the fitted
+def ladder_figure(points: pd.DataFrame, size: str, metric: str, alpha: float, path: Path) -> Path | None:
+    """Each variant's paired differences against its rung's ``size`` (log axis), the fitted
     line and its 1 − α band; None with no variant of 3 rungs."""
     from ablate.report.figures import Figure  # matplotlib set up (Agg, its cache) as the report's is
 
@@ -98,7 +99,7 @@ def ladder_figure(points: pd.DataFrame, metric: str, alpha: float, path: Path) -
         return None
     ax.axhline(0.0, color="0.4", lw=0.8, ls="--")
     ax.set_xscale("log")
-    ax.set_xlabel("parameters (baseline)")
+    ax.set_xlabel(f"{size} (baseline)")
     ax.set_ylabel(f"Δ test.{metric} (variant − baseline)")
     ax.legend(frameon=False)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -127,7 +128,7 @@ def write_ladder(
             shown[rung] = str(path)
     md, csv = out_dir / "ladder.md", out_dir / "ladder.csv"
     text = ladder_markdown(name, trends, rungs, metric, baseline, shown)
-    if ladder_figure(points, metric, alpha, out_dir / "figures" / "ladder.png") is not None:
+    if ladder_figure(points, rungs.columns[0], metric, alpha, out_dir / "figures" / "ladder.png") is not None:
         shown_band = f"{100 * (1 - alpha):.0f}%"
         text += f"\n![each seed's Δ by size, the fitted line and its {shown_band} band](figures/ladder.png)\n"
     md.write_text(text, encoding="utf-8")

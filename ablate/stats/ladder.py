@@ -1,11 +1,12 @@
 """Does it hold at scale: a variant's effect over a ladder of model sizes (rungs), its trend and
 where it is headed.
 
-Notation: rung *r* (k rungs), its scale ``x_r = log10(parameters)`` (or of compute: any log10
-size), its paired differences ``d_rs`` (variant − baseline) over its ``n_r`` seeds, their mean
-``m_r``. The effect is read as a line in log scale, ``m_r = a + b (x_r − x_ref) + u_r + ē_r``:
-``b`` the slope per decade of scale, ``u_r`` the rung's own deviation from the line (a random
-intercept, variance τ²), ``ē_r`` the mean seed noise (variance σ²/n_r).
+Notation: rung *r* (k rungs), its scale ``x_r = log10(size)`` (the baseline's parameters, or its
+training compute for a ladder over tokens or epochs: :data:`LADDER_SCALES`), its paired
+differences ``d_rs`` (variant − baseline) over its ``n_r`` seeds, their mean ``m_r``. The effect
+is read as a line in log scale, ``m_r = a + b (x_r − x_ref) + u_r + ē_r``: ``b`` the slope per
+decade of scale, ``u_r`` the rung's own deviation from the line (a random intercept, variance
+τ²), ``ē_r`` the mean seed noise (variance σ²/n_r).
 
 **The fit** is weighted least squares on the rung means with weights ``n_r`` and the residual scale
 estimated from the means' own scatter about the line, t on k − 2 degrees of freedom. Why not the
@@ -56,6 +57,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ablate.schema import Vocabulary
+
 
 class Trend(enum.StrEnum):
     HOLDS = "holds"
@@ -65,6 +68,23 @@ class Trend(enum.StrEnum):
     UNKNOWN = "unknown"
     NEEDS_RUNGS = "needs ≥ 3 rungs"
 
+
+@dataclass(frozen=True)
+class Scale:
+    """What a rung's size is: a per-trial column of the results (the baseline's mean over its
+    seeds), and its name in the report and the figure."""
+
+    column: str
+    label: str
+
+
+# ``ladder.scale``: parameters for a ladder of widths and depths; compute (training FLOPs, counted by
+# torch per step: ablate.training.flops) for one over tokens or epochs, where every rung has the
+# same parameters, or both tied.
+LADDER_SCALES: Vocabulary[Scale] = Vocabulary(
+    "ladder scale",
+    {"parameters": Scale("params", "parameters"), "compute": Scale("train_gflop", "training GFLOP")},
+)
 
 MIN_RUNGS = 3  # a line through the rung means with a residual to judge it by
 INTERPOLATION, EXTRAPOLATION = "interpolation", "extrapolation"
@@ -242,23 +262,29 @@ def ladder_table(
     baseline: str,
     alpha: float,
     target: float | None = None,
+    scale: str = "parameters",
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The trend of every variant over the rungs (``per_rung``: rung → its finished trials, as
     ``results``' frame with a ``params`` column), each read against ``margins[variant]`` (metric
-    units), with the projection to ``target`` parameters; the rungs (parameters, each variant's
-    mean, decision accuracy); and the paired differences the trends read (``variant``, ``rung``,
-    ``scale``, ``diff``). A rung's scale is log10 of its baseline's parameters."""
+    units), with the projection to a ``target`` size; the rungs (their size, each variant's mean,
+    decision accuracy); and the paired differences the trends read (``variant``, ``rung``,
+    ``scale``, ``diff``). A rung's size is its baseline's mean of ``scale``'s column
+    (:data:`LADDER_SCALES`), in the rungs' first column named by the scale's label; a rung without
+    it raises ``ValueError``."""
     from ablate.stats.paired import per_seed
 
-    column = f"test.{metric}"
-    scales = {
-        rung: math.log10(float(r.loc[r["variant"] == baseline, "params"].mean()))
-        for rung, r in per_rung.items()
-    }
+    column, size = f"test.{metric}", LADDER_SCALES[scale]
+    scales, sizes = {}, {}
+    for rung, r in per_rung.items():
+        values = r.loc[r["variant"] == baseline, size.column] if size.column in r else pd.Series([])
+        mean = float(pd.to_numeric(values, errors="coerce").mean()) if len(values) else math.nan
+        if not mean > 0:
+            raise ValueError(f"rung {rung}: its {baseline} trials have no {size.label} figure to place it by")
+        scales[rung], sizes[rung] = math.log10(mean), mean
     rungs = pd.DataFrame({rung: r.groupby("variant")[column].mean() for rung, r in per_rung.items()}).T.loc[
         sorted(scales, key=scales.get)
     ]
-    rungs.insert(0, "parameters", [round(10 ** scales[r]) for r in rungs.index])
+    rungs.insert(0, size.label, [sizes[r] for r in rungs.index])
     variants = [v for v in rungs.columns[1:] if v != baseline]
     rungs["decision_accuracy"] = decision_accuracy(rungs[[baseline, *variants]]) if variants else math.nan
     rows, points = [], []

@@ -28,6 +28,7 @@ from ablate.optim.optimizers import OPTIMIZERS
 from ablate.optim.schedules import LR_SCHEDULES
 from ablate.registry import COMPONENT_SLOTS
 from ablate.schema import Int, Strict
+from ablate.stats.ladder import LADDER_SCALES
 from ablate.stats.sequential import SequentialSeeds
 from ablate.stats.settings import ReportSection, ReportSettings
 from ablate.study.search import SearchSpec
@@ -296,10 +297,12 @@ class LadderSpec(Strict):
     """``ladder:``: the model sizes every variant trains at, each rung a list of ``key=value``
     overrides of the study file (``w64: [model.dim=64, model.blocks=2]``) making a study of its
     own named ``<study>.<rung>`` (:mod:`ablate.study.ladder`); the report reads the effect's trend
-    over log10(parameters) (:mod:`ablate.stats.ladder`)."""
+    over log10 of the rungs' parameters or training compute (:mod:`ablate.stats.ladder`)."""
 
     rungs: dict[RungName, list[str]] = Field(min_length=1)
-    # parameters: the size the trend is extrapolated (or interpolated) to
+    # what a rung's size is: its baseline's parameters, or its training GFLOP (rungs over tokens)
+    scale: LADDER_SCALES.field = "parameters"
+    # the size (in ``scale``'s unit) the trend is extrapolated (or interpolated) to
     target: float | None = Field(None, gt=0)
     # μP-style width scaling of Adam's learning rate (Yang et al. 2022, Tensor Programs V): the
     # attention's and FFN's weight matrices train at lr · lr_base_dim / dim on each rung, the

@@ -137,3 +137,17 @@ def trained_sizes(study: Study, data: Any) -> dict[str, Size]:
             where, key, variant, ctx, study.spec.train.batch_size, task_parameters, tokens_key
         )
     return sizes
+
+
+def trial_gflop(study: Study, name: str, data: Any) -> float:
+    """A trial's training GFLOP before it trains, as the trial will count them (:mod:`.flops`):
+    one counted step's FLOPs per real token × the real tokens of one epoch's batches × the
+    epochs (every epoch run: early stopping only lowers it)."""
+    from ablate.training.flops import flops_per_token
+    from ablate.training.trainer import Trainer
+
+    with torch.random.fork_rng(devices=[]):
+        probe = Trainer.start(study, study.variants[name], 0, data, torch.device("cpu"))
+        per_token = flops_per_token(probe, probe.batches(data))
+        tokens = sum(study.task.batch_tokens(batch) for batch in probe.batches(data))
+    return per_token * tokens * study.spec.train.epochs / 1e9
