@@ -200,7 +200,7 @@ def _rung_results(params: dict[str, int], means: dict[str, float], seeds: int = 
 
 def test_the_ladder_report_reads_each_rungs_trials(tmp_path):
     from ablate.report.ladder import write_ladder
-    from ablate.stats.ladder import ladder_table
+    from ablate.stats.ladder import ladder_table, smallest_predicting
 
     per_rung = {  # rung → trials; "relu" worse by 0.1 at every size, "wide" better the larger
         f"w{d}": _rung_results(
@@ -218,12 +218,17 @@ def test_the_ladder_report_reads_each_rungs_trials(tmp_path):
     assert by.at["wide", "target_kind"] == "extrapolation"
     # at w8 base and wide tie (½), the other two pairs are ordered as at w64
     assert rungs["decision_accuracy"].tolist() == pytest.approx([5 / 6, 1.0, 1.0, 1.0])
+    assert smallest_predicting(rungs["decision_accuracy"]) == "w16"
+    # a middle rung out of order: only the rungs above it count
+    assert smallest_predicting(pd.Series([1.0, 0.5, 1.0, 1.0], index=list("abcd"))) == "c"
+    assert smallest_predicting(pd.Series([1.0, 1.0, 0.5, 1.0], index=list("abcd"))) is None
     assert len(points) == 2 * 4 * 3  # two variants × four rungs × three seeds
     reports = {r: tmp_path / r for r in per_rung}
     paths = write_ladder(tmp_path, "lm", (trends, rungs, points), "bpb", "base", reports, 0.05)
     text = paths["md"].read_text()
     assert "](figures/ladder.png)" in text and (tmp_path / "figures" / "ladder.png").stat().st_size > 1000
     assert "**trend: holds**" in text and "**trend: grows**" in text and "(extrapolation)" in text
+    assert "as the top rung does, and every rung above it too: **w16**" in text
     assert pd.read_csv(paths["csv"])["trend"].tolist() == ["holds", "grows"]
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.report.cells import number
-from ablate.stats.ladder import fitted_band
+from ablate.stats.ladder import fitted_band, smallest_predicting
 
 
 def _interval(low: float, high: float) -> str:
@@ -39,6 +39,17 @@ def ladder_markdown(
         shown = "—" if pd.isna(accuracy) else f"{100 * accuracy:.0f}%"
         means = " | ".join(number(row[v]) for v in variants)
         lines.append(f"| {rung} | {row[size]:,.0f} | {means} | {shown} |")
+    if len(rungs) > 1 and len(variants) > 1:
+        first = smallest_predicting(rungs["decision_accuracy"])
+        lines.append("")
+        lines.append(
+            f"The smallest rung that orders every pair of variants as the top rung does, and every rung "
+            f"above it too: **{first}** (its means only: read its verdicts for whether the order is more "
+            "than noise)."
+            if first
+            else "No rung below the top orders every pair of variants as the top rung does (with every "
+            "rung above it doing so too): on this ladder a small rung does not predict the ranking."
+        )
     lines += [
         "",
         "| variant | trend | Δ at the top rung | 95% CI | slope per decade | 95% CI | margin |",

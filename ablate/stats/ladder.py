@@ -240,6 +240,21 @@ def fitted_band(diffs: pd.DataFrame, scales: np.ndarray, alpha: float) -> pd.Dat
     )
 
 
+def smallest_predicting(accuracy: pd.Series) -> str | None:
+    """The smallest rung (``accuracy``: :func:`decision_accuracy`, rungs ordered by scale) from
+    which every rung below the top orders all variant pairs as the top rung does; None where only
+    the top rung itself does (or there is nothing to order)."""
+    below = accuracy.iloc[:-1]
+    if below.isna().all():
+        return None
+    found = None
+    for rung in reversed(below.index):
+        if below[rung] < 1.0:
+            break
+        found = rung
+    return found
+
+
 def decision_accuracy(means: pd.DataFrame) -> pd.Series:
     """Per rung (``means``: rows rungs ordered by scale, columns variants, each its mean metric), the
     share of variant pairs ordered there as at the top (last) rung; a tie counts one half."""
