@@ -88,7 +88,7 @@ def validate_ladder(study) -> None:
     per rung with the baseline's parameters, training GFLOP a trial and memory, and the ladder's
     span on its scale; rungs of one size on that scale are refused at ``ladder.scale``."""
     from ablate.schema import Locator
-    from ablate.stats.ladder import LADDER_SCALES
+    from ablate.stats.settings import LADDER_SCALES
     from ablate.study.file import read_study
     from ablate.study.ladder import per_rung, rung_overrides
     from ablate.study.sizes import amount, in_bytes

@@ -57,7 +57,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ablate.schema import Vocabulary
+from ablate.stats.settings import LADDER_SCALES
 
 
 class Trend(enum.StrEnum):
@@ -68,23 +68,6 @@ class Trend(enum.StrEnum):
     UNKNOWN = "unknown"
     NEEDS_RUNGS = "needs ≥ 3 rungs"
 
-
-@dataclass(frozen=True)
-class Scale:
-    """What a rung's size is: a per-trial column of the results (the baseline's mean over its
-    seeds), and its name in the report and the figure."""
-
-    column: str
-    label: str
-
-
-# ``ladder.scale``: parameters for a ladder of widths and depths; compute (training FLOPs, counted by
-# torch per step: ablate.training.flops) for one over tokens or epochs, where every rung has the
-# same parameters, or both tied.
-LADDER_SCALES: Vocabulary[Scale] = Vocabulary(
-    "ladder scale",
-    {"parameters": Scale("params", "parameters"), "compute": Scale("train_gflop", "training GFLOP")},
-)
 
 MIN_RUNGS = 3  # a line through the rung means with a residual to judge it by
 INTERPOLATION, EXTRAPOLATION = "interpolation", "extrapolation"

@@ -9,6 +9,7 @@ rebuilt from the tracking store alone.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
@@ -21,11 +22,30 @@ from pydantic import (
 )
 
 from ablate.margins import default_margin
-from ablate.schema import Bare, Strict
+from ablate.schema import Bare, Strict, Vocabulary
 from ablate.stats.corrections import CORRECTIONS, EQUIVALENCE, Correction
 from ablate.stats.crossed import VARIANCE
 from ablate.stats.intervals import CI_METHODS, IntervalMethod
 from ablate.stats.sequential import SequentialDecision, SequentialSeeds, decide_sequential
+
+
+@dataclass(frozen=True)
+class Scale:
+    """What a rung's size is: a per-trial column of the results (the baseline's mean over its
+    seeds), and its name in the report and the figure."""
+
+    column: str
+    label: str
+
+
+# ``ladder.scale``: parameters for a ladder of widths and depths; compute (training FLOPs, counted by
+# torch per step: ablate.training.flops) for one over tokens or epochs, where every rung has the
+# same parameters, or both tied.
+LADDER_SCALES: Vocabulary[Scale] = Vocabulary(
+    "ladder scale",
+    {"parameters": Scale("params", "parameters"), "compute": Scale("train_gflop", "training GFLOP")},
+)
+
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

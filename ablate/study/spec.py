@@ -28,9 +28,8 @@ from ablate.optim.optimizers import OPTIMIZERS
 from ablate.optim.schedules import LR_SCHEDULES
 from ablate.registry import COMPONENT_SLOTS
 from ablate.schema import Int, Strict
-from ablate.stats.ladder import LADDER_SCALES
 from ablate.stats.sequential import SequentialSeeds
-from ablate.stats.settings import ReportSection, ReportSettings
+from ablate.stats.settings import LADDER_SCALES, ReportSection, ReportSettings
 from ablate.study.search import SearchSpec
 
 BASE = "base"
