@@ -29,6 +29,7 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "data(*names): the named data sets the test reads; it skips where one is not here"
     )
+    config.addinivalue_line("markers", "heavy: takes 15 s or more on CI's machine; started first")
     # Named data sets come from $ABLATE_DATA_MIRROR, else the shared folder beside the clone, else
     # the user's own download cache (`ablate data fetch NAME` fills it; ABLATE_CACHE_DIR is a
     # per-session folder below, so the cache is named before). Nothing is downloaded: a test whose
@@ -38,6 +39,13 @@ def pytest_configure(config):
     elif not os.environ.get(datasets.MIRROR_ENV):
         os.environ.pop(datasets.MIRROR_ENV, None)
         os.environ[datasets.DATA_DIR_ENV] = str(datasets.data_dir())
+
+
+def pytest_collection_modifyitems(config, items):
+    """The heavy tests first (a stable sort: otherwise in file order). Two workers stealing work
+    from each other end together only if the last tests are short: a 90-s test started last
+    left the other worker idle for most of it."""
+    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
 
 
 def data_missing(why: str) -> None:

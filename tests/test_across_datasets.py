@@ -192,6 +192,7 @@ def _rows(out: str, first: str) -> list[list[str]]:
     return [c for c in cells if c[0] == first]
 
 
+@pytest.mark.heavy
 def test_a_study_over_two_datasets_trains_each_and_reports_across(
     write_study, cli, tmp_path, monkeypatch, empty_store
 ):

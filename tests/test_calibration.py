@@ -264,6 +264,7 @@ def test_calibrate_is_the_report_simulation():
     assert calibrate(settings(calibration=0), n_seeds=5, n_variants=2) is None
 
 
+@pytest.mark.heavy
 def test_calibrate_a_sequential_study():
     """A sequential design (3 → 9 seeds, 2 at a time): the error rates hold across the looks."""
     s = settings(sequential={"initial": 3, "max": 9, "step": 2})

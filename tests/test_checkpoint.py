@@ -88,6 +88,7 @@ def test_a_checkpoint_of_another_configuration_is_ignored(write_study, tmp_path)
     assert checkpoint.load() is None
 
 
+@pytest.mark.heavy
 def test_killed_worker_resumes_mid_trial(write_study, tmp_path, cli):
     """A real `ablate run` SIGKILLed after epoch 3 of its first trial: the rerun trains that
     trial from epoch 2's checkpoint, and the tracked result equals an uninterrupted study's."""

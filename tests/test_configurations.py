@@ -63,6 +63,7 @@ def test_a_sweep_with_only_runs_each_point(write_study, cli):
     assert all(list(d["variants"]) == ["mlp"] for d in documents)
 
 
+@pytest.mark.heavy
 def test_report_and_status_without_the_overrides_say_where_the_trials_are(write_study, cli):
     path = write_study({"train": {"epochs": 1}, "seeds": [0], **FAST_REPORT}, replace={"variants": {}})
     code, _, err = cli("run", path, "train.lr=1e-3", "--quiet")

@@ -161,6 +161,7 @@ def _named(study: Path) -> list[str]:
     return [n for n in map(named.label_of, named.entries_of(data) or [data]) if n]
 
 
+@pytest.mark.heavy
 @pytest.mark.data(*MIRRORED)
 def test_a_cache_filled_from_the_publishers_validates_every_committed_study(tmp_path, monkeypatch, cli):
     """The shared data folder's files stand in for what their publishers serve (GroupLens's zips

@@ -29,6 +29,7 @@ def _ratings(path, shift: int = 0):
     path.write_text("\n".join(lines) + "\n")
 
 
+@pytest.mark.heavy
 def test_a_data_file_changed_under_finished_trials_stops_the_run(cli, write_study, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "u.data"

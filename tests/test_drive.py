@@ -193,6 +193,7 @@ def test_match_params_without_a_knob_is_one_line(cli, write_study, tmp_path, mon
     assert "no-ffn" in err and "declares no width option" in err
 
 
+@pytest.mark.heavy
 def test_nan_loss_and_crash_fail_alone_and_are_reported(cli, write_study, tmp_path, monkeypatch):
     """A diverging variant and a crashing trial are recorded as failed with their reason; the
     other trials finish; status and the report show the failures."""

@@ -5,6 +5,7 @@ count (the cost no machine load changes), reported beside the timings."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -61,6 +62,7 @@ def test_the_count_is_the_same_at_any_thread_count(write_study):
     assert counts[0] > 0 and counts[0] == counts[1]
 
 
+@pytest.mark.heavy
 def test_the_report_shows_the_flops_and_says_how_they_were_counted(cli, write_study, tmp_path):
     study = write_study({"seeds": [0, 1, 2], "report": {"calibration": 0, "bootstrap": 200}})
     code, _, err = cli("run", study, "--reports", tmp_path / "reports", "--quiet")

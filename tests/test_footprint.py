@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 PROBE = """
 import json
 import ablate.tracking.store, ablate.report.figures
@@ -51,6 +53,7 @@ def _probe(tmp_path, **env):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.heavy
 def test_telemetry_is_off_and_caches_stay_in_ablates_folder(tmp_path):
     seen = _probe(tmp_path)
     assert seen["telemetry_off"] is True
@@ -58,6 +61,7 @@ def test_telemetry_is_off_and_caches_stay_in_ablates_folder(tmp_path):
     assert not (tmp_path / ".config").exists()
 
 
+@pytest.mark.heavy
 def test_telemetry_can_be_asked_for(tmp_path):
     assert _probe(tmp_path, MLFLOW_DISABLE_TELEMETRY="false")["telemetry_off"] is False
 
@@ -83,6 +87,7 @@ socket.socket.connect = _connect_local_only
 """
 
 
+@pytest.mark.heavy
 def test_a_run_writes_only_its_output_folder_and_the_cache_and_looks_nothing_up(write_study, tmp_path):
     """A study run under a fresh HOME and TMPDIR, with every network call made to fail (and
     logged): afterwards HOME holds only ablate's cache folder, the temp folder is empty, and no

@@ -58,6 +58,7 @@ def _trials(loop: Path) -> dict[str, int]:
     return found
 
 
+@pytest.mark.heavy
 def test_cli_status_history_and_the_report(loop, cli):
     code, out, err = cli("gate", "status", loop, "--json")
     assert code == 0, err
@@ -118,6 +119,7 @@ def test_two_tries_at_once_the_second_is_refused(loop, cli):
     assert Loop(loop).queued() == []
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("point", ["tell@2", "decide@1"])
 def test_kill_9_then_try_resumes_without_a_seed_lost_or_counted_twice(loop, point):
     env = {**os.environ, "ABLATE_TEST_KILL_AT": point}
@@ -159,6 +161,7 @@ def test_mcp_server_over_stdio_with_the_sdks_client(loop):
     assert [d["description"] for d in history["decisions"]] == ["wider", "a seed"]
 
 
+@pytest.mark.heavy
 def test_the_readmes_gate_section_runs_as_written(tmp_path):
     """README "A gate for your research loop": its commands, then its Python, from a clone's root."""
     import re
@@ -189,6 +192,7 @@ def test_the_readmes_gate_section_runs_as_written(tmp_path):
     assert (tmp_path / "runs" / "my_loop" / "report" / "history.html").is_file()
 
 
+@pytest.mark.heavy
 def test_an_mcp_client_that_disconnects_mid_candidate_loses_no_seed(loop):
     """The client leaves while the candidate trains (its server is ended with it): the candidate
     stays taken up in the ledger, and the next try decides it from the seeds that finished."""

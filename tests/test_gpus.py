@@ -122,6 +122,7 @@ def test_probe_measures_a_trial_on_the_cpu(write_study, capsys):
     assert measured["peak_mb"] > 0 and measured["free_mb"] == 0  # no GPU: nothing free to pack
 
 
+@pytest.mark.heavy
 def test_probe_runs_in_a_child_process(write_study):
     footprint = gpus.probe(load_study(write_study()), "0")
     assert footprint.peak_mb > 0 and footprint.fitting() == 1
@@ -153,6 +154,7 @@ def test_run_refuses_gpus_in_one_line(write_study, cli, cuda_devices):
     assert code == 2 and err.strip() == "error: --gpus 2: only 1 CUDA device(s) visible here"
 
 
+@pytest.mark.heavy
 def test_run_starts_each_worker_with_its_gpu(write_study, cli, cuda_devices, monkeypatch, tmp_path):
     """Two (pretend) GPUs, one trial each at a time: the workers get CUDA_VISIBLE_DEVICES 0 and 1
     (and, here without CUDA, train on the CPU) and the study completes."""
@@ -206,6 +208,7 @@ def test_gpu_benchmark_steps_and_table(write_study):
     assert "| SASRec, ML-1M SASRec format, BCE 1 neg | fp32 | processes | 2 |" in text
 
 
+@pytest.mark.heavy
 def test_gpu_benchmark_runs_k_processes_together_on_the_cpu(write_study, capsys):
     """The whole machinery (k child processes, the ready/go barrier, the JSON they print) on the
     CPU, and ``--packed``: the k seeds as one pack in one process."""

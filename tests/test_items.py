@@ -205,6 +205,7 @@ def test_simulated_false_rate_with_clusters_and_the_gain_of_pairing():
     assert power["paired (McNemar)"] > power["unpaired (Welch)"]
 
 
+@pytest.mark.heavy
 def test_a_function_returning_unit_scores_gets_crossed_verdicts(tmp_path, cli):
     """examples/item_scores: the callable returns each test row's score beside its metrics; the
     report's verdicts read the seeds crossed with the rows, as for ablate's own tasks."""

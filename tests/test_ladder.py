@@ -293,6 +293,7 @@ def test_mup_style_width_scaling_gives_each_rung_its_hidden_matrices_lr(write_st
     assert code == 0 and "ladder rung w32 (base): " in out and "matrices at lr 0.0015 (μP-style)" in out, err
 
 
+@pytest.mark.heavy
 def test_the_readmes_ladder_section_validates_as_written(tmp_path):
     """README "Does it hold at scale?": its yaml is the committed study's ladder, and its validate
     command, run from a clone's root, prints each rung's parameters."""

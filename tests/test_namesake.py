@@ -92,6 +92,7 @@ def test_both_installed_is_one_line_from_import_and_from_the_command(tmp_path, w
     _says_the_clash(_run([env / "bin" / "ablate", "--help"], cwd=tmp_path))
 
 
+@pytest.mark.heavy
 def test_the_advice_mends_the_environment(tmp_path, wheels):
     env = _environment(tmp_path / "env", wheels, ["ours", "theirs"])
     python = env / "bin" / "python"

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from mlflow import MlflowClient
 
 from ablate.cache import file_digest
@@ -51,6 +52,7 @@ class Recording(TrialReporter):
         return None
 
 
+@pytest.mark.heavy
 def test_a_killed_own_trial_resumes_at_its_saved_epoch_to_the_uninterrupted_numbers(tmp_path, cli):
     """examples/torch_loop saves its model, optimiser and batch generator after each epoch. Killed
     (SIGKILL) as it reports epoch 3 of base, the state of epoch 2 is on disk; the same command

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from tests.sigterm import sigterm_at
 
@@ -101,6 +102,7 @@ def test_a_standard_library_callable_is_refused_and_a_missing_name_found_without
     assert not (tmp_path / "s" / "imported").exists() and not (outside.parent / "imported").exists()
 
 
+@pytest.mark.heavy
 def test_sigterm_reaches_a_callable_that_ignores_it(tmp_path):
     hangs = "name: hangs\ntask: {kind: function, callable: train.py:train}\nmodel: {config: {mode: hang}}\n"
     study = write_study(tmp_path, hangs + "seeds: [0]\nmetrics: {primary: acc}\n")

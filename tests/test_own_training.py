@@ -110,6 +110,7 @@ def assert_seed_0_trains_again_to_the_same_numbers(tmp_path: Path, folder: str, 
     assert metrics["test.acc"] == pytest.approx(recorded["test.acc"], abs=1e-6)
 
 
+@pytest.mark.heavy
 def test_a_lightning_module_runs_through_the_driver(tmp_path, cli, monkeypatch):
     pytest.importorskip("lightning", reason="no 'lightning' extra (pip install -e '.[lightning]')")
     comparisons = run_example_writing_nowhere_else(
@@ -119,6 +120,7 @@ def test_a_lightning_module_runs_through_the_driver(tmp_path, cli, monkeypatch):
     assert_seed_0_trains_again_to_the_same_numbers(tmp_path, "lightning_module", rows=100, epochs=2)
 
 
+@pytest.mark.heavy
 def test_a_hugging_face_trainer_runs_through_the_driver(tmp_path, cli, monkeypatch):
     pytest.importorskip("transformers", reason="no 'hf' extra (pip install -e '.[hf]')")
     pytest.importorskip("accelerate", reason="no 'hf' extra (pip install -e '.[hf]'): the Trainer needs it")

@@ -64,6 +64,7 @@ def _assert_same(packed, alone, exact=True):
             assert a.summary == pytest.approx(b.summary, rel=1e-4, abs=1e-6)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("in_threads", [False, True], ids=["turns", "threads"])
 def test_packed_members_are_the_trials_alone_bit_for_bit_in_float64(
     write_study, threads, float64, in_threads
@@ -76,6 +77,7 @@ def test_packed_members_are_the_trials_alone_bit_for_bit_in_float64(
     _assert_same(packed, alone, exact=True)
 
 
+@pytest.mark.heavy
 def test_packed_members_in_float32(write_study, threads):
     """float32: bit for bit when members take turns; in parallel threads each member runs its ops
     single-threaded, bit for bit against its trial alone at one thread and within 1e-4 relative

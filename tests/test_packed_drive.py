@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 import torch
 from mlflow import MlflowClient
 
@@ -65,6 +66,7 @@ def test_a_bad_pack_is_one_line(cli, write_study):
     assert "train.pack" in err and "expected auto, off or a number of trials ≥ 1, got 0" in err
 
 
+@pytest.mark.heavy
 def test_packed_study_records_each_trial_as_alone_and_resumes_after_kill(write_study, tmp_path):
     env = {**os.environ, CHECKPOINT_ENV: "0"}
     found = {}

@@ -157,6 +157,7 @@ def test_plan_errors_are_one_line(cli, write_study, args, said):
     assert code == 2 and said in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.heavy
 def test_power_at_a_sequential_first_looks_tiny_level():
     """An O'Brien–Fleming-type first look at 3 seeds reads its t-test at a nominal level of 1e-15
     (t critical value 3e7), where scipy's noncentral t gives NaN: the power is still a number."""

@@ -37,6 +37,7 @@ def _trial_lines(lines: list[tuple[float, str]]) -> list[tuple[float, re.Match]]
     return [(t, LINE.fullmatch(text)) for t, text in lines if text.startswith("trial ")]
 
 
+@pytest.mark.heavy
 def test_a_log_gets_one_line_per_trial_as_it_finishes(write_study):
     study = write_study()
     code, lines = _read_lines([sys.executable, "-m", "ablate.commands.cli", "run", str(study)])
@@ -55,6 +56,7 @@ def test_a_log_gets_one_line_per_trial_as_it_finishes(write_study):
     assert "\x1b[" not in text and "━" not in text  # no bars, no terminal control codes in a log
 
 
+@pytest.mark.heavy
 def test_the_parent_of_workers_follows_the_store(write_study, tmp_path):
     study = write_study()
     cmd = [sys.executable, "-m", "ablate.commands.cli", "run", str(study), "train.epochs=1", "--workers", "2"]

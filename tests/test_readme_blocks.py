@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 
@@ -38,6 +40,7 @@ def _fresh_copy(target: Path) -> Path:
     return target
 
 
+@pytest.mark.heavy
 def test_the_readmes_override_log_and_python_examples_run_after_the_quickstart(tmp_path):
     clone = _fresh_copy(tmp_path / "clone")
     env = {**os.environ, "PATH": f"{clone / '.venv' / 'bin'}:{os.environ['PATH']}"}

@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 
+@pytest.mark.heavy
 def test_a_lost_journal_or_tracking_store_is_one_line_and_the_journal_is_rebuilt(
     cli, write_study, tmp_path, monkeypatch
 ):

@@ -15,6 +15,7 @@ import threading
 import time
 
 import optuna
+import pytest
 from mlflow import MlflowClient
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -46,6 +47,7 @@ def _complete(out) -> dict:
     return {_key(t): t.user_attrs["mlflow_run_id"] for t in _optuna(out) if t.state == COMPLETE}
 
 
+@pytest.mark.heavy
 def test_killed_at_every_point_resumes_exactly_once(write_study, tmp_path, cli):
     study = write_study(
         {"train": {"epochs": 1}, "seeds": [0, 1], "report": {"calibration": 0, "bootstrap": 200}}
@@ -115,6 +117,7 @@ def test_killed_at_every_point_resumes_exactly_once(write_study, tmp_path, cli):
     )
 
 
+@pytest.mark.heavy
 def test_a_record_cut_off_mid_write_is_removed_and_the_run_goes_on(write_study, tmp_path, cli, monkeypatch):
     """A crash in the middle of a journal write leaves its last record without a newline: the next
     run removes it (keeping the file as it was), says so in one line, and never appends to it."""

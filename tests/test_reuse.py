@@ -132,6 +132,7 @@ def test_a_donor_that_cannot_be_read_whole_is_trained_instead(donor, write_study
     assert not got.curves.duplicated(["variant", "seed", "epoch", "metric"]).any()
 
 
+@pytest.mark.heavy
 def test_trial_files_outlive_the_store(donor, write_study, cli, tmp_path, monkeypatch):
     """`ablate report --trials DIR` writes one file per finished trial; with the donor's store gone
     (a lost machine), `--reuse DIR` brings every number back exactly; a copy's file names the run
@@ -232,6 +233,7 @@ def test_a_trials_folder_that_cannot_be_written_is_one_line(donor, cli, tmp_path
     )
 
 
+@pytest.mark.heavy
 def test_workers_reuse_too(donor, write_study, cli, tmp_path):
     """`--workers 2` hands --reuse to its worker processes: a rerun of the donor under another
     name trains nothing."""

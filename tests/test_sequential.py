@@ -61,6 +61,7 @@ def _bound(rate: float, n: int) -> float:
 # -- the rule, by simulation ----------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("design", [DESIGN, OBF], ids=["pocock", "obrien_fleming"])
 def test_aa_false_better_or_worse_within_alpha(quick_verdicts, design):
     # Measured: 4.65 % of studies (1.65 % of comparisons) with any false better / worse (the union
@@ -74,6 +75,7 @@ def test_aa_false_better_or_worse_within_alpha(quick_verdicts, design):
     assert comparisons <= studies
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("design", [DESIGN, OBF], ids=["pocock", "obrien_fleming"])
 def test_difference_at_the_margin_is_rarely_called_equivalent(quick_verdicts, design):
     # Measured: 1.8 % of comparisons, 4.6 % of studies (each one-sided test of TOST reads its
@@ -461,6 +463,7 @@ def _complete(tmp_path) -> dict[str, list[int]]:
     return {v: sorted(s) for v, s in seeds.items()}
 
 
+@pytest.mark.heavy
 def test_driver_adds_seeds_only_where_still_open(cli, write_study, tmp_path, monkeypatch):
     """``heavy-dropout`` (0.6, about −40 % NDCG@10) is decided at the first look; ``near`` (dropout
     0.21 for 0.2) is not, and gets more seeds. A trial failing in a look holds its variant (waiting),

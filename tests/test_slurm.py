@@ -167,6 +167,7 @@ def _finished(tracking_uri: str, name: str = STUDY["name"]) -> dict:
     )
 
 
+@pytest.mark.heavy
 def test_a_job_cancelled_mid_trial_loses_nothing(slurm, tmp_path):
     study = _write(tmp_path)
     out = tmp_path / "runs" / STUDY["name"]

@@ -72,6 +72,7 @@ def test_sleep_ends_when_a_stop_is_asked_for():
             signal.signal(signal.SIGALRM, previous)
 
 
+@pytest.mark.heavy
 def test_ctrl_c_stops_a_run_that_the_next_run_resumes(write_study, tmp_path):
     """Ctrl-C in `ablate run`: exit status 130 and one line saying how to go on; the trial in
     flight is recorded as interrupted (which the next run re-queues), none is left running."""
@@ -112,6 +113,7 @@ def _trials(journal, state) -> list:
     return study.get_trials(deepcopy=False, states=(state,))
 
 
+@pytest.mark.heavy
 def test_sigterm_while_the_report_is_written_stops_it(cli, write_study, tmp_path, monkeypatch):
     """Writing a report has safe points too (between calibration studies, between figures): a
     `kill` while a finished study's report is written ends it within seconds with status 130,

@@ -25,6 +25,7 @@ from ablate.training.preflight import trained_sizes
 STUDIES = sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml"))
 
 
+@pytest.mark.heavy
 def test_run_writes_tracking_and_report(write_study, cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     study = write_study()
@@ -95,6 +96,7 @@ def test_run_writes_tracking_and_report(write_study, cli, tmp_path, monkeypatch)
     assert code == 0 and "base" in out and "mlp" in out
 
 
+@pytest.mark.heavy
 def test_changed_settings_are_not_mixed_with_old_trials(write_study, cli, tmp_path, monkeypatch):
     """Re-running after editing what trials were trained with refuses to mix the two versions;
     adding a variant keeps the finished trials and trains only the new one."""

@@ -102,6 +102,7 @@ def _wait_for(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.heavy
 def test_workers_share_a_queue_through_the_grpc_proxy_and_a_killed_ones_trial_is_queued_again(tmp_path):
     pytest.importorskip("grpc", reason="grpcio is in the test extra; install '.[test]'")
     port = _free_port()

@@ -66,6 +66,7 @@ def _ablate(site, *args, cwd):
     )
 
 
+@pytest.mark.heavy
 def test_out_of_tree_attention_runs_a_study(out_of_tree, write_study, tmp_path):
     listed = _ablate(out_of_tree, "components", "attention", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr

@@ -129,6 +129,7 @@ def mlflow_server(tmp_path):
                 continue
 
 
+@pytest.mark.heavy
 def test_workers_report_to_an_mlflow_tracking_server(write_study, tmp_path, mlflow_server):
     """Two workers sharing a journal queue report to the server: each (variant, seed) FINISHED
     once, one study run, closed FINISHED by the worker that ended the study; the resolved study
@@ -165,6 +166,7 @@ def test_workers_report_to_an_mlflow_tracking_server(write_study, tmp_path, mlfl
     assert not (queue / "artifacts").exists() and (tmp_path / "mlflow-server" / "artifacts").is_dir()
 
 
+@pytest.mark.heavy
 def test_local_workers_share_one_queue(write_study, tmp_path):
     """A worker dies mid-trial; `ablate run --workers 2` re-queues its trial (its lock file is
     free) and the two workers share the rest, each trial once."""
@@ -191,6 +193,7 @@ def test_local_workers_share_one_queue(write_study, tmp_path):
     assert not list((out / "workers").iterdir())  # every worker's lock file is gone
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL])
 def test_stopping_the_run_stops_its_workers(write_study, tmp_path, stop):
     """`kill` on `ablate run --workers 2` stops both workers (`kill -9`: through the parent-death
@@ -277,6 +280,7 @@ def postgres_url() -> str:
     return _postgres_url()
 
 
+@pytest.mark.heavy
 def test_three_workers_on_postgresql(write_study, tmp_path, postgres_url, mlflow_server):
     """(``postgres_url`` first: without PostgreSQL the test skips before the server starts.)"""
     url = postgres_url

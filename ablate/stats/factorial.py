@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
 from scipy import stats
+from statsmodels.regression.linear_model import OLS
 
 from ablate.stats.corrections import adjust_pvalues
 from ablate.stats.paired import per_seed
@@ -129,7 +129,7 @@ def _design(
 
 
 def _fit(y: np.ndarray, x: np.ndarray, keep: list[int]):
-    return sm.OLS(y, x[:, keep]).fit()
+    return OLS(y, x[:, keep]).fit()
 
 
 def _drop_test(y, x, keep: list[int], drop: list[int], full) -> tuple[int, float, float]:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
 from scipy import special
+from statsmodels.regression.linear_model import WLS
 from statsmodels.stats.contingency_tables import mcnemar
 
 from ablate.schema import Vocabulary
@@ -94,7 +94,7 @@ def agreement(a: np.ndarray, b: np.ndarray) -> dict[str, int]:
 
 def _least_squares(e: np.ndarray, weights: np.ndarray | None, clusters: np.ndarray | None):
     """(mean, se, df, p) of ``e`` by least squares on a constant, its covariance by the data."""
-    fit = sm.WLS(e, np.ones((len(e), 1)), weights=1.0 if weights is None else weights)
+    fit = WLS(e, np.ones((len(e), 1)), weights=1.0 if weights is None else weights)
     if clusters is not None:
         result = fit.fit(cov_type="cluster", cov_kwds={"groups": pd.factorize(clusters)[0]}, use_t=True)
         df = float(len(np.unique(clusters)) - 1)

@@ -151,6 +151,7 @@ def test_the_id_maps_pair_units_and_indices_with_source_ids(tmp_path):
     assert SeqRecTask(SeqRecOptions(), tmp_path).artifacts(data) == {}  # synthetic data: nothing to trace
 
 
+@pytest.mark.heavy
 def test_a_review_dump_with_text_ids_trains_from_a_study_file_alone(tmp_path, cli):
     review_dump(tmp_path / "reviews.csv")
     study = {
