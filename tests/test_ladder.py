@@ -275,6 +275,28 @@ def test_the_ladder_report_of_a_studys_rungs(write_study, capsys, tmp_path):
     assert "ladder: mlp: trend: grows" in capsys.readouterr().out
 
 
+@pytest.mark.heavy
+def test_a_ladder_runs_then_its_report_and_trial_files_are_rebuilt(write_study, cli, tmp_path):
+    """`ablate run` trains every rung and writes the ladder report; `ablate report --trials`
+    rebuilds it from the stores and writes each rung's trials as files."""
+    patch = {"ladder": {"rungs": RUNGS}, "train": {"epochs": 1}, "seeds": [0]}
+    patch["model"] = {"attention": {"heads": 2}}
+    path = write_study({**patch, "report": {"calibration": 0, "bootstrap": 100}})
+    code, out, err = cli("run", path, "--quiet", "--reports", tmp_path / "reports")
+    assert code == 0, err
+    ladder = tmp_path / "reports" / "tiny" / "ladder.md"
+    assert "| w8 |" in ladder.read_text() and "ladder: mlp: trend: " in out
+    assert {p.name for p in (tmp_path / "reports" / "tiny").iterdir()} >= {"tiny.w8", "tiny.w16", "tiny.w32"}
+    first = ladder.read_text()
+    ladder.unlink()
+    code, out, err = cli("report", path, "--reports", tmp_path / "reports", "--trials", tmp_path / "trials")
+    assert code == 0, err
+    assert ladder.read_text() == first  # the same report from the stores alone
+    files = sorted(p.name for p in (tmp_path / "trials").iterdir())
+    assert len(files) == 6 and all(f.endswith(".trial.json.gz") for f in files)  # 3 rungs × 2 variants
+    assert "trials of w32: 2 file(s)" in err
+
+
 def test_mup_style_width_scaling_gives_each_rung_its_hidden_matrices_lr(write_study, cli):
     from ablate.study.ladder import per_rung
     from ablate.study.load import load_study

@@ -84,17 +84,31 @@ def report_across(
     with ``trials``, first write every data set's finished trials there as trial files (one
     folder: a trial file's name holds its fingerprint, which holds the data set, so ``--reuse
     DIR`` finds each data set's own)."""
+    subs = {
+        label: (sub, *data_set_folders(study, label, output, reports))
+        for label, sub in per_dataset(study, check_files=False).items()
+    }
+    done = report_each(subs, tracking_uri, trials)
+    write_across_report(study, done, report_dir(study, output, reports))
+
+
+def report_each(
+    subs: dict[str, tuple[Study, Path | None, Path | None]], tracking_uri: str | None, trials: Path | None
+) -> dict[str, tuple[Study, Any, Path]]:
+    """The reports of a study's sub-studies (label → its study, --output and --reports folders:
+    data sets, ladder rungs) rebuilt from their stores, after writing their finished trials to
+    ``trials`` when given (a sub-study that cannot make a report yet still has its trials
+    written). Returns label → (study, results, report.md) for the report over them."""
     from ablate.commands.running import check_folders, write_study_report
     from ablate.drive import Stores, write_trials
 
     wanted = {}
-    for label, sub in per_dataset(study, check_files=False).items():
-        sub_output, sub_reports = data_set_folders(study, label, output, reports)
+    for label, (sub, sub_output, sub_reports) in subs.items():
         stores = Stores.for_study(sub, sub_output, tracking_uri)
         out_dir = sub_reports / sub.name if sub_reports else stores.output_dir / "report"
         check_folders(sub, stores, sub_output, sub_reports, out_dir, trains=False)
         wanted[label] = (sub, stores, out_dir)
-    if trials is not None:  # first: a data set whose study cannot make a report yet has its trials
+    if trials is not None:
         for label, (sub, stores, _) in wanted.items():
             written, kept = write_trials(stores.tracking_uri, sub.name, trials)
             held = f" ({kept} left as they were: a file there holds the trial from another run)" * bool(kept)
@@ -105,7 +119,7 @@ def report_across(
         shown = f"report of {label}: {paths['html'].resolve()}"
         out.print(shown, markup=False, highlight=False, soft_wrap=True)
         done[label] = (sub, results, paths["md"])
-    write_across_report(study, done, report_dir(study, output, reports))
+    return done
 
 
 def show_status(study: Study, output: Path | None, storage: str | None) -> None:

@@ -294,10 +294,8 @@ def report(
         raise AblateError(f"--trials {trials}: {problem}")
     if study_file is not None:
         study = load_study(study_file, check_files=False, overrides=overrides or ())
-        if laddered(study):  # each rung's report, then the ladder report
-            if trials is not None:
-                raise AblateError("ladder: --trials takes one rung's study (`ablate validate` names them)")
-            return report_ladder(study, output, reports, tracking_uri)
+        if laddered(study):  # each rung's trials and report, then the ladder report
+            return report_ladder(study, output, reports, tracking_uri, trials)
         if several(study):  # each data set's trials and report, then the across-data-set report
             return report_across(study, output, reports, tracking_uri, trials)
         stores = Stores.for_study(study, output, tracking_uri)

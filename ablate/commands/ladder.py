@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ablate.commands.across import report_dir
+from ablate.commands.across import report_dir, report_each
 from ablate.commands.console import err, out
 from ablate.errors import AblateError
 from ablate.study.ladder import per_rung, rung_folder
@@ -53,23 +53,15 @@ def run_ladder(study: Study, output: Path | None, reports: Path | None, *args: A
     return failed
 
 
-def report_ladder(study: Study, output: Path | None, reports: Path | None, tracking_uri: str | None) -> None:
-    """Rebuild every rung's report and the ladder report from the tracking stores."""
-    from ablate.commands.running import check_folders, write_study_report
-    from ablate.drive import Stores
-
-    done = {}
-    for rung, sub in per_rung(study, check_files=False).items():
-        sub_output, sub_reports = _folders(study, rung, output, reports)
-        stores = Stores.for_study(sub, sub_output, tracking_uri)
-        out_dir = sub_reports / sub.name if sub_reports else stores.output_dir / "report"
-        check_folders(sub, stores, sub_output, sub_reports, out_dir, trains=False)
-        paths, results = write_study_report(stores.tracking_uri, sub.name, out_dir, sub)
-        out.print(
-            f"report of {rung}: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True
-        )
-        done[rung] = (sub, results, paths["md"])
-    write_ladder_report(study, done, report_dir(study, output, reports))
+def report_ladder(
+    study: Study, output: Path | None, reports: Path | None, tracking_uri: str | None, trials: Path | None
+) -> None:
+    """Rebuild every rung's report and the ladder report from the tracking stores; with
+    ``trials``, first write every rung's finished trials there as trial files (one folder: a
+    trial file's name holds its fingerprint, which holds the rung's settings)."""
+    rungs = per_rung(study, check_files=False)
+    subs = {rung: (sub, *_folders(study, rung, output, reports)) for rung, sub in rungs.items()}
+    write_ladder_report(study, report_each(subs, tracking_uri, trials), report_dir(study, output, reports))
 
 
 def show_ladder_status(study: Study, output: Path | None, storage: str | None) -> None:
