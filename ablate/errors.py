@@ -28,6 +28,26 @@ class RunFailed(AblateError):
     exit_code = 1
 
 
+# Whose errors mean a store (or the disk under it) failed: not the variant's fault nor a bug.
+STORE_LIBRARIES = frozenset({"sqlalchemy", "sqlite3", "mlflow", "optuna"})
+
+
+def store_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is the disk's or a store's failure (an ``OSError``, an error of a store's
+    library): the run stops in one line, exit status 1, and the same command resumes it."""
+    return isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in STORE_LIBRARIES
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The error ``exc`` was raised from, at the bottom: a full disk's ``database or disk is full``
+    rather than MLflow's wrapper or SQLAlchemy's first line (which blames an autoflush)."""
+    seen = {id(exc)}
+    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        exc = exc.__cause__
+        seen.add(id(exc))
+    return exc
+
+
 def first_line(exc: BaseException) -> str:
     """An exception's message cut to its first line (its type's name where it has none)."""
     text = str(exc).strip()

@@ -59,6 +59,8 @@ from mlflow.exceptions import MlflowException  # noqa: E402
 # MLflow prints migration chatter at INFO on first use of a SQLite store.
 for _name in ("mlflow", "alembic"):
     logging.getLogger(_name).setLevel(logging.WARNING)
+# It logs a database error (a full disk) with 90 lines of traceback, then raises it: one line says it.
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 PARENT_WAIT_S = 60  # how long a worker waits for the study run the experiment's creator makes
 
