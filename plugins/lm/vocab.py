@@ -3,7 +3,8 @@ text each token covers (for bits per byte).
 
 * ``bytes``: UTF-8 bytes as ids 0–255, document start 256;
 * ``bpe``: a byte-level BPE trained with Hugging Face ``tokenizers`` on the training split only,
-  kept in ``ablate.cache.cache_dir()/lm`` under a digest of that text and its options;
+  kept in ``ablate.cache.cache_dir()/lm`` under a digest of that text and its options, and used
+  again only while its content has the SHA-256 written beside it;
 * ``file``: the user's ``tokenizer.json``.
 
 A token's bytes are those of the text between the end of the previous token and its own end (its
@@ -21,8 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from ablate import stopping
-from ablate.cache import cache_dir
-from ablate.errors import DataError
+from ablate.cache import cache_dir, entry_problem, keep_entry
+from ablate.errors import DataError, first_line, warn
+from ablate.kernels.build import Unavailable, private_folder
 
 from .options import BPETokenizer, BytesTokenizer, FileTokenizer
 
@@ -116,22 +118,35 @@ def bpe_digest(options: BPETokenizer, docs: list[str]) -> str:
 
 
 def cached_bpe(options: BPETokenizer, docs: list[str]) -> HFTokens:
-    """The BPE for these training documents, from the cache or trained and kept there."""
+    """The BPE for these training documents, from the cache or trained and kept there. A kept one
+    is used only where its content has the digest written beside it, in a folder of this user's
+    own that no one else can write (else it is trained again, with a warning)."""
     from tokenizers import Tokenizer
 
     path = cache_dir() / "lm" / f"bpe-{bpe_digest(options, docs)}.json"
+    try:
+        private_folder(path.parent)
+    except Unavailable as exc:
+        warn(f"not using the tokenizer cache ({exc})")
+        tokenizer = train_bpe(options, docs)
+        return HFTokens(tokenizer, tokenizer.token_to_id(DOC), "bpe")
     tokenizer = None
     if path.is_file():
+        problem = entry_problem(path)
         try:
-            tokenizer = Tokenizer.from_file(str(path))
-        except Exception:  # a damaged cache file: train again
-            tokenizer = None
+            tokenizer = None if problem else Tokenizer.from_file(str(path))
+        except Exception as exc:  # noqa: BLE001 - the tokenizers library's refusals vary: train again
+            problem = f"not a tokenizer ({first_line(exc)})"
+        if problem:
+            warn(f"{path}: a kept tokenizer not used, {problem}: trained again")
     if tokenizer is None:
         tokenizer = train_bpe(options, docs)
-        path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.part")
-        tokenizer.save(str(partial))
-        partial.replace(path)
+        try:
+            tokenizer.save(str(partial))
+            keep_entry(partial, path)
+        except OSError as exc:
+            warn(f"{path}: the tokenizer could not be kept in the cache ({exc.strerror or exc})")
     return HFTokens(tokenizer, tokenizer.token_to_id(DOC), "bpe")
 
 

@@ -203,6 +203,27 @@ def test_bpe_byte_counts_sum_to_the_text_and_the_trained_tokenizer_is_cached(tmp
         make_tokenizer(FileTokenizer(kind="file", path="tokenizer.json", bos="<nope>"), [], tmp_path)
 
 
+def test_an_edited_kept_tokenizer_or_a_cache_others_can_write_is_trained_again(tmp_path, monkeypatch, capsys):
+    """A kept BPE is used only while its content has the SHA-256 written beside it: one planted
+    in its place (a valid tokenizer, other merges) is never trained on."""
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    docs = [TEXT, "def f(x):\n    return x\n" * 20]
+    options = BPETokenizer(kind="bpe", vocab_size=280, min_frequency=2)
+    trained = make_tokenizer(options, docs, tmp_path).tokenizer.to_str()
+    (entry,) = (tmp_path / "cache" / "lm").glob("bpe-*.json")
+    assert entry.with_suffix(".sha256").is_file() and "warning" not in capsys.readouterr().err
+    make_tokenizer(options, ["zzzz yyyy " * 50], tmp_path).tokenizer.save(str(entry))  # planted
+    again = make_tokenizer(options, docs, tmp_path)
+    err = capsys.readouterr().err
+    assert again.tokenizer.to_str() == trained, "the planted tokenizer was used"
+    assert f"warning: {entry}: a kept tokenizer not used, its content is not what was written" in err
+    assert make_tokenizer(options, docs, tmp_path).tokenizer.to_str() == trained  # kept again, checked
+    assert "warning" not in capsys.readouterr().err
+    (tmp_path / "cache" / "lm").chmod(0o777)  # any local user could replace an entry here
+    assert make_tokenizer(options, docs, tmp_path).tokenizer.to_str() == trained
+    assert "not using the tokenizer cache" in capsys.readouterr().err
+
+
 def test_char_byte_ends():
     assert char_byte_ends("aé日😀").tolist() == [0, 1, 3, 6, 10]
 
