@@ -3,6 +3,7 @@ exit status (the README's table: 2 for bad input, 1 for a run that could not pro
 
 from __future__ import annotations
 
+import json
 import sys
 
 
@@ -46,6 +47,15 @@ def root_cause(exc: BaseException) -> BaseException:
         exc = exc.__cause__
         seen.add(id(exc))
     return exc
+
+
+def parse_json(text: str | bytes) -> object:
+    """``json.loads(text)``; nesting too deep for Python's parser (``[[[…``) a ``JSONDecodeError``
+    like any other malformed text, which each reader names in one line, not a RecursionError."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text if isinstance(text, str) else "", 0) from None
 
 
 def first_line(exc: BaseException) -> str:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,10 +65,11 @@ class ByteTokens:
 
 
 class HFTokens:
-    """A Hugging Face ``tokenizers.Tokenizer`` with its document-start id."""
+    """A Hugging Face ``tokenizers.Tokenizer`` with its document-start id; ``source`` names it in
+    an error (the user's file)."""
 
-    def __init__(self, tokenizer, bos: int, kind: str):
-        self.tokenizer, self.bos, self.kind = tokenizer, bos, kind
+    def __init__(self, tokenizer, bos: int, kind: str, source: str = "the trained BPE"):
+        self.tokenizer, self.bos, self.kind, self.source = tokenizer, bos, kind, source
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode(self, docs: list[str]) -> list[Encoded]:
@@ -74,7 +77,7 @@ class HFTokens:
         for first in range(0, len(docs), ENCODE_CHUNK):
             stopping.check()
             chunk = docs[first : first + ENCODE_CHUNK]
-            encodings = self.tokenizer.encode_batch(chunk, add_special_tokens=False)
+            encodings = self._encode_guarded(chunk)
             for doc, enc in zip(chunk, encodings, strict=True):
                 ends = char_byte_ends(doc)
                 if enc.offsets:
@@ -87,6 +90,32 @@ class HFTokens:
                 ids = np.concatenate([[self.bos], np.asarray(enc.ids)]).astype(np.int32)
                 out.append(Encoded(ids, np.concatenate([[0], nbytes]).astype(np.int32)))
         return out
+
+    def _encode_guarded(self, chunk: list[str]) -> list:
+        """``encode_batch``, where a panic in the library (a user's pattern that backtracks past
+        its regex engine's limit) is one line: each of its threads' panic reports, backtraces
+        and all, went to the terminal (1,500 lines), then a PanicException, not an ``Exception``.
+        What else it writes to fd 2 is passed on after."""
+        sys.stderr.flush()
+        with tempfile.TemporaryFile() as held:
+            saved = os.dup(2)
+            os.dup2(held.fileno(), 2)
+            try:
+                return self.tokenizer.encode_batch(chunk, add_special_tokens=False)
+            except BaseException as exc:
+                if type(exc).__name__ != "PanicException":
+                    raise
+                held.truncate(0)  # the panic's reports: its message is said below
+                raise DataError(
+                    f"{self.source}: the tokenizer failed on the text ({first_line(exc)}): a pattern of "
+                    f"its normalizer or pre_tokenizer that backtracks without end? (tokenizer.path)"
+                ) from None
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                held.seek(0)
+                if said := held.read():
+                    os.write(2, said)
 
 
 def train_bpe(options: BPETokenizer, docs: list[str]):
@@ -164,7 +193,7 @@ def file_tokenizer(options: FileTokenizer, base: Path) -> HFTokens:
     for name in names:
         bos = tokenizer.token_to_id(name)
         if bos is not None:
-            return HFTokens(tokenizer, bos, "file")
+            return HFTokens(tokenizer, bos, "file", str(path))
     raise DataError(
         f"{path}: the tokenizer has no document-start token ({', '.join(names)}); set tokenizer.bos to "
         f"one it has"
