@@ -39,6 +39,13 @@ def store_failure(exc: BaseException) -> bool:
     return isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in STORE_LIBRARIES
 
 
+def disk_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised from the disk or a SQLite database failing (full, a file-size
+    limit, an I/O error), at the bottom of its causes."""
+    cause = root_cause(exc)
+    return isinstance(cause, OSError) or type(cause).__module__ == "sqlite3"
+
+
 def root_cause(exc: BaseException) -> BaseException:
     """The error ``exc`` was raised from, at the bottom: a full disk's ``database or disk is full``
     rather than MLflow's wrapper or SQLAlchemy's first line (which blames an autoflush)."""
