@@ -1,6 +1,7 @@
-"""Where the package keeps what it derives from its inputs: parsed data sets (tasks) and compiled
-kernels (:mod:`ablate.kernels`); and the content digest of a data file, which names what a trial
-was trained on."""
+"""Where the package keeps what it derives from its inputs: parsed data sets and trained
+tokenizers (tasks) and compiled kernels (:mod:`ablate.kernels`); how a kept entry is checked (the
+SHA-256 of its content, written beside it, before it is used); and the content digest of a data
+file, which names what a trial was trained on."""
 
 from __future__ import annotations
 
@@ -38,3 +39,29 @@ def file_digest(path: Path) -> str:
                 digest.update(block)
         _DIGESTS[key] = digest.hexdigest()
     return _DIGESTS[key]
+
+
+def digest_beside(entry: Path) -> Path:
+    """Where the SHA-256 of a cache entry's content is written: beside it, as ``.sha256``."""
+    return entry.with_suffix(".sha256")
+
+
+def entry_problem(entry: Path) -> str | None:
+    """Why the cache entry ``entry`` may not be used (an edit, a write cut short), or None where
+    its content has the digest written beside it."""
+    try:
+        written = digest_beside(entry).read_text(encoding="ascii").strip()
+        if written != file_digest(entry):
+            return "its content is not what was written"
+    except (OSError, UnicodeDecodeError):
+        return "no digest of it was written"
+    return None
+
+
+def keep_entry(partial: Path, entry: Path) -> None:
+    """``partial`` put in place as the cache entry ``entry``, its digest written beside it first;
+    each is replaced atomically, so a reader between the two finds a mismatch and rebuilds."""
+    partial_digest = digest_beside(entry).with_suffix(f".{os.getpid()}.tmp")
+    partial_digest.write_text(file_digest(partial), encoding="ascii")
+    partial_digest.replace(digest_beside(entry))
+    partial.replace(entry)

@@ -3,6 +3,7 @@ exit status (the README's table: 2 for bad input, 1 for a run that could not pro
 
 from __future__ import annotations
 
+import json
 import sys
 
 
@@ -26,6 +27,42 @@ class RunFailed(AblateError):
     worker process crashed. Message is one line."""
 
     exit_code = 1
+
+
+# Whose errors mean a store (or the disk under it) failed: not the variant's fault nor a bug.
+STORE_LIBRARIES = frozenset({"sqlalchemy", "sqlite3", "mlflow", "optuna"})
+
+
+def store_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is the disk's or a store's failure (an ``OSError``, an error of a store's
+    library): the run stops in one line, exit status 1, and the same command resumes it."""
+    return isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in STORE_LIBRARIES
+
+
+def disk_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised from the disk or a SQLite database failing (full, a file-size
+    limit, an I/O error), at the bottom of its causes."""
+    cause = root_cause(exc)
+    return isinstance(cause, OSError) or type(cause).__module__ == "sqlite3"
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The error ``exc`` was raised from, at the bottom: a full disk's ``database or disk is full``
+    rather than MLflow's wrapper or SQLAlchemy's first line (which blames an autoflush)."""
+    seen = {id(exc)}
+    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        exc = exc.__cause__
+        seen.add(id(exc))
+    return exc
+
+
+def parse_json(text: str | bytes) -> object:
+    """``json.loads(text)``; nesting too deep for Python's parser (``[[[…``) a ``JSONDecodeError``
+    like any other malformed text, which each reader names in one line, not a RecursionError."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text if isinstance(text, str) else "", 0) from None
 
 
 def first_line(exc: BaseException) -> str:

@@ -9,6 +9,7 @@ Dimensions: ``b`` batch, ``n`` tokens, ``d`` model width.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import stat
@@ -147,6 +148,8 @@ def data_file_problem(path: Path) -> str | None:
     except FileNotFoundError:
         return f"{'folder' if path.suffix == '' else 'file'} not found: {path}"
     except OSError as exc:  # a symbolic link loop, a folder on the way not readable
+        if exc.errno == errno.ELOOP:
+            return f"a symbolic link loop (its links never reach a file): {path}"
         return f"cannot be read ({exc.strerror or type(exc).__name__}): {path}"
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None

@@ -95,7 +95,7 @@ def test_a_kept_store_with_a_trigger_or_another_schema_is_never_copied(cache, tm
 
 
 def test_a_store_cut_short_as_it_is_made_is_removed_and_the_error_is_one_line(cache, tmp_path, monkeypatch):
-    from ablate.errors import AblateError
+    from ablate.errors import RunFailed
     from ablate.tracking import store
 
     db = tmp_path / "a" / "mlflow.db"
@@ -106,9 +106,10 @@ def test_a_store_cut_short_as_it_is_made_is_removed_and_the_error_is_one_line(ca
 
     monkeypatch.setattr(store, "MlflowClient", half_built)
     with pytest.raises(
-        AblateError, match=r"^cannot open MLflow tracking store sqlite:///.*: .*File too large"
-    ):
+        RunFailed, match=r"^cannot open MLflow tracking store sqlite:///.*: .*File too large"
+    ) as failed:
         Tracker(f"sqlite:///{db}", "first")
+    assert failed.value.exit_code == 1  # the disk failed, not the input
     assert not db.exists()  # nothing left to block the next run
     monkeypatch.undo()
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(cache))

@@ -5,6 +5,7 @@ back, `status` saying what `run` says; a lost journal rebuilt from the tracking 
 from __future__ import annotations
 
 import errno
+import resource
 import shutil
 
 import pytest
@@ -58,38 +59,46 @@ def test_a_lost_journal_or_tracking_store_is_one_line_and_the_journal_is_rebuilt
         assert (output / lost).stat().st_size == 0  # nothing trained or created over it
 
 
-@pytest.mark.parametrize("failure", ["os", "database"])
+@pytest.mark.parametrize("failure", ["os", "size limit"])
 def test_a_store_failing_mid_run_is_one_line_and_the_run_resumes(
     cli, write_study, tmp_path, monkeypatch, failure
 ):
-    """An I/O error (a full or read-only disk) or a database error while a trial is recorded: one
-    line, exit status 1, the trials finished before it kept; the same command then resumes."""
-    from sqlalchemy.exc import OperationalError
-
+    """An I/O error (a full or read-only disk) as a trial is recorded, or the disk refusing writes
+    while a trial trains: one line, exit status 1, the trials finished before it kept; the same
+    command then resumes and trains the rest. The size limit is a real one (each write past a
+    file's first byte refused, as on a full disk): the error comes through MLflow's own session,
+    which logged 90 lines of it, and the trial used to be recorded as failed, never retrained."""
     from ablate.drive import execution
 
     monkeypatch.chdir(tmp_path)
     study = write_study(
         {"train": {"epochs": 1}, "report": {"calibration": 0, "bootstrap": 100}}, replace={"seeds": [0]}
     )
-    real_finish, calls = execution.Execution.finish, []
+    step = "finish" if failure == "os" else "train"
+    real, calls = getattr(execution.Execution, step), []
 
     def failing(self, *args, **kwargs):
         calls.append(1)
-        if len(calls) == 2:  # the second trial's record: the first one is kept
+        if len(calls) == 2:  # the second trial: the first one is kept
             if failure == "os":
                 raise OSError(errno.EIO, "Input/output error", str(tmp_path / "runs" / "tiny" / "mlflow.db"))
-            raise OperationalError("INSERT INTO metrics …", {}, Exception("disk I/O error"))
-        return real_finish(self, *args, **kwargs)
+            soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1, hard))  # Python ignores SIGXFSZ: EFBIG
+            try:
+                return real(self, *args, **kwargs)
+            finally:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(execution.Execution, "finish", failing)
+    monkeypatch.setattr(execution.Execution, step, failing)
     code, _, err = cli("run", study, "--quiet")
     assert code == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    why = "Input/output error" if failure == "os" else "disk I/O error"
-    assert why in err and "stopped (what finished is kept; rerun resumes)" in err
-    monkeypatch.setattr(execution.Execution, "finish", real_finish)
+    assert ("Input/output error" if failure == "os" else "OperationalError: disk I/O error") in err
+    assert "stopped (what finished is kept; rerun resumes)" in err
+    monkeypatch.setattr(execution.Execution, step, real)
     code, _, err = cli("run", study, "--quiet")
     assert code == 0 and "resumed: 1 trial(s) were already complete" in err, err
+    assert "failed" not in err, err
 
 
 def test_a_bug_still_shows_its_traceback(cli, write_study, monkeypatch):

@@ -128,3 +128,35 @@ def test_sigterm_while_the_report_is_written_stops_it(cli, write_study, tmp_path
     )
     assert code == 130 and took < 10, (code, took, err[-2000:])
     assert "interrupted:" in err and "Traceback" not in err
+
+
+def test_a_stop_while_a_large_study_is_read_for_its_report_ends_the_reading(monkeypatch):
+    """Reading the trials back is the report's longest stretch for a large study (hundreds of runs:
+    30 s deaf to SIGTERM); each trial is a safe point now."""
+    from types import SimpleNamespace
+
+    from ablate.tracking import results
+
+    runs = [
+        SimpleNamespace(
+            data=SimpleNamespace(tags={"variant": "base", "seed": str(seed)}, params={}),
+            info=SimpleNamespace(run_id=f"run{seed}"),
+        )
+        for seed in range(500)
+    ]
+    store = SimpleNamespace(client=None, trial_runs=lambda **_: runs)
+    monkeypatch.setattr(results, "_open", lambda *_: store)
+    read = []
+
+    def metrics(client, run, keys):
+        read.append(run)
+        stopping.request()  # SIGTERM arrives while the first trial is read
+        return {"test.acc": 0.5}, []
+
+    monkeypatch.setattr(results, "trial_metrics", metrics)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            results.load_results("sqlite:///unused.db", "big")
+    finally:
+        stopping._requested.clear()
+    assert len(read) == 1

@@ -60,7 +60,7 @@ from ablate.commands.options import (
 )
 from ablate.commands.planning import plan_command
 from ablate.commands.validate import PRINT_HELP, validate_command, warn_design
-from ablate.errors import AblateError, first_line
+from ablate.errors import AblateError, first_line, root_cause, store_failure
 from ablate.study.overrides import command_line
 
 app = typer.Typer(
@@ -419,15 +419,12 @@ def main() -> None:
         say_error("aborted")
         sys.exit(1)
     except Exception as exc:  # noqa: BLE001 - only a store's or the disk's failure is answered here
-        if not isinstance(exc, OSError) and type(exc).__module__.split(".")[0] not in STORE_LIBRARIES:
+        if not store_failure(exc):
             raise  # anything else is a bug: its traceback is what a report of it needs
-        say_error(f"{type(exc).__name__}: {first_line(exc)}; stopped (what finished is kept; rerun resumes)")
+        why = root_cause(exc)
+        say_error(f"{type(why).__name__}: {first_line(why)}; stopped (what finished is kept; rerun resumes)")
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
-
-
-# Whose errors mean a store (or the disk under it) failed mid-run: one line, exit 1, as a failed run.
-STORE_LIBRARIES = frozenset({"sqlalchemy", "sqlite3", "mlflow", "optuna"})
 
 
 if __name__ == "__main__":  # pragma: no cover

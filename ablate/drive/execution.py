@@ -24,6 +24,7 @@ from optuna.trial import TrialState
 
 from ablate.drive.ledger import INTERRUPTED, fingerprint_of, fingerprints, trained_with
 from ablate.drive.packing import PACK_TAG
+from ablate.errors import store_failure
 from ablate.faults import fault_point
 from ablate.model.variant import Variant
 from ablate.registry import COMPONENT_SLOTS
@@ -300,6 +301,8 @@ class Execution:
                 )
                 return self.fail(job, trial, run_id, reason)
             except Exception as exc:  # noqa: BLE001 - a crashing variant fails alone; the study goes on
+                if store_failure(exc):  # the disk or a store, not the variant: left running, retrained
+                    raise  # on the next run (its checkpoint kept), the run stopped in one line
                 checkpoint.remove()  # a retry starts afresh (e.g. after the code was fixed)
                 return self.fail(job, trial, run_id, failure_reason(exc))
             except BaseException:

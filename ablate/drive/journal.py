@@ -13,7 +13,6 @@ lock is a crash's leftover, never a write in progress.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 from optuna.storages.journal import JournalFileSymlinkLock
 
 from ablate.drive.optuna_private import JOURNAL_OPERATIONS, LOCK_FILE_SUFFIX
-from ablate.errors import AblateError, warn
+from ablate.errors import AblateError, parse_json, warn
 
 # What a record's op_code may be (tests/test_resume.py replays a real journal through this check).
 KNOWN_OPERATIONS = JOURNAL_OPERATIONS
@@ -98,7 +97,7 @@ def _complete_records(path: Path) -> int:
             if not line.endswith(b"\n"):
                 break  # the tail: cut off, or being written
             try:
-                record = json.loads(line)
+                record = parse_json(line)
                 op = record.get("op_code") if isinstance(record, dict) else None
                 if op not in KNOWN_OPERATIONS:  # Optuna's replay would raise on it, every run
                     raise ValueError(f"no known op_code: {op!r}")

@@ -25,7 +25,7 @@ import yaml
 from pydantic import ValidationError
 
 from ablate.drive.gate_trials import LoopTrainer, configuration_key, resolve
-from ablate.errors import AblateError
+from ablate.errors import AblateError, parse_json
 from ablate.faults import fault_point
 from ablate.schema import Strict
 from ablate.stats.gate import Gate, GateDecision, GateSettings, Outcome
@@ -114,7 +114,7 @@ class Loop:
             if not line.strip():
                 continue
             try:
-                events.append(json.loads(line))
+                events.append(parse_json(line))
             except json.JSONDecodeError:
                 if i == len(lines):  # no newline after it: cut off mid-write
                     break

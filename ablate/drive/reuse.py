@@ -38,7 +38,7 @@ from ablate.drive.donor import Donor
 from ablate.drive.ledger import fingerprints as fingerprints_of
 from ablate.drive.ledger import trained_with
 from ablate.drive.older import find_with_older
-from ablate.errors import AblateError, first_line, warn
+from ablate.errors import AblateError, first_line, parse_json, warn
 from ablate.tracking.names import OLDER_FINGERPRINT_TAG, OLDER_KINDS_TAG, REUSED_TAG, ROLE, TRAINED_WITH
 from ablate.tracking.store import (
     PROVENANCE_TAGS,
@@ -267,8 +267,14 @@ class Donors:
     @staticmethod
     def _in_folder(folder: Path, fingerprint: str, seed: int) -> Iterator[Donor]:
         for path in sorted(folder.glob(f"*{_file_tail(seed, fingerprint)}")):
-            with gzip.open(path, "rt", encoding="utf-8") as handle:
-                record = json.load(handle)
+            try:
+                with gzip.open(path, "rt", encoding="utf-8") as handle:
+                    record = parse_json(handle.read())
+                if not isinstance(record, dict):
+                    raise ValueError(f"a JSON {type(record).__name__}, not a trial's record")
+            except (OSError, EOFError, ValueError) as exc:  # not gzip, cut short, not JSON, too deep
+                warn(f"not reused: {path.name} cannot be read ({first_line(exc)}); training it instead")
+                continue
             if record.get("format") != TRIAL_FORMAT:
                 raise AblateError(f"{path}: trial file format {record.get('format')}, not {TRIAL_FORMAT}")
             # A file's name is what the search matched; its record says what was trained. A file

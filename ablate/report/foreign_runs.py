@@ -36,13 +36,9 @@ def read_runs(source: str, experiment: str | None) -> pd.DataFrame:
     if path.is_dir():
         return _result_files(path)
     expected = "expected a CSV file of runs, a folder of result files or a tracking URI with --experiment"
-    try:
-        path.stat()
-    except FileNotFoundError:
-        raise AblateError(f"{source}: no such file or folder ({expected})") from None
-    except OSError as exc:  # a symlink loop, a folder not readable
-        raise AblateError(f"{source}: cannot be read: {exc.strerror} ({expected})") from None
-    if problem := data_file_problem(path):
+    if not path.exists() and not path.is_symlink():
+        raise AblateError(f"{source}: no such file or folder ({expected})")
+    if problem := data_file_problem(path):  # a symbolic link loop or to nothing, a pipe
         raise AblateError(f"{source}: {problem.split(': ')[0]} ({expected})")
     try:
         runs = pd.read_csv(path, sep=None, engine="python")  # comma, tab or semicolon

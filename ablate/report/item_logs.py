@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ablate.errors import AblateError, first_line
+from ablate.errors import AblateError, first_line, parse_json
 from ablate.margins import family_of
 from ablate.schema import Vocabulary
+from ablate.tasks import data_file_problem
 
 FROM = "_from"  # where a row was read
 SHOWN = 5  # items named in a message before "…"
@@ -54,7 +55,7 @@ def _json_lines(path: Path) -> list[tuple[int, dict]]:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = parse_json(line)
             except json.JSONDecodeError as exc:
                 cut = " (the file ends there: truncated?)" if not line.endswith("\n") else ""
                 raise AblateError(f"{path}:{number}: not a JSON record{cut}: {exc.msg}") from None
@@ -123,7 +124,7 @@ def _lm_eval(path: Path, metric: str, label: str | None) -> pd.DataFrame:
     samples = files[0]
     results = sorted(samples.parent.glob("results_*.json"))
     try:
-        written = json.loads(results[-1].read_text(encoding="utf-8")) if results else {}
+        written = parse_json(results[-1].read_text(encoding="utf-8")) if results else {}
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise AblateError(f"{results[-1]}: not lm-eval's results file ({first_line(exc)})") from None
     if not isinstance(written, dict):
@@ -223,10 +224,11 @@ def read_items(sources: list[str], metric: str) -> tuple[pd.DataFrame, list[str]
     frames, read = [], []
     for source in sources:
         label, path = _label(source)
-        if not path.exists():
-            raise AblateError(
-                f"{path}: no such file or folder (expected a per-unit table or an evaluation log)"
-            )
+        expected = "expected a per-unit table or an evaluation log"
+        if not path.exists() and not path.is_symlink():
+            raise AblateError(f"{path}: no such file or folder ({expected})")
+        if problem := data_file_problem(path):  # a symbolic link loop or to nothing, a pipe
+            raise AblateError(f"{path}: {problem.split(': ')[0]} ({expected})")
         kind = log_format(path)
         frame = LOG_FORMATS[kind](path, metric, label)
         frame["_source"] = str(path)

@@ -183,7 +183,10 @@ def analyse(
 ) -> Analysis:
     """The statistics of a report: every comparison, the ranking, convergence, calibration."""
     results, settings = resampled_for_report(results, units, settings)  # report.resample_units
-    tables = {m: stats.comparisons(results, units, settings, m) for m in settings.metrics}
+    tables = {}
+    for metric in settings.metrics:  # a safe point per metric: its per-unit tests may take a while
+        stopping.check()
+        tables[metric] = stats.comparisons(results, units, settings, metric)
     primary = tables[settings.primary]
     names = [r.variant for r in primary]
     return Analysis(

@@ -10,7 +10,9 @@ or carries a tag of a Python object (safe loading builds plain values only).
 
 from __future__ import annotations
 
+import errno
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -34,10 +36,19 @@ MERGE = "tag:yaml.org,2002:merge"  # `<<: *base`, whose keys the mapping's own k
 def read_study(path: Path) -> tuple[dict, dict[tuple, int]]:
     """The study file's mapping and its key path → line map. Raises :class:`StudyError`."""
     try:
-        if path.is_dir():
-            raise StudyError(f"{path}: is a folder; give the study file (a .yaml or .toml file) in it")
-        if not path.is_file():
-            raise StudyError(f"{path}: study file not found")
+        mode = path.stat().st_mode  # is_file() says False for a symbolic link loop too: "not found"
+    except FileNotFoundError:
+        link = " (a symbolic link to a missing file)" if path.is_symlink() else ""
+        raise StudyError(f"{path}: study file not found{link}") from None
+    except OSError as exc:  # a symbolic link loop, a folder on the way not readable
+        if exc.errno == errno.ELOOP:
+            raise StudyError(f"{path}: a symbolic link loop (its links never reach a file)") from None
+        raise StudyError(f"{path}: cannot read the study file: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(mode):
+        raise StudyError(f"{path}: is a folder; give the study file (a .yaml or .toml file) in it")
+    if not stat.S_ISREG(mode):  # a pipe or a device would block or never end
+        raise StudyError(f"{path}: not a regular file (a pipe, socket or device)")
+    try:
         with path.open("rb") as file:
             data = file.read(MAX_BYTES + 1)
     except OSError as exc:

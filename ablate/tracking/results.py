@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ablate import stopping
 from ablate.errors import AblateError
 from ablate.stats import ReportSettings
 from ablate.tasks import BASELINES_ARTIFACT
@@ -93,6 +94,7 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
     rows, unit_frames, curve_rows = [], [], []
     seen: dict[tuple[str, int], int] = {}
     for run in runs:
+        stopping.check()  # a safe point per trial: hundreds of them read took 30 s deaf to SIGTERM
         tags = run.data.tags
         # The best state's validation metrics, test metrics and costs; the curves of valid.*, train.loss
         # and the gradient norms.

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ablate.errors import AblateError, first_line
+from ablate.errors import AblateError, RunFailed, disk_failure, first_line
 from ablate.tracking import emptystore
 from ablate.tracking.names import (
     BEST_PREFIX,
@@ -59,6 +59,8 @@ from mlflow.exceptions import MlflowException  # noqa: E402
 # MLflow prints migration chatter at INFO on first use of a SQLite store.
 for _name in ("mlflow", "alembic"):
     logging.getLogger(_name).setLevel(logging.WARNING)
+# It logs a database error (a full disk) with 90 lines of traceback, then raises it: one line says it.
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 PARENT_WAIT_S = 60  # how long a worker waits for the study run the experiment's creator makes
 
@@ -226,12 +228,12 @@ class Tracker:
             with _first_use(tracking_uri):  # the client creates (migrates) a SQLite store at once
                 self.client = _Retrying(MlflowClient(tracking_uri=tracking_uri))
                 found = self.client.get_experiment_by_name(experiment)
-        except MlflowException as exc:
-            raise AblateError(f"cannot open MLflow tracking store {tracking_uri}: {exc.message}") from None
-        except Exception as exc:  # noqa: BLE001 - an unreachable server raises from requests
-            reason = first_line(exc)
-            verb = "open" if tracking_uri.startswith("sqlite:") else "reach"  # a file, not a server
-            raise AblateError(f"cannot {verb} MLflow tracking store {tracking_uri}: {reason}") from None
+        except Exception as exc:  # noqa: BLE001 - MLflow's refusal; an unreachable server raises from requests
+            local, said = tracking_uri.startswith("sqlite:"), isinstance(exc, MlflowException)
+            verb = "open" if local or said else "reach"  # a file, or a server that answered
+            error = RunFailed if local and disk_failure(exc) else AblateError  # a full disk: not bad input
+            reason = exc.message if said else first_line(exc)
+            raise error(f"cannot {verb} MLflow tracking store {tracking_uri}: {reason}") from None
         if found is None and not create:
             raise AblateError(f"no experiment '{experiment}' in the tracking store {tracking_uri}")
         self.created = False  # whether this tracker created the experiment (and so creates the study run)

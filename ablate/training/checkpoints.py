@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ablate.errors import AblateError
+from ablate.errors import AblateError, parse_json
 
 
 @dataclass
@@ -69,7 +69,7 @@ def checkpoint_summaries(folder: Path) -> dict[str, dict[str, float]]:
     found = {}
     for path in sorted(folder.glob("*.json")):
         try:
-            found[path.stem] = json.loads(path.read_text())
+            found[path.stem] = parse_json(path.read_text())
         except (OSError, ValueError):  # being replaced, or torn: skip it this time
             continue
     return found

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ablate import stopping
-from ablate.errors import DataError, warn
+from ablate.errors import DataError, parse_json, warn
 from ablate_plugins.text_files import EmptyFile, read_bytes, read_text
 
 from .options import FileData, StdlibData, SyntheticData
@@ -62,7 +62,7 @@ def read_jsonl(path: Path, key: str, encoding: str | None) -> Named:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = parse_json(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}:{line_no}: not a JSON object ({exc.msg})") from None
         text = record.get(key) if isinstance(record, dict) else None

@@ -3,7 +3,8 @@ text each token covers (for bits per byte).
 
 * ``bytes``: UTF-8 bytes as ids 0–255, document start 256;
 * ``bpe``: a byte-level BPE trained with Hugging Face ``tokenizers`` on the training split only,
-  kept in ``ablate.cache.cache_dir()/lm`` under a digest of that text and its options;
+  kept in ``ablate.cache.cache_dir()/lm`` under a digest of that text and its options, and used
+  again only while its content has the SHA-256 written beside it;
 * ``file``: the user's ``tokenizer.json``.
 
 A token's bytes are those of the text between the end of the previous token and its own end (its
@@ -15,14 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ablate import stopping
-from ablate.cache import cache_dir
-from ablate.errors import DataError
+from ablate.cache import cache_dir, entry_problem, keep_entry
+from ablate.errors import DataError, first_line, warn
+from ablate.kernels.build import Unavailable, private_folder
 
 from .options import BPETokenizer, BytesTokenizer, FileTokenizer
 
@@ -61,10 +65,11 @@ class ByteTokens:
 
 
 class HFTokens:
-    """A Hugging Face ``tokenizers.Tokenizer`` with its document-start id."""
+    """A Hugging Face ``tokenizers.Tokenizer`` with its document-start id; ``source`` names it in
+    an error (the user's file)."""
 
-    def __init__(self, tokenizer, bos: int, kind: str):
-        self.tokenizer, self.bos, self.kind = tokenizer, bos, kind
+    def __init__(self, tokenizer, bos: int, kind: str, source: str = "the trained BPE"):
+        self.tokenizer, self.bos, self.kind, self.source = tokenizer, bos, kind, source
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode(self, docs: list[str]) -> list[Encoded]:
@@ -72,7 +77,7 @@ class HFTokens:
         for first in range(0, len(docs), ENCODE_CHUNK):
             stopping.check()
             chunk = docs[first : first + ENCODE_CHUNK]
-            encodings = self.tokenizer.encode_batch(chunk, add_special_tokens=False)
+            encodings = self._encode_guarded(chunk)
             for doc, enc in zip(chunk, encodings, strict=True):
                 ends = char_byte_ends(doc)
                 if enc.offsets:
@@ -85,6 +90,32 @@ class HFTokens:
                 ids = np.concatenate([[self.bos], np.asarray(enc.ids)]).astype(np.int32)
                 out.append(Encoded(ids, np.concatenate([[0], nbytes]).astype(np.int32)))
         return out
+
+    def _encode_guarded(self, chunk: list[str]) -> list:
+        """``encode_batch``, where a panic in the library (a user's pattern that backtracks past
+        its regex engine's limit) is one line: each of its threads' panic reports, backtraces
+        and all, went to the terminal (1,500 lines), then a PanicException, not an ``Exception``.
+        What else it writes to fd 2 is passed on after."""
+        sys.stderr.flush()
+        with tempfile.TemporaryFile() as held:
+            saved = os.dup(2)
+            os.dup2(held.fileno(), 2)
+            try:
+                return self.tokenizer.encode_batch(chunk, add_special_tokens=False)
+            except BaseException as exc:
+                if type(exc).__name__ != "PanicException":
+                    raise
+                held.truncate(0)  # the panic's reports: its message is said below
+                raise DataError(
+                    f"{self.source}: the tokenizer failed on the text ({first_line(exc)}): a pattern of "
+                    f"its normalizer or pre_tokenizer that backtracks without end? (tokenizer.path)"
+                ) from None
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                held.seek(0)
+                if said := held.read():
+                    os.write(2, said)
 
 
 def train_bpe(options: BPETokenizer, docs: list[str]):
@@ -116,22 +147,35 @@ def bpe_digest(options: BPETokenizer, docs: list[str]) -> str:
 
 
 def cached_bpe(options: BPETokenizer, docs: list[str]) -> HFTokens:
-    """The BPE for these training documents, from the cache or trained and kept there."""
+    """The BPE for these training documents, from the cache or trained and kept there. A kept one
+    is used only where its content has the digest written beside it, in a folder of this user's
+    own that no one else can write (else it is trained again, with a warning)."""
     from tokenizers import Tokenizer
 
     path = cache_dir() / "lm" / f"bpe-{bpe_digest(options, docs)}.json"
+    try:
+        private_folder(path.parent)
+    except Unavailable as exc:
+        warn(f"not using the tokenizer cache ({exc})")
+        tokenizer = train_bpe(options, docs)
+        return HFTokens(tokenizer, tokenizer.token_to_id(DOC), "bpe")
     tokenizer = None
     if path.is_file():
+        problem = entry_problem(path)
         try:
-            tokenizer = Tokenizer.from_file(str(path))
-        except Exception:  # a damaged cache file: train again
-            tokenizer = None
+            tokenizer = None if problem else Tokenizer.from_file(str(path))
+        except Exception as exc:  # noqa: BLE001 - the tokenizers library's refusals vary: train again
+            problem = f"not a tokenizer ({first_line(exc)})"
+        if problem:
+            warn(f"{path}: a kept tokenizer not used, {problem}: trained again")
     if tokenizer is None:
         tokenizer = train_bpe(options, docs)
-        path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.part")
-        tokenizer.save(str(partial))
-        partial.replace(path)
+        try:
+            tokenizer.save(str(partial))
+            keep_entry(partial, path)
+        except OSError as exc:
+            warn(f"{path}: the tokenizer could not be kept in the cache ({exc.strerror or exc})")
     return HFTokens(tokenizer, tokenizer.token_to_id(DOC), "bpe")
 
 
@@ -149,7 +193,7 @@ def file_tokenizer(options: FileTokenizer, base: Path) -> HFTokens:
     for name in names:
         bos = tokenizer.token_to_id(name)
         if bos is not None:
-            return HFTokens(tokenizer, bos, "file")
+            return HFTokens(tokenizer, bos, "file", str(path))
     raise DataError(
         f"{path}: the tokenizer has no document-start token ({', '.join(names)}); set tokenizer.bos to "
         f"one it has"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.cache import cache_dir, file_digest
+from ablate.cache import cache_dir, entry_problem, file_digest, keep_entry
 from ablate.errors import DataError
 from ablate.kernels.build import Unavailable, private_folder
 
@@ -50,7 +50,6 @@ def cached(
     )
     key = hashlib.sha256(key_source.encode()).hexdigest()[:24]
     target = (directory or cache_dir()) / f"seqrec-{key}.npz"
-    digest = target.with_suffix(".sha256")
     try:
         private_folder(target.parent)
     except Unavailable as exc:
@@ -58,8 +57,8 @@ def cached(
         return load()
     if target.is_file():
         try:
-            if not digest.is_file() or digest.read_text(encoding="ascii").strip() != file_digest(target):
-                raise ValueError("its content is not what was written: parsed again")
+            if problem := entry_problem(target):
+                raise ValueError(f"{problem}: parsed again")
             data = _from_npz(target, str(path))
             log.info("%s: loaded from cache %s", path, target)
             if data.rows_filtered or data.users_dropped or data.k_core_rows:
@@ -72,11 +71,7 @@ def cached(
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(f".{os.getpid()}.tmp.npz")
         _to_npz(data, partial)
-        partial_digest = digest.with_suffix(f".{os.getpid()}.tmp")
-        partial_digest.write_text(file_digest(partial), encoding="ascii")
-        # Each replaced atomically; a reader between the two finds a mismatch and parses again.
-        partial_digest.replace(digest)
-        partial.replace(target)
+        keep_entry(partial, target)
     except OSError as exc:
         log.warning("%s: could not write the dataset cache %s (%s)", path, target, exc)
     return data

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import reprlib
 from collections.abc import Callable
 
 import numpy as np
@@ -33,6 +34,14 @@ INTEGER = r"[+-]?\d+"
 STRAY_SHARE = 0.01
 FLOAT_EXACT = 2**53  # integers a float64 holds exactly (for ids written as "5.0")
 INTEGER_ONLY = "data.ids is 'integer'; 'auto' maps ids of any form to indices"
+# The longest id read: text ids are kept as fixed-width text (:func:`as_text`, 4 bytes a character
+# for every id), so one 40 MB field (a text column named as the id) asked for GiBs.
+MAX_ID_CHARS = 256
+
+# A value in a message: a long one cut (a 40 MB field keeps the message one short line).
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = 60
+brief = _SHORT.repr
 
 
 def as_int64(values: np.ndarray) -> np.ndarray | None:
@@ -83,6 +92,10 @@ def id_column(
     """``values`` (stripped strings, file order) read under ``mode``: an int64 array, or an
     object array of str (text ids) or of Python ints (integers beyond 64 bits). ``fail(i, why)``
     makes the error for row ``i``; ``must_be_integer`` (a reason) forces integer ids."""
+    lengths = pd.Series(values, dtype=object).str.len().fillna(0).to_numpy()
+    if (too_long := np.flatnonzero(lengths > MAX_ID_CHARS)).size:
+        row = int(too_long[0])
+        raise fail(row, f"{int(lengths[row]):,} characters long, not an id (ids are at most {MAX_ID_CHARS})")
     if mode == "text" and not must_be_integer:
         return values
     integers = as_int64(values)

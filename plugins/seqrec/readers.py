@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 
 from ablate import stopping
-from ablate.errors import DataError
+from ablate.errors import DataError, parse_json
 from ablate_plugins.text_files import CHECK_EVERY, Records, read_records, read_text
 
 from .data import FIELDS, Filters, Interactions, sequences
-from .ids import id_column
+from .ids import brief, id_column
 
 ID, NUMBER = "id", "number"  # what a column holds
 KEPT_IDS = "remap: false keeps item ids as indices, so they must be integers; set remap: true to map them"
@@ -100,7 +100,7 @@ def _read_columns(
         if not fields:
             continue
         if len(fields) != len(names):
-            raise DataError(f"{path}:{number}: expected {what}; got {len(fields)}: {line.strip()!r}")
+            raise DataError(f"{path}:{number}: expected {what}; got {len(fields)}: {brief(line.strip())}")
         rows.append(fields)
         lines.append(number)
     if not rows:
@@ -109,7 +109,7 @@ def _read_columns(
 
     def fail(name: str, row: int, why: str) -> DataError:
         value = columns[names.index(name)][row]
-        return DataError(f"{path}:{lines[row]}: expected {what}; got {name} {value!r}, {why}")
+        return DataError(f"{path}:{lines[row]}: expected {what}; got {name} {brief(value)}, {why}")
 
     return _columns(
         dict(zip(names, columns, strict=True)), dict(zip(names, kinds, strict=True)), ids, remap, fail
@@ -166,7 +166,7 @@ def read_user_lines(
 
     def fail(name: str, row: int, why: str) -> DataError:
         return DataError(
-            f"{path}:{lines[row]}: expected ids 'user item item …'; got {values[name][row]!r}, {why}"
+            f"{path}:{lines[row]}: expected ids 'user item item …'; got {brief(values[name][row])}, {why}"
         )
 
     frame = _columns(values, {"user": ID, "item": ID}, ids, remap, fail)
@@ -220,7 +220,7 @@ def read_table(
 def _table_fail(records: Records, wanted: dict[str, str | int]) -> Callable[[str, int, str], DataError]:
     def fail(name: str, row: int, why: str) -> DataError:
         value = records.rows[row][records.header.index(wanted[name])]
-        return DataError(f"{records.where(row)}: {name} column {wanted[name]!r} holds {value!r}, {why}")
+        return DataError(f"{records.where(row)}: {name} column {wanted[name]!r} holds {brief(value)}, {why}")
 
     return fail
 
@@ -278,7 +278,7 @@ def read_json_lines(
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = parse_json(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}:{number}: not JSON ({exc.msg} at column {exc.colno})") from None
         if not isinstance(record, dict):
@@ -302,7 +302,7 @@ def read_json_lines(
 
     def fail(name: str, row: int, why: str) -> DataError:
         held = values[name][row]
-        return DataError(f"{path}:{lines[row]}: {name} key {wanted[name]!r} holds {held!r}, {why}")
+        return DataError(f"{path}:{lines[row]}: {name} key {wanted[name]!r} holds {brief(held)}, {why}")
 
     kinds = {name: ID if name in ("user", "item") else NUMBER for name in wanted}
     frame = _columns(values, kinds, ids, remap, fail)

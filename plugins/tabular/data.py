@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ablate import stopping
-from ablate.errors import DataError
+from ablate.errors import DataError, parse_json
 from ablate_plugins.text_files import read_bytes
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ def _info(path: Path) -> dict:
     if not path.exists():
         raise DataError(f"{path}: file not found (it gives task_type)")
     try:
-        info = json.loads(read_bytes(path).decode("utf-8-sig"))
+        info = parse_json(read_bytes(path).decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not UTF-8 JSON (byte {exc.start})") from None
     except json.JSONDecodeError as exc:

@@ -203,6 +203,48 @@ def test_bpe_byte_counts_sum_to_the_text_and_the_trained_tokenizer_is_cached(tmp
         make_tokenizer(FileTokenizer(kind="file", path="tokenizer.json", bos="<nope>"), [], tmp_path)
 
 
+def test_a_tokenizer_pattern_that_backtracks_without_end_is_one_line_not_a_panic(tmp_path, capfd):
+    """The regex engine gives up on ``((a*)*)*$`` over a long run of a's, and the library panics in
+    each of its threads (their reports, backtraces and all, hundreds of lines on fd 2)."""
+    bpe = make_tokenizer(BPETokenizer(kind="bpe", vocab_size=270, min_frequency=2), [TEXT], tmp_path)
+    spec = json.loads(bpe.tokenizer.to_str())
+    split = {"type": "Split", "pattern": {"Regex": "((a*)*)*$"}, "behavior": "Isolated", "invert": False}
+    spec["pre_tokenizer"] = split
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    hostile = make_tokenizer(FileTokenizer(kind="file", path="tokenizer.json", bos="<|doc|>"), [], tmp_path)
+    assert len(hostile.encode(["fine text"])[0].ids) > 1  # a text it can match is encoded
+    capfd.readouterr()
+    with pytest.raises(DataError) as refused:
+        hostile.encode(["a" * 3000 + "c"] * 4)
+    said = str(refused.value)
+    assert (
+        said.startswith(f"{tmp_path / 'tokenizer.json'}: the tokenizer failed on the text (")
+        and "\n" not in said
+    )
+    assert "panicked" not in capfd.readouterr().err
+
+
+def test_an_edited_kept_tokenizer_or_a_cache_others_can_write_is_trained_again(tmp_path, monkeypatch, capsys):
+    """A kept BPE is used only while its content has the SHA-256 written beside it: one planted
+    in its place (a valid tokenizer, other merges) is never trained on."""
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    docs = [TEXT, "def f(x):\n    return x\n" * 20]
+    options = BPETokenizer(kind="bpe", vocab_size=280, min_frequency=2)
+    trained = make_tokenizer(options, docs, tmp_path).tokenizer.to_str()
+    (entry,) = (tmp_path / "cache" / "lm").glob("bpe-*.json")
+    assert entry.with_suffix(".sha256").is_file() and "warning" not in capsys.readouterr().err
+    make_tokenizer(options, ["zzzz yyyy " * 50], tmp_path).tokenizer.save(str(entry))  # planted
+    again = make_tokenizer(options, docs, tmp_path)
+    err = capsys.readouterr().err
+    assert again.tokenizer.to_str() == trained, "the planted tokenizer was used"
+    assert f"warning: {entry}: a kept tokenizer not used, its content is not what was written" in err
+    assert make_tokenizer(options, docs, tmp_path).tokenizer.to_str() == trained  # kept again, checked
+    assert "warning" not in capsys.readouterr().err
+    (tmp_path / "cache" / "lm").chmod(0o777)  # any local user could replace an entry here
+    assert make_tokenizer(options, docs, tmp_path).tokenizer.to_str() == trained
+    assert "not using the tokenizer cache" in capsys.readouterr().err
+
+
 def test_char_byte_ends():
     assert char_byte_ends("aé日😀").tolist() == [0, 1, 3, 6, 10]
 
