@@ -39,11 +39,17 @@ def store_failure(exc: BaseException) -> bool:
     return isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in STORE_LIBRARIES
 
 
+# SQLite's result codes for a disk that failed (full, a file-size limit, an I/O error) — not for a
+# file that is no database (SQLITE_NOTADB: bad input, the user's to fix)
+DISK_RESULT_CODES = ("SQLITE_FULL", "SQLITE_IOERR")
+
+
 def disk_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` was raised from the disk or a SQLite database failing (full, a file-size
-    limit, an I/O error), at the bottom of its causes."""
+    """Whether ``exc`` was raised from the disk or a SQLite database's disk failing (full, a
+    file-size limit, an I/O error), at the bottom of its causes."""
     cause = root_cause(exc)
-    return isinstance(cause, OSError) or type(cause).__module__ == "sqlite3"
+    name = getattr(cause, "sqlite_errorname", "") or ""
+    return isinstance(cause, OSError) or name.startswith(DISK_RESULT_CODES)
 
 
 def root_cause(exc: BaseException) -> BaseException:

@@ -29,6 +29,7 @@ from ablate.drive.ledger import (
 from ablate.drive.older import older_fingerprints
 from ablate.drive.reuse import TRIAL_FORMAT, TRIAL_SUFFIX, Donors, StoredTrial
 from ablate.errors import AblateError
+from ablate.study.ladder import laddered, per_rung
 from ablate.study.load import load_study
 from ablate.study.several import per_dataset, several
 from ablate.study.spec import TrainSpec
@@ -197,8 +198,9 @@ def test_committed_trial_files_carry_a_fingerprint_of_their_study(name, tmp_path
     whole = load_study(_as_today(REPO / "studies" / f"{name}.yaml", tmp_path), check_files=False)
     # No data read: a copy's relative path leads nowhere; data by name is named, not read.
     assert whole.dataset is not None or whole.task.data_path() is None or not whole.task.data_path().exists()
-    # a study over several data sets keeps every data set's trials in one folder
+    # a study over several data sets, or a ladder's rungs, keeps all its sub-studies' trials in one folder
     studies = list(per_dataset(whole, False).values()) if several(whole) else [whole]
+    studies = list(per_rung(whole, False).values()) if laddered(whole) else studies
     folder = REPO / "reports" / name / "trials"
     donors = Donors([folder])
     found = refused = 0
