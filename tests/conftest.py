@@ -42,10 +42,23 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The heavy tests first (a stable sort: otherwise in file order). Two workers stealing work
-    from each other end together only if the last tests are short: a 90-s test started last
-    left the other worker idle for most of it."""
-    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
+    """The heavy tests first in each worker's share. pytest-xdist's work stealing hands each of
+    its k workers one contiguous chunk of the collection (n // k, then the rest), and a worker
+    that runs dry takes from the end of another's: with the heavy tests dealt round-robin to the
+    front of every chunk, no 90-s test is left to start last while the other worker idles (in one
+    chunk, they were: the last 20 minutes ran them in turn). Otherwise in file order."""
+    workers = config.getoption("numprocesses", None)
+    k = workers if isinstance(workers, int) and workers > 1 else 1
+    heavy = [item for item in items if item.get_closest_marker("heavy")]
+    light = [item for item in items if not item.get_closest_marker("heavy")]
+    ordered, left = [], len(items)
+    for worker in range(k):
+        size = left // (k - worker)  # xdist's first distribution: what is left, split evenly
+        mine = heavy[worker::k]
+        fill = max(0, size - len(mine))
+        ordered += mine + light[:fill]
+        light, left = light[fill:], left - len(mine) - fill
+    items[:] = ordered + light
 
 
 def data_missing(why: str) -> None:
