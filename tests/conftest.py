@@ -47,8 +47,8 @@ def pytest_collection_modifyitems(config, items):
     that runs dry takes from the end of another's: with the heavy tests dealt round-robin to the
     front of every chunk, no 90-s test is left to start last while the other worker idles (in one
     chunk, they were: the last 20 minutes ran them in turn). Otherwise in file order."""
-    workers = config.getoption("numprocesses", None)
-    k = workers if isinstance(workers, int) and workers > 1 else 1
+    k = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))  # set in each worker (-n's
+    # own option is not: the workers collect, the controller only hands out the chunks)
     heavy = [item for item in items if item.get_closest_marker("heavy")]
     light = [item for item in items if not item.get_closest_marker("heavy")]
     ordered, left = [], len(items)
