@@ -32,8 +32,11 @@ def lacking(why: str) -> None:
     pytest.skip(f"{why} (a C compiler and root; CI sets ABLATE_REQUIRE_COMPILER=1: fails)")
 
 
+NO_COMPILER = (
+    "no C compiler: the fused kernels are not built (install gcc; CI sets ABLATE_REQUIRE_COMPILER=1: fails)"
+)
 needs_compiler = pytest.mark.skipif(
-    shutil.which("cc") is None and shutil.which("gcc") is None and not REQUIRED, reason="no C compiler"
+    shutil.which("cc") is None and shutil.which("gcc") is None and not REQUIRED, reason=NO_COMPILER
 )
 
 TINY = """\
@@ -194,9 +197,7 @@ def test_the_private_folder_is_made_for_this_user_only(tiny):
 # The kernels' inputs and the one switch
 
 
-@pytest.mark.skipif(
-    kernels.library() is None and not REQUIRED, reason="no C compiler: the fused kernels are not built"
-)
+@pytest.mark.skipif(kernels.library() is None and not REQUIRED, reason=NO_COMPILER)
 def test_gathered_dot_refuses_rows_outside_the_table():
     h, table = torch.randn(3, 4), torch.randn(5, 4)
     for bad in (5, -1):
