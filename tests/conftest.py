@@ -20,6 +20,12 @@ from ablate.data import catalog as datasets
 # Tests use tiny tensors: one intra-op thread avoids OpenMP spin contention on 2-core machines
 # (measured ~3x faster for the component tests). Subprocess tests run with the defaults.
 torch.set_num_threads(1)
+# No test reaches the network through Hugging Face's libraries (CI has none but the package
+# registries): huggingface_hub reads these once, at its first import, so a test that sets them
+# later finds them already read wherever an earlier test imported transformers, and lm-eval then
+# waited on connection timeouts (97 s for a 5-s test in the suite).
+for _offline in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.setdefault(_offline, "1")
 # The data mirror (ablate/data/catalog.py): the shared data folder beside the clone, where there is one.
 MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data"
 REQUIRE_DATA_ENV = "ABLATE_REQUIRE_DATA"  # set (CI): a test whose data set is not here fails

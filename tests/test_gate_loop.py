@@ -121,14 +121,14 @@ def test_two_tries_at_once_the_second_is_refused(loop, cli):
 
 @pytest.mark.heavy
 @pytest.mark.parametrize("point", ["tell@2", "decide@1"])
-def test_kill_9_then_try_resumes_without_a_seed_lost_or_counted_twice(loop, point):
+def test_kill_9_then_try_resumes_without_a_seed_lost_or_counted_twice(loop, point, cli):
     env = {**os.environ, "ABLATE_TEST_KILL_AT": point}
     command = [sys.executable, "-m", "ablate.commands.cli", "gate", "try", str(loop), "model.config.lr=0.2"]
     killed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert killed.returncode == -9
     assert [q.description for q in Loop(loop).queued()] == ["model.config.lr=0.2"]
-    resumed = subprocess.run(command[:-1], capture_output=True, text=True, timeout=120)
-    assert resumed.returncode == 0, resumed.stderr
+    code, _, err = cli("gate", "try", loop)  # the next try, in this process: it resumes the candidate
+    assert code == 0, err
     history = Loop(loop).history()
     assert len(history) == 2 and history[-1].seeds == [0, 1, 2] and Loop(loop).queued() == []
     assert sorted(_trials(loop).values()) == [3, 3, 3]  # start, the first candidate, this one
@@ -162,9 +162,12 @@ def test_mcp_server_over_stdio_with_the_sdks_client(loop):
 
 
 @pytest.mark.heavy
-def test_the_readmes_gate_section_runs_as_written(tmp_path):
-    """README "A gate for your research loop": its commands, then its Python, from a clone's root."""
+def test_the_readmes_gate_section_runs_as_written(tmp_path, cli):
+    """README "A gate for your research loop": its commands, then its Python, from a clone's root
+    (each line in this process: tests/readme_lines.py)."""
     import re
+
+    from readme_lines import run_readme_line, run_readme_python
 
     readme = (REPO / "README.md").read_text()
     start = readme.index("\n## A gate for your research loop\n")
@@ -174,21 +177,11 @@ def test_the_readmes_gate_section_runs_as_written(tmp_path):
     (tmp_path / "examples").symlink_to(REPO / "examples", target_is_directory=True)
     (tmp_path / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
     for line in bash.strip().splitlines():
-        done = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, (line, done.stderr[-2000:])
-    assert (
-        "no change"
-        in subprocess.run(
-            [".venv/bin/ablate", "gate", "history", "runs/my_loop"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-        ).stdout
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", python], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+        code, _, err = run_readme_line(cli, line, tmp_path)
+        assert code == 0, (line, err[-2000:])
+    code, out, _ = run_readme_line(cli, ".venv/bin/ablate gate history runs/my_loop", tmp_path)
+    assert code == 0 and "no change" in out
+    run_readme_python(python, tmp_path)
     assert (tmp_path / "runs" / "my_loop" / "report" / "history.html").is_file()
 
 

@@ -108,7 +108,7 @@ def _lm_eval_samples(tmp_path, folder: str, seed: int):
 
 def test_lm_eval_samples_are_decided_by_mcnemar(tmp_path, cli, monkeypatch):
     pytest.importorskip("lm_eval")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # conftest sets both for the whole session too
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     (tmp_path / "task").mkdir()
     items = tmp_path / "task" / "items.jsonl"
