@@ -88,9 +88,9 @@ def test_killed_at_every_point_resumes_exactly_once(write_study, tmp_path, cli):
             assert len(finished - set(complete)) == 1
     assert len(kept) == 3  # each run finished one trial before dying; the last one only died
 
-    rerun = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr
-    assert f"{len(kept)} trial(s) were already complete" in rerun.stderr
+    code, _, err = cli(*cmd[3:])  # the rerun in this process (only the killed ones need their own)
+    assert code == 0, err
+    assert f"{len(kept)} trial(s) were already complete" in err
 
     trials = _optuna(out)
     complete = collections.Counter(_key(t) for t in trials if t.state == COMPLETE)
