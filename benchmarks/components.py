@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import statistics
 import time
 from datetime import date
 
 import torch
 import torch.nn.functional as F
-from results_file import write_section  # benchmarks/ is on sys.path when run as a script
+from results_file import cpu, write_section  # benchmarks/ is on sys.path when run as a script
 from torch import nn
 
 from ablate import registry
@@ -154,7 +153,7 @@ def table(rows: list[dict], batch: int, n: int, reps: int) -> str:
     head = (
         f"{SECTION}\n\n"
         f"`python benchmarks/components.py` — {date.today()}, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} CPU threads ({platform.processor() or platform.machine()}); "
+        f"{torch.get_num_threads()} CPU threads ({cpu()}); "
         f"B={batch}, N={n}, forward + backward, median of {reps}; peak memory = resident-set growth "
         f"during the timed steps. Ordered kinds: causal, right-padded (lengths N/2..N), with timestamps; "
         f"unordered kinds: token sets with {WINDOW}-wide raw values.\n\n"

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 from datetime import date
 from pathlib import Path
 
 import torch
-from results_file import write_section  # benchmarks/ is on sys.path when run as a script
+from results_file import cpu, write_section  # benchmarks/ is on sys.path when run as a script
 from seqrec import cpu_kernels, epoch, load
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,7 +66,7 @@ def table(results: list[dict], steps: int, reps: int, loads: tuple, note: str) -
         "",
         f"`python benchmarks/kernels.py --steps {steps} --reps {reps}` — {date.today()}, torch "
         f"{torch.__version__}, {torch.get_num_threads()} CPU threads "
-        f"({platform.processor() or platform.machine()}); median training step over {reps} interleaved "
+        f"({cpu()}); median training step over {reps} interleaved "
         f"repetitions of {steps} steps, as `ablate run` trains the variant (its micro-batches and loss); "
         f"kernels off = torch's ops in their place, as without a C compiler. Load average (1 min) "
         f"{loads[0]:.1f} before, {loads[1]:.1f} after.{(' ' + note) if note else ''}",

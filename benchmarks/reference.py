@@ -46,7 +46,6 @@ import importlib
 import importlib.util
 import inspect
 import os
-import platform
 import random
 import statistics
 import sys
@@ -61,7 +60,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import torch
-from results_file import write_section  # benchmarks/ is on sys.path when run as a script
+from results_file import cpu, write_section  # benchmarks/ is on sys.path when run as a script
 from seqrec import HSTU_FUXI, SASREC
 from seqrec import epoch as ablate_epoch
 from seqrec import load as load_ablate
@@ -448,7 +447,7 @@ def header(args, steps_note: str, loads: tuple[float, float]) -> str:
     return (
         f"`python benchmarks/reference.py PATH --threads {args.threads} --reps {args.reps}` — "
         f"{date.today()}, torch {torch.__version__}, {args.threads} thread(s) "
-        f"({platform.processor() or platform.machine()}); interleaved in one run, {steps_note}; "
+        f"({cpu()}); interleaved in one run, {steps_note}; "
         f"peak = resident-set growth during the block. Load average (1 min) {loads[0]:.1f} before, "
         f"{loads[1]:.1f} after.{(' ' + args.note) if args.note else ''}"
     )
@@ -501,11 +500,18 @@ def run_sasrec(root: Path, args):
         *ablate_contenders(SASREC, "base", args.micro_batches or [1, 4], args.precision, steps),
     ]
     rows = interleaved(contenders, args.reps)
-    title = f"## Side by side: SASRec.pytorch, {args.threads} thread(s)"
+    # A CPU without AVX-512 gets a section of its own (the machines these run on differ).
+    title = f"## Side by side: SASRec.pytorch, {args.threads} thread(s)" + _cpu_class()
     note = f"one epoch = {reference.steps_per_epoch} steps of 128" + (
         f", {steps} steps timed per block" if args.steps else ""
     )
     return title, [(contenders, rows)], [reference.close], note
+
+
+def _cpu_class() -> str:
+    """``""`` on a CPU with AVX-512 (the sections measured before CPUs were named), else its class."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    return "" if capability.startswith("AVX512") else f", {capability} CPU"
 
 
 def run_authors(which: str, root: Path, args):
@@ -550,7 +556,7 @@ def run_authors(which: str, root: Path, args):
         groups.append((contenders, interleaved(contenders, args.reps)))
     # A title of its own without anomaly detection, so both runs keep their sections.
     off = "" if args.anomaly == "on" else ", authors' anomaly detection off"
-    title = f"## Side by side{off}: {which}, {args.threads} thread(s)"
+    title = f"## Side by side{off}: {which}, {args.threads} thread(s)" + _cpu_class()
     note = f"ML-1M users 1–2999, one epoch = {steps_per_epoch} steps of 128" + (
         f", {args.steps} steps timed per block" if args.steps else ""
     )

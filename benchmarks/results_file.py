@@ -15,6 +15,20 @@ import torch
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
 
+def cpu() -> str:
+    """The CPU, as a figure measured on it needs naming: its model (Linux's /proc/cpuinfo) and the
+    widest vector instructions torch's kernels use on it. Timings differ several-fold between the
+    machines these benchmarks run on (bf16 on a CPU without bf16 instructions: 8× slower than fp32
+    on 2026-11-29's AVX2 machine, faster than fp32 on 2026-11-23's)."""
+    model = platform.processor() or platform.machine()
+    info = Path("/proc/cpuinfo")
+    if info.is_file():
+        lines = info.read_text().splitlines()
+        names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+        model = names[0] if names else model
+    return f"{model}, {torch.backends.cpu.get_cpu_capability()}"
+
+
 def write_section(title: str, section: str) -> None:
     """Replace the section headed ``title`` (up to the next ``## ``) with ``section``, or
     append it when RESULTS.md has none yet."""
@@ -59,7 +73,7 @@ def section_text(title: str, command: str, setting: str, loads: tuple, note: str
     ``setting`` (what was timed, how), the load average before and after, ``note``, ``rows``."""
     head = (
         f"`{command}` — {date.today()}, torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s) "
-        f"({platform.processor() or platform.machine()}); {setting} Load average (1 min) {loads[0]:.1f} "
+        f"({cpu()}); {setting} Load average (1 min) {loads[0]:.1f} "
         f"before, {loads[1]:.1f} after.{(' ' + note) if note else ''}"
     )
     return "\n".join([title, "", head, "", *rows]) + "\n"

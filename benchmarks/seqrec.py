@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
 import torch
-from results_file import write_section  # benchmarks/ is on sys.path when run as a script
+from results_file import cpu, write_section  # benchmarks/ is on sys.path when run as a script
 from torch.utils.flop_counter import FlopCounterMode
 
 from ablate.fastpaths import fast_paths
@@ -277,7 +276,7 @@ def table(rows: list[dict], timed: dict, epochs: int, max_steps: int, loads: tup
         SECTION,
         "",
         f"`python benchmarks/seqrec.py` — {date.today()}, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} CPU threads ({platform.processor() or platform.machine()}); "
+        f"{torch.get_num_threads()} CPU threads ({cpu()}); "
         f"{measured} of "
         f"training per row (Adam step included, evaluation excluded); tokens/s counts real target tokens; "
         f"padding = padded / real tokens; peak = resident-set growth; CPU kernels: `ablate` = the fused C "

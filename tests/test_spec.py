@@ -599,3 +599,15 @@ def test_toml_schema_errors_name_the_line(write_study):
     """)
     with pytest.raises(StudyError, match=r"s.toml:7: model.blocks: Input should be a valid integer"):
         load_study(write_study(text=text, name="s.toml"))
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_on_a_cpu_without_bf16_instructions_is_a_warning(write_study, cli, monkeypatch, native):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    code, _, err = cli("validate", write_study({"train": {"device": "cpu", "precision": "bf16"}}))
+    assert code == 0, err
+    assert ("bf16 on a CPU without bf16 instructions" in err) is not native, err
+    fp32 = write_study({"train": {"device": "cpu", "precision": "fp32"}}, name="fp32.yaml")
+    code, _, err = cli("validate", fp32)
+    assert code == 0 and "bf16 instructions" not in err

@@ -17,6 +17,7 @@ from torch import nn
 
 from ablate import fastpaths
 from ablate.components import BuildContext
+from ablate.errors import warn
 from ablate.model.build import build_backbone
 from ablate.study.load import BASE, Study
 from ablate.study.sizes import TASK_KEY, ShapeProblem, Size, built, check, parameters
@@ -64,6 +65,18 @@ def check_device(study: Study) -> None:
     if missing:
         where, _ = study.locate(BASE)
         raise where.error(("train", "device"), f"'{name}': {missing}; use 'auto' or 'cpu'")
+    if device.type == "cpu" and study.spec.train.precision == "bf16" and not cpu_has_bf16():
+        warn(
+            "train.precision: bf16 on a CPU without bf16 instructions (AVX-512-BF16 or AMX): torch "
+            "emulates them, 6–9× slower than fp32 for SASRec on an AVX2 CPU (benchmarks/RESULTS.md); "
+            "fp32 (or auto) trains faster here"
+        )
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes in bf16 natively (AVX-512-BF16 or AMX), per torch's own probe."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, probe, lambda: True)() for probe in probes)
 
 
 def check_param_groups(study: Study, data: Any) -> None:
