@@ -29,10 +29,22 @@ PATCH = {
 KEYS = ("test.ndcg_at_10", "test.hr_at_10", "valid.ndcg_at_10", "best_epoch", "epochs")
 
 
-def _run(study, tmp_path, label, env, expect=0):
-    cmd = [sys.executable, "-m", "ablate.commands.cli", "run", str(study), "--quiet"]
-    cmd += ["--reports", str(tmp_path / f"reports-{label}")]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+def _run(study, tmp_path, label, cli=None, env=None, expect=0):
+    """``ablate run`` on ``study``: in this process through ``cli``, or with ``env`` in its own
+    (the killed run)."""
+    args = ["run", str(study), "--quiet", "--reports", str(tmp_path / f"reports-{label}")]
+    if cli is not None:
+        code, _, err = cli(*args)
+        assert code == expect, err[-2000:]
+        return
+    proc = subprocess.run(
+        [sys.executable, "-m", "ablate.commands.cli", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == expect, proc.stderr[-2000:]
 
 
@@ -67,7 +79,10 @@ def test_a_bad_pack_is_one_line(cli, write_study):
 
 
 @pytest.mark.heavy
-def test_packed_study_records_each_trial_as_alone_and_resumes_after_kill(write_study, tmp_path):
+def test_packed_study_records_each_trial_as_alone_and_resumes_after_kill(
+    write_study, tmp_path, cli, monkeypatch
+):
+    monkeypatch.setenv(CHECKPOINT_ENV, "0")
     env = {**os.environ, CHECKPOINT_ENV: "0"}
     found = {}
     for label, pack, kill in (("alone", "off", None), ("killed", 3, "train@7")):
@@ -75,10 +90,10 @@ def test_packed_study_records_each_trial_as_alone_and_resumes_after_kill(write_s
         patch["train"] = {**PATCH["train"], "pack": pack}
         study = write_study(patch, name=f"{label}.yaml")
         if kill:  # after member epochs 1-2 of all three and epoch 3 of the first: mid-pack
-            _run(study, tmp_path, label, {**env, KILL_ENV: kill}, expect=-signal.SIGKILL)
+            _run(study, tmp_path, label, env={**env, KILL_ENV: kill}, expect=-signal.SIGKILL)
             saved = sorted(p.name for p in (tmp_path / label / "checkpoints").glob("*.pt"))
             assert saved == ["base-seed0.pt", "base-seed1.pt", "base-seed2.pt"], saved
-        _run(study, tmp_path, label, env)
+        _run(study, tmp_path, label, cli)  # the whole run, or the killed one's resumption
         assert not list((tmp_path / label / "checkpoints").glob("*.pt"))
         found[label] = _trials(tmp_path / label)
     _, alone = found["alone"]
