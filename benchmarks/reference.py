@@ -500,18 +500,11 @@ def run_sasrec(root: Path, args):
         *ablate_contenders(SASREC, "base", args.micro_batches or [1, 4], args.precision, steps),
     ]
     rows = interleaved(contenders, args.reps)
-    # A CPU without AVX-512 gets a section of its own (the machines these run on differ).
-    title = f"## Side by side: SASRec.pytorch, {args.threads} thread(s)" + _cpu_class()
+    title = f"## Side by side: SASRec.pytorch, {args.threads} thread(s)"
     note = f"one epoch = {reference.steps_per_epoch} steps of 128" + (
         f", {steps} steps timed per block" if args.steps else ""
     )
     return title, [(contenders, rows)], [reference.close], note
-
-
-def _cpu_class() -> str:
-    """``""`` on a CPU with AVX-512 (the sections measured before CPUs were named), else its class."""
-    capability = torch.backends.cpu.get_cpu_capability()
-    return "" if capability.startswith("AVX512") else f", {capability} CPU"
 
 
 def run_authors(which: str, root: Path, args):
@@ -556,7 +549,7 @@ def run_authors(which: str, root: Path, args):
         groups.append((contenders, interleaved(contenders, args.reps)))
     # A title of its own without anomaly detection, so both runs keep their sections.
     off = "" if args.anomaly == "on" else ", authors' anomaly detection off"
-    title = f"## Side by side{off}: {which}, {args.threads} thread(s)" + _cpu_class()
+    title = f"## Side by side{off}: {which}, {args.threads} thread(s)"
     note = f"ML-1M users 1–2999, one epoch = {steps_per_epoch} steps of 128" + (
         f", {args.steps} steps timed per block" if args.steps else ""
     )

@@ -29,9 +29,18 @@ def cpu() -> str:
     return f"{model}, {torch.backends.cpu.get_cpu_capability()}"
 
 
+def cpu_class() -> str:
+    """``""`` on a CPU with AVX-512 (where the sections were measured before CPUs were named), else
+    ``", <capability> CPU"``: a figure from another class of CPU keeps a section of its own."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    return "" if capability.startswith("AVX512") else f", {capability} CPU"
+
+
 def write_section(title: str, section: str) -> None:
-    """Replace the section headed ``title`` (up to the next ``## ``) with ``section``, or
-    append it when RESULTS.md has none yet."""
+    """Replace the section headed ``title`` (up to the next ``## ``; ``title`` with
+    :func:`cpu_class` added) with ``section``, or append it when RESULTS.md has none yet."""
+    if suffix := cpu_class():
+        section, title = section.replace(title, title + suffix, 1), title + suffix
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
     if title in text:
         start = text.index(title)
