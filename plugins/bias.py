@@ -20,14 +20,17 @@ from typing import Any, ClassVar, Literal
 import torch
 from pydantic import Field
 from torch import Tensor, nn
+from torch._C._functorch import is_functorch_wrapped_tensor  # no public form in torch 2.13
 
 from ablate.components import BiasChannel, BuildContext, Options, TokenContext
 from ablate_plugins.attention_parts import QUERY_TIMES, RelativePositionTable, RelativeTimeTable
 
 
 def check_positions(positions: Tensor, max_len: int, kind: str = "abs_pos") -> None:
-    """Raise unless every position indexes a row of an ``[L, d]`` table (``0 ≤ p < L``)."""
-    if positions.numel() == 0:
+    """Raise unless every position indexes a row of an ``[L, d]`` table (``0 ≤ p < L``). Under
+    ``vmap`` (members stacked, benchmarks/stacked.py) values cannot be read: the caller checks
+    each member's batch before."""
+    if positions.numel() == 0 or is_functorch_wrapped_tensor(positions):
         return
     lo, hi = (int(p) for p in torch.aminmax(positions))
     if lo < 0 or hi >= max_len:

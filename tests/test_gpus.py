@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import gpu as bench  # noqa: E402  (benchmarks/gpu.py)
 import reference  # noqa: E402  (benchmarks/reference.py)
+import stacked  # noqa: E402  (benchmarks/stacked.py)
 
 FAST_REPORT = {"report": {"calibration": 0, "bootstrap": 200}}
 
@@ -224,6 +225,19 @@ def test_gpu_benchmark_packed_steps_every_member(write_study):
     study = load_study(write_study())
     row = bench.packed_steps(study, "mlp", k=2, steps=2, warmup=1, device=torch.device("cpu"))
     assert row["step_s"] > 0 and row["tokens_per_s"] > 0 and row["steps_per_epoch"] == 2
+
+
+def test_stacked_members_have_their_gradients_alone_and_the_probe_times_them(write_study, capsys):
+    """benchmarks/stacked.py: k members stacked under vmap(grad) get, each, the gradient it has
+    alone (float64, dropout off), and the probe times the stacked step beside a trial alone."""
+    # jagged: false: fbgemm's jagged ops are C++ autograd functions, which vmap cannot enter.
+    path = write_study({"name": "stack", "task": {"jagged": False}}, name="stack.yaml")
+    args = ["--device", "cpu", "--study", str(path), "--k", "1", "3", "--steps", "1", "--reps", "1"]
+    assert stacked.main([*args, "--threads", "1", "--exact", "3", "--no-write"]) == 0
+    out = capsys.readouterr().out
+    worst = float(out.split("gradient alone ")[1].split(".\n")[0].rstrip("."))
+    assert worst < 1e-12
+    assert "| one trial alone (`Trainer.step`) | 1 |" in out and "| stacked, `vmap(grad)` + one Adam | 3 |" in out
 
 
 # -- benchmarks/reference.py (the reference code bases live outside the repository) -------------

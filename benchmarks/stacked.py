@@ -1,0 +1,264 @@
+"""Packing by stacked parameters, probed: k seeds of a seqrec study's variant as one model whose
+parameters are stacked along a leading axis (``torch.func.stack_module_state``), one step for all
+k through ``vmap(grad(loss))`` and one Adam over the stacked tensors, against the product's own
+step of one trial alone (``Trainer.step``), on the same device.
+
+    python benchmarks/stacked.py [--study studies/sasrec_ml1m.yaml] [--variant base] [--k 1 4 16]
+                                 [--steps 8] [--reps 3] [--threads 2] [--device cpu|cuda]
+                                 [--precision fp32|bf16] [--attention auto|math] [--note "..."] [--no-write]
+
+This is the design probe for issue 57's packed model on a GPU (one kernel launch serves k
+members, where a trial alone is bound by launches), not a product path yet. What the probe leaves
+out, and what the product form must add before a packed member is its trial alone:
+- each member's dropout draws its own keys (here ``vmap``'s ``randomness="different"``; on the
+  CPU the stacked step cannot use the fused kernels, which is why it is slower there);
+- the study's loss as written (here BCE with one negative drawn uniformly, not among unseen
+  items, on every position weighted by the target mask: ``vmap`` needs fixed shapes, where the
+  task's loss selects the target positions);
+- the positions' range check, which reads values (made once on each batch before the step);
+- padded layers only (``task.jagged: false``): fbgemm's jagged ops are C++ autograd functions,
+  which ``vmap`` cannot enter.
+The exactness check (``--exact``) turns dropout off, stacks k members in float64 and compares
+each member's stacked gradient with its gradient alone: the largest relative difference.
+Written to benchmarks/RESULTS.md (section "Packing by stacked parameters, probed").
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import itertools
+import os
+import statistics
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from results_file import cpu, write_section  # benchmarks/ is on sys.path when run as a script
+from torch.func import functional_call, grad, stack_module_state, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import ablate_plugins.bias as bias_channels
+from ablate import fastpaths
+from ablate.study.load import load_study
+from ablate.training.trainer import Trainer
+from ablate_plugins.seqrec.batches import Batch
+
+REPO = Path(__file__).resolve().parents[1]
+SECTION = "## Packing by stacked parameters, probed"
+
+
+def members(study, variant: str, data, k: int, device: torch.device) -> list[Trainer]:
+    trainers = [Trainer.start(study, study.variants[variant], seed, data, device) for seed in range(k)]
+    for trainer in trainers:
+        trainer.model.train()
+    return trainers
+
+
+def stacked_loss(skeleton: torch.nn.Module):
+    """``loss(params, buffers, items, targets, negatives)`` of one member, fixed shapes (vmap)."""
+
+    def loss(params, buffers, items, targets, negatives):
+        valid = items > 0
+        batch = Batch(
+            items=items,
+            targets=targets,
+            valid=valid,
+            positions=valid.long().cumsum(1) - 1,
+            timestamps=None,
+            users=items.new_zeros(items.shape[0]),
+        )
+        hidden = functional_call(skeleton, (params, buffers), (batch,))
+        table = params["items.weight"]
+        positive = (hidden * table[targets]).sum(-1)
+        negative = (hidden * table[negatives]).sum(-1)
+        weight = (targets > 0).to(hidden.dtype)
+        per_position = F.softplus(-positive) + F.softplus(negative)
+        return (per_position * weight).sum() / weight.sum()
+
+    return loss
+
+
+def stacked_batches(batches: list[Batch], k: int, step: int, items: int, device: torch.device):
+    """k members' batches of one step (member j takes batch step + j: data orders differ),
+    cut to the shortest and left-padded to the longest, with uniform negatives."""
+    chosen = [batches[(step + j) % len(batches)].to(device) for j in range(k)]
+    rows = min(b.items.shape[0] for b in chosen)
+    width = max(b.items.shape[1] for b in chosen)
+
+    def pad(t: torch.Tensor) -> torch.Tensor:
+        return F.pad(t[:rows], (width - t.shape[1], 0))
+
+    for b in chosen:  # the check a member's forward makes, once, outside vmap
+        bias_channels.check_positions(b.positions, width)
+    item_ids = torch.stack([pad(b.items) for b in chosen])
+    targets = torch.stack([pad(b.targets) for b in chosen])
+    return item_ids, targets, torch.randint(1, items, targets.shape, device=device)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_alone(trainer: Trainer, batches: list[Batch], steps: int, device: torch.device) -> float:
+    """Seconds per step of one trial alone, the product's step."""
+    start = time.perf_counter()
+    for step in range(steps):
+        trainer.step(batches[step % len(batches)])
+    synchronize(device)
+    return (time.perf_counter() - start) / steps
+
+
+def time_stacked(trainers: list[Trainer], batches, steps: int, device, autocast, attention) -> float:
+    """Seconds per step of k members stacked; ``attention``: the SDPA backends allowed (None: torch's
+    choice; torch has
+    no batching rule for some fused attention backwards: vmap then loops over the members)."""
+    k = len(trainers)
+    skeleton = copy.deepcopy(trainers[0].model).to("meta")
+    params, buffers = stack_module_state([t.model for t in trainers])
+    optimizer = torch.optim.Adam(list(params.values()), lr=1e-3, betas=(0.9, 0.98))
+    gradients = vmap(grad(stacked_loss(skeleton)), randomness="different")
+    items = trainers[0].model.num_items + 1
+
+    def step(index: int) -> None:
+        with autocast, sdpa_kernel(attention) if attention else contextlib.nullcontext():
+            grads = gradients(params, buffers, *stacked_batches(batches, k, index, items, device))
+        for name, p in params.items():
+            p.grad = grads[name]
+        optimizer.step()
+
+    step(0)  # warm-up
+    synchronize(device)
+    start = time.perf_counter()
+    for index in range(steps):
+        step(index)
+    synchronize(device)
+    return (time.perf_counter() - start) / steps
+
+
+def exactness(study, variant: str, data, k: int, batches) -> float:
+    """Largest relative difference between a member's stacked gradient and its gradient alone,
+    float64, dropout off (its draws are the probe's, not the member's)."""
+    study = copy.deepcopy(study)
+    study.spec = study.spec.model_copy(update={"model": study.spec.model.model_copy(update={"dropout": 0.0})})
+    trainers = members(study, variant, data, k, torch.device("cpu"))
+    for trainer in trainers:
+        trainer.model.double()
+        trainer.model.eval()  # no dropout anywhere
+    skeleton = copy.deepcopy(trainers[0].model).to("meta")
+    params, buffers = stack_module_state([t.model for t in trainers])
+    loss = stacked_loss(skeleton)
+    inputs = stacked_batches(batches, k, 0, trainers[0].model.num_items + 1, torch.device("cpu"))
+    together = vmap(grad(loss))(params, buffers, *inputs)
+    worst = 0.0
+    for j in range(k):
+        own = {name: p[j] for name, p in params.items()}
+        own_buffers = {name: b[j] for name, b in buffers.items()}
+        alone = grad(loss)(own, own_buffers, *(t[j] for t in inputs))
+        for name, g in alone.items():
+            scale = g.abs().max().clamp_min(1e-300)
+            worst = max(worst, float((together[name][j] - g).abs().max() / scale))
+    return worst
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--study", default="studies/sasrec_ml1m.yaml")
+    parser.add_argument("--variant", default="base")
+    parser.add_argument("--k", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--attention", default="auto", choices=["auto", "math"], help="SDPA backends")
+    parser.add_argument("--exact", type=int, default=3, help="members in the exactness check (0: none)")
+    parser.add_argument("--note", default="")
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    study = load_study(REPO / args.study)
+    # Plain batches: micro-batches are the CPU's streams; the stacked step is one stream.
+    train = study.spec.train.model_copy(update={"micro_batches": 1, "precision": args.precision})
+    study.spec = study.spec.model_copy(update={"train": train})
+    data = study.task.load()
+    attention = None if args.attention == "auto" else [SDPBackend.MATH]
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+    load_before = os.getloadavg()[0]
+    worst = None
+    if args.exact:
+        probe = members(study, args.variant, data, 1, torch.device("cpu"))[0]
+        first = list(itertools.islice(probe.batches(data), 4))
+        worst = exactness(study, args.variant, data, args.exact, first)
+        print(f"exactness: largest relative gradient difference {worst:.2e}", file=sys.stderr)
+    alone_trainer = members(study, args.variant, data, 1, device)[0]
+    batches = [b.to(device) for b in itertools.islice(alone_trainer.batches(data), args.steps + 2)]
+    time_alone(alone_trainer, batches, 2, device)  # warm-up
+    rows, alone_times = [], []
+    stacked_times: dict[int, list[float]] = {k: [] for k in args.k}
+    for _ in range(args.reps):
+        alone_times.append(time_alone(alone_trainer, batches, args.steps, device))
+        with fastpaths.fast_paths(False):  # the fused CPU kernels do not run under vmap
+            for k in args.k:
+                trainers = members(study, args.variant, data, k, device)
+                seconds = time_stacked(trainers, batches, args.steps, device, autocast, attention)
+                stacked_times[k].append(seconds)
+                del trainers
+        print(
+            f"alone {alone_times[-1] * 1000:.1f} ms; stacked "
+            + ", ".join(f"k={k} {v[-1] * 1000:.1f} ms" for k, v in stacked_times.items()),
+            file=sys.stderr,
+        )
+    alone = statistics.median(alone_times)
+    rows.append(
+        f"| one trial alone (`Trainer.step`) | 1 | {' / '.join(f'{t * 1000:.1f}' for t in alone_times)} "
+        f"| {alone * 1000:.1f} | {1 / alone:.2f} | 1.00× |"
+    )
+    for k, times in stacked_times.items():
+        median = statistics.median(times)
+        rows.append(
+            f"| stacked, `vmap(grad)` + one Adam | {k} | {' / '.join(f'{t * 1000:.1f}' for t in times)} "
+            f"| {median * 1000:.1f} | {k / median:.2f} | {k * alone / median:.2f}× |"
+        )
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu()
+    section = "\n".join(
+        [
+            SECTION,
+            "",
+            f"`python benchmarks/stacked.py --study {args.study} --variant {args.variant} --k "
+            f"{' '.join(map(str, args.k))} --steps {args.steps} --reps {args.reps} --threads {args.threads} "
+            f"--device {args.device} --precision {args.precision} --attention {args.attention}` — "
+            f"{date.today()}, {where}, torch "
+            f"{torch.__version__}; plain batches of {study.spec.train.batch_size}, {args.steps} steps a "
+            f"repetition. Load average (1 min) {load_before:.1f} before, {os.getloadavg()[0]:.1f} after. "
+            f"{args.note}".rstrip(),
+            "",
+            "| how | members | ms per step, by repetition | median ms | member-steps/s | × alone |",
+            "|---|---:|---|---:|---:|---:|",
+            *rows,
+            "",
+            *(
+                [
+                    f"Exactness (float64, dropout off, {args.exact} members): largest relative difference "
+                    f"between a member's stacked gradient and its gradient alone {worst:.2e}.",
+                    "",
+                ]
+                if worst is not None
+                else []
+            ),
+        ]
+    )
+    print(section)
+    if not args.no_write:
+        write_section(SECTION, section)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
