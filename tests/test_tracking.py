@@ -7,6 +7,7 @@ report's inputs."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -299,3 +300,21 @@ def test_each_task_summarises_its_data(tmp_path):
     assert sum(summary[f"{s} rows"] for s in ("train", "valid", "test")) == 200
     assert summary["numeric features"] == 4 and summary["categorical features"] == 2
     assert summary["target"] == f"multiclass ({table.classes} classes)"
+
+
+def test_a_store_made_again_after_its_folder_was_deleted_is_written_in_the_same_process(tmp_path):
+    """A notebook runs a study, deletes its output folder and runs it again: the new store is
+    written, not the deleted file MLflow kept an engine on ("attempt to write a readonly
+    database")."""
+    from ablate.tracking.store import Tracker
+
+    uri = f"sqlite:///{tmp_path / 'out' / 'mlflow.db'}"
+    first = Tracker(uri, "exp")
+    first.client.create_run(first.experiment_id, run_name="before")
+    shutil.rmtree(tmp_path / "out")
+    again = Tracker(uri, "exp")
+    assert again.created  # the experiment is made again, in the new file
+    run = again.client.create_run(again.experiment_id, run_name="after")
+    again.client.set_terminated(run.info.run_id, "FINISHED")
+    names = [r.info.run_name for r in MlflowClient(uri).search_runs([again.experiment_id])]
+    assert names == ["after"]

@@ -11,13 +11,19 @@ index and trigger as SQLite stores its definition) the same as the dump written 
 MLflow made it (a trigger planted there would run on a study's writes), MLflow's one Default
 experiment and default workspace, no run, no other row in any table — so a file planted with runs
 or triggers in it is never copied into a study; anything amiss, and MLflow makes the store as before.
+
+:func:`first_use` is where a tracker opens a SQLite store: one process at a time, a new one seeded
+from the copy, and whatever MLflow kept in this process of a deleted file of that name forgotten.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
 
@@ -109,3 +115,47 @@ def keep(db: Path) -> None:
         os.replace(partial, kept)
     except (Unavailable, OSError, sqlite3.Error):
         return
+
+
+@contextmanager
+def first_use(tracking_uri: str) -> Iterator[None]:
+    """Workers opening one SQLite store at once would each run MLflow's schema migrations and
+    collide ("duplicate column"): a lock beside it lets one go first. A new one is a copy."""
+    if not tracking_uri.startswith("sqlite:///"):
+        yield
+        return
+    db = Path(tracking_uri.removeprefix("sqlite:///"))
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        fresh = not (db.exists() and db.stat().st_size)
+        if fresh:
+            _forget_stores(tracking_uri)
+        made_here = fresh and not seed(db)
+        try:
+            yield
+        except BaseException:
+            if (
+                made_here
+            ):  # half-migrated (a full disk, a file-size limit), it holds nothing: the next run remakes it
+                for leftover in (db, db.with_name(db.name + "-journal")):
+                    leftover.unlink(missing_ok=True)
+            raise
+        if made_here:  # MLflow migrated a new store: kept, empty, for the next one (1.6 s each)
+            keep(db)
+
+
+def _forget_stores(tracking_uri: str) -> None:
+    """Drop what MLflow keeps of a SQLite store in this process, before its file is made: kept
+    from a file since deleted (``ablate.run`` again after its output folder was removed, in a
+    notebook), the store and its engine write to the deleted file ("attempt to write a readonly
+    database"). The stores per URI are one cache without per-URI eviction: those of other URIs
+    are made again at their next use."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+    with SqlAlchemyStore._engine_map_lock:
+        engine = SqlAlchemyStore._engine_map.pop(tracking_uri, None)
+    if engine is not None:
+        engine.dispose()
+        _tracking_store_registry._get_store_with_resolved_uri.cache_clear()

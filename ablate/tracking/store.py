@@ -7,7 +7,6 @@ settings) is logged here, so a report can be rebuilt on a machine that has only 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -17,8 +16,6 @@ import time
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -93,31 +90,6 @@ def _probe(tracking_uri: str) -> None:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise AblateError(f"cannot reach MLflow tracking server {tracking_uri}: {reason}") from None
-
-
-@contextmanager
-def _first_use(tracking_uri: str) -> Iterator[None]:
-    """Workers opening one SQLite store at once would each run MLflow's schema migrations and
-    collide ("duplicate column"): a lock beside it lets one go first. A new one is a copy."""
-    if not tracking_uri.startswith("sqlite:///"):
-        yield
-        return
-    db = Path(tracking_uri.removeprefix("sqlite:///"))
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with open(db.with_name(db.name + ".lock"), "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        made_here = not (db.exists() and db.stat().st_size) and not emptystore.seed(db)
-        try:
-            yield
-        except BaseException:
-            if (
-                made_here
-            ):  # half-migrated (a full disk, a file-size limit), it holds nothing: the next run remakes it
-                for leftover in (db, db.with_name(db.name + "-journal")):
-                    leftover.unlink(missing_ok=True)
-            raise
-        if made_here:  # MLflow migrated a new store: kept, empty, for the next one (1.6 s each)
-            emptystore.keep(db)
 
 
 # What a passing fault says: a SQLite store locked by another writer, or a tracking server that
@@ -225,7 +197,7 @@ class Tracker:
         self.uri = tracking_uri
         _probe(tracking_uri)
         try:
-            with _first_use(tracking_uri):  # the client creates (migrates) a SQLite store at once
+            with emptystore.first_use(tracking_uri):  # the client creates (migrates) a SQLite store at once
                 self.client = _Retrying(MlflowClient(tracking_uri=tracking_uri))
                 found = self.client.get_experiment_by_name(experiment)
         except Exception as exc:  # noqa: BLE001 - MLflow's refusal; an unreachable server raises from requests
