@@ -8,7 +8,7 @@ import pandas as pd
 from mlflow.entities import Metric
 
 from ablate.tracking.results import load_results
-from ablate.tracking.store import Tracker, trial_metrics
+from ablate.tracking.store import Tracker, read_units, trial_metrics
 
 UNITS = pd.DataFrame({"unit": [1], "ndcg@10": [0.4]})
 
@@ -62,3 +62,27 @@ def _units(tmp_path):
     path = tmp_path / "test.csv"
     UNITS.to_csv(path, index=False)
     return path
+
+
+def test_a_local_stores_unit_table_is_read_where_it_lies_and_a_remote_ones_downloaded(tmp_path, monkeypatch):
+    """read_units: a file:// artifact is read in place (MLflow's download copied it through a
+    temporary folder, 50 ms a trial); any other artifact location is downloaded."""
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "u", artifact_root=tmp_path / "artifacts")
+    run = _trial(tracker, tracker.study_run("u", {}, {}), 0)
+    tracker.finish_trial(run, {"test.ndcg@10": 0.4}, UNITS)
+    stored = tracker.client.get_run(run)
+    downloads = []
+    real = tracker.client.download_artifacts
+
+    def counted(*args, **kwargs):
+        downloads.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tracker.client, "download_artifacts", counted, raising=False)
+    pd.testing.assert_frame_equal(read_units(tracker.client, stored), UNITS)
+    assert downloads == []
+    monkeypatch.setattr(stored.info, "_artifact_uri", "mlflow-artifacts:/elsewhere", raising=False)
+    assert stored.info.artifact_uri == "mlflow-artifacts:/elsewhere"
+    # MLflow downloads from the location its store holds for the run: the table again.
+    pd.testing.assert_frame_equal(read_units(tracker.client, stored), UNITS)
+    assert len(downloads) == 1
