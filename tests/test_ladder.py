@@ -129,6 +129,12 @@ def test_validate_prints_each_rungs_parameters(write_study, cli):
     assert "tiny.w32: " in out and "3 rungs spanning" in out and "× in parameters" in out
 
 
+def test_validate_says_what_the_design_cannot_tell_once_not_once_per_rung(write_study, cli):
+    code, _, err = cli("validate", write_study({"ladder": LADDER, "seeds": [0, 1]}))
+    assert code == 0, err
+    assert err.count("2 seed(s) give no verdict") == 1
+
+
 def test_a_trials_training_gflop_is_known_before_it_trains(write_study):
     """validate's figure (trial_gflop) is the one the trained trial records, counted apart."""
     from ablate.study.load import load_study

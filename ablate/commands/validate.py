@@ -4,6 +4,7 @@ before its first trial; the variants' table, sizes and data summary printed."""
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -25,6 +26,14 @@ def validate_command(
     """Check a study file without training: keys, types, kinds, compatibility, every model's
     shapes and size, and the data (read as `ablate run` reads them, through the same cache).
     Returns each variant's size (None for several studies)."""
+    return _validate(study_file, overrides, only, resolved)
+
+
+def _validate(
+    study_file: Path, overrides: list[str] | None, only: str | None, resolved: bool, warn_once: bool = True
+) -> dict | None:
+    """:func:`validate_command`; ``warn_once``: say what the design cannot tell (:func:`warn_design`),
+    once for a study of several data sets or rungs, not once for each."""
     from ablate.errors import warn
     from ablate.study.folders import output_problem
     from ablate.study.ladder import laddered
@@ -35,18 +44,21 @@ def validate_command(
 
     if len(points := command_line(study_file, overrides or (), only)) > 1:  # a sweep: each point's study
         for point in points:
-            validate_command(study_file, point, None, resolved)
-        return
+            _validate(study_file, point, None, resolved)
+        return None
     with stopping.stop_signals():  # reading the data may take a while: Ctrl-C / SIGTERM stop it
         study = load_study(study_file, overrides=(overrides := points[0]))
         if resolved:
             print_resolved(study)
         if several(study):  # each data set's study, in turn
             for entry in study.dataset.entries:
-                validate_command(study_file, dataset_overrides(study, entry))
-            return
+                _validate(study_file, dataset_overrides(study, entry), None, False, warn_once=False)
+            warn_design(study)
+            return None
         if laddered(study):  # each rung's study, then the ladder's sizes
-            return validate_ladder(study)
+            validate_ladder(study)
+            warn_design(study)
+            return None
         data = study.task.load()
     sizes = preflight(study, data)
     problem = output_problem(study)  # as `ablate run` would, without --output
@@ -77,7 +89,8 @@ def validate_command(
         )
     if design is not None:
         out.print(f"seeds: {design.describe()}")
-    warn_design(study)
+    if warn_once:
+        warn_design(study)
     given = f" with {shlex.join(overrides)}" if overrides else ""
     out.print(f"{study_file}{given}: valid", markup=False, highlight=False, soft_wrap=True)
     return sizes
@@ -98,7 +111,8 @@ def validate_ladder(study) -> None:
     baseline, ladder = study.spec.report.baseline, study.spec.ladder
     sizes, gflop = {}, {}
     for rung, sub in subs.items():
-        sizes[rung] = validate_command(study.path, rung_overrides(study, rung))[baseline]
+        sized = _validate(study.path, rung_overrides(study, rung), None, False, warn_once=False)
+        sizes[rung] = sized[baseline]
         gflop[rung] = trial_gflop(sub, baseline, sub.task.load())
     # each rung's figures by the column a trial records them in, one of them its place on the scale
     recorded = {"params": {r: size.parameters for r, size in sizes.items()}, "train_gflop": gflop}
