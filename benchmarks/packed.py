@@ -23,7 +23,7 @@ from datetime import date
 from pathlib import Path
 
 import torch
-from results_file import write_section  # benchmarks/ is on sys.path when run as a script
+from results_file import publish  # benchmarks/ is on sys.path when run as a script
 
 from ablate.components import dropout_generator
 from ablate.study.load import load_study
@@ -135,9 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             "",
         ]
     )
-    print(section)
-    if not args.no_write:
-        write_section(SECTION, section)
+    publish(SECTION, section, write=not args.no_write)
     return 0
 
 

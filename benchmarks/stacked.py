@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from results_file import cpu, write_section  # benchmarks/ is on sys.path when run as a script
+from results_file import cpu, publish  # benchmarks/ is on sys.path when run as a script
 from torch.func import functional_call, grad, stack_module_state, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -254,9 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
         ]
     )
-    print(section)
-    if not args.no_write:
-        write_section(SECTION, section)
+    publish(SECTION, section, write=not args.no_write)
     return 0
 
 
