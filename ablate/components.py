@@ -11,21 +11,29 @@ Kinds never look at each other's configuration: the block hands them what they n
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from pydantic import ConfigDict
 from torch import Tensor, nn
 
-from ablate import fastpaths, kernels
 from ablate.jagged import Jagged, Padded, last_of_rows
-from ablate.kernels import lanes
-from ablate.kernels.lanes import keep_threshold
+
+# Dropout and its draws live with the kernels that apply them; re-exported: the components' vocabulary.
+from ablate.kernels.draws import (  # noqa: F401
+    Dropout,
+    dropout,
+    dropout_generator,
+    dropout_key,
+    dropout_keys,
+    keep_lanes,
+    keep_mask,
+    lanes_dropout,
+    thread_dropout_generator,
+)
+from ablate.kernels.lanes import keep_threshold  # noqa: F401 - re-exported, as above
 from ablate.schema import Strict
 
 __all__ = [
@@ -49,75 +57,6 @@ __all__ = [
 def default(value, fallback):
     """``value`` unless it is None (e.g. a kind's own dropout, else the model's)."""
     return fallback if value is None else value
-
-
-def thread_dropout_generator() -> torch.Generator | None:
-    """The generator this thread's CPU dropout draws from (:func:`dropout_generator`; None: global)."""
-    return getattr(_DROPOUT, "generator", None)
-
-
-def dropout_key() -> int:
-    """One 64-bit draw of this thread's dropout generator: the key of a call's lanes."""
-    generator = thread_dropout_generator()
-    return int(torch.empty((), dtype=torch.int64).random_(-(2**63), None, generator=generator))
-
-
-def keep_lanes(shape: tuple[int, ...], device: torch.device, key: int | None = None) -> Tensor:
-    """``shape`` int16 lanes uniform over -32768..32767: entry ``i`` (row-major) is 16-bit lane
-    ``i mod 4`` of splitmix64's output for counter ``i // 4`` under ``key`` (default: a fresh
-    :func:`dropout_key`). The fused kernels (:mod:`ablate.kernels`) compute the same lanes where
-    they use them and compare them with :func:`keep_threshold` themselves."""
-    return lanes.lanes(shape, device, dropout_key() if key is None else key)
-
-
-def keep_mask(shape: tuple[int, ...], keep: float, device: torch.device) -> Tensor:
-    """``shape`` bool, each True with probability ``keep`` (to within 2⁻¹⁷), independently."""
-    return keep_lanes(shape, device) >= keep_threshold(keep)
-
-
-# The generator CPU dropout keys are drawn from in this thread (None: the global one), so that
-# loss parts trained in parallel streams (ablate.training.parts) each draw from their own.
-_DROPOUT = threading.local()
-
-
-@contextmanager
-def dropout_generator(generator: torch.Generator | None) -> Iterator[None]:
-    """CPU dropout masks drawn in this thread while the block runs come from ``generator``."""
-    saved = getattr(_DROPOUT, "generator", None)
-    _DROPOUT.generator = generator
-    try:
-        yield
-    finally:
-        _DROPOUT.generator = saved
-
-
-def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
-    """Inverted dropout, as :func:`torch.nn.functional.dropout`: zero each entry with probability
-    ``p`` and scale the rest by ``1 / (1 - p)``. On CPU the mask is :func:`keep_mask`'s (``p``
-    rounded to a multiple of 2⁻¹⁶), applied by :func:`ablate.kernels.dropout` (the fused kernel
-    where it is built: one pass each way, no mask stored); elsewhere, or with the ``lanes`` fast
-    path off (:mod:`ablate.fastpaths`), torch's own dropout."""
-    if not training or p == 0.0:
-        return x
-    if x.device.type != "cpu" or not fastpaths.enabled("lanes"):
-        return F.dropout(x, p, True)
-    return kernels.dropout(x, dropout_key(), keep_threshold(1.0 - p), 1.0 / (1.0 - p))
-
-
-class Dropout(nn.Module):
-    """:func:`dropout` as a module: ``nn.Dropout``'s drop-in, active in training mode only."""
-
-    def __init__(self, p: float = 0.5):
-        super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
-        self.p = p
-
-    def forward(self, x: Tensor) -> Tensor:
-        return dropout(x, self.p, self.training)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
 
 
 class Options(Strict):

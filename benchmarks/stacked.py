@@ -5,21 +5,27 @@ step of one trial alone (``Trainer.step``), on the same device.
 
     python benchmarks/stacked.py [--study studies/sasrec_ml1m.yaml] [--variant base] [--k 1 4 16]
                                  [--steps 8] [--reps 3] [--threads 2] [--device cpu|cuda]
-                                 [--precision fp32|bf16] [--attention auto|math] [--note "..."] [--no-write]
+                                 [--precision fp32|bf16] [--attention auto|math] [--dropout lanes|torch]
+                                 [--exact 3] [--note "..."] [--no-write]
 
 This is the design probe for issue 57's packed model on a GPU (one kernel launch serves k
-members, where a trial alone is bound by launches), not a product path yet. What the probe leaves
-out, and what the product form must add before a packed member is its trial alone:
-- each member's dropout draws its own keys (here ``vmap``'s ``randomness="different"``; on the
-  CPU the stacked step cannot use the fused kernels, which is why it is slower there);
+members, where a trial alone is bound by launches), not a product path yet. Dropout
+(``--dropout lanes``, the default) draws each member's own counter-based lanes from keys drawn
+beforehand from the member's generator, one per dropout call in the order its forward makes
+them (:func:`ablate.components.dropout_keys`): the draws it makes alone, on any device (the
+fused CPU kernels cannot run under ``vmap``: their torch forms draw the same lanes, which is
+why the stacked step is slower on the CPU). ``--dropout torch`` lets vmap draw instead
+(``randomness="different"``: no member's own draws). What the probe leaves out, and what the
+product form must add before a packed member is its trial alone:
 - the study's loss as written (here BCE with one negative drawn uniformly, not among unseen
   items, on every position weighted by the target mask: ``vmap`` needs fixed shapes, where the
-  task's loss selects the target positions);
+  task's loss selects the target positions); the negatives drawn outside ``vmap``, as here;
 - the positions' range check, which reads values (made once on each batch before the step);
 - padded layers only (``task.jagged: false``): fbgemm's jagged ops are C++ autograd functions,
   which ``vmap`` cannot enter.
-The exactness check (``--exact``) turns dropout off, stacks k members in float64 and compares
-each member's stacked gradient with its gradient alone: the largest relative difference.
+The exactness check (``--exact``) stacks k members in float64 with dropout on and compares each
+member's stacked gradient with its gradient alone, with its own keys: the largest relative
+difference.
 Written to benchmarks/RESULTS.md (section "Packing by stacked parameters, probed").
 """
 
@@ -44,6 +50,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import ablate_plugins.bias as bias_channels
 from ablate import fastpaths
+from ablate.components import dropout_keys
 from ablate.study.load import load_study
 from ablate.training.trainer import Trainer
 from ablate_plugins.seqrec.batches import Batch
@@ -60,9 +67,14 @@ def members(study, variant: str, data, k: int, device: torch.device) -> list[Tra
 
 
 def stacked_loss(skeleton: torch.nn.Module):
-    """``loss(params, buffers, items, targets, negatives)`` of one member, fixed shapes (vmap)."""
+    """``loss(params, buffers, items, targets, negatives, keys)`` of one member, fixed shapes
+    (vmap); ``keys``: the member's dropout keys of this step, in the order its forward uses them
+    (None: dropout draws what torch draws)."""
 
-    def loss(params, buffers, items, targets, negatives):
+    def loss(params, buffers, items, targets, negatives, keys=None):
+        if keys is not None:
+            with dropout_keys(keys[i] for i in range(len(keys))):
+                return loss(params, buffers, items, targets, negatives)
         valid = items > 0
         batch = Batch(
             items=items,
@@ -100,6 +112,40 @@ def stacked_batches(batches: list[Batch], k: int, step: int, items: int, device:
     return item_ids, targets, torch.randint(1, items, targets.shape, device=device)
 
 
+def keys_per_step(skeleton: torch.nn.Module, params, buffers, inputs) -> int:
+    """How many dropout keys one member's step draws (its forward's dropout calls)."""
+    drawn = []
+
+    def counted():
+        while True:
+            drawn.append(0)
+            yield 0
+
+    with torch.no_grad(), dropout_keys(counted()):
+        stacked_loss(skeleton)(
+            {n: p[0] for n, p in params.items()},
+            {n: b[0] for n, b in buffers.items()},
+            *(t[0] for t in inputs),
+        )
+    return len(drawn)
+
+
+def member_keys(generators: list[torch.Generator], count: int, device: torch.device) -> torch.Tensor:
+    """``[k, count]`` keys: member j's next ``count`` draws of its generator, one at a time as
+    :func:`ablate.components.dropout_key` draws them alone."""
+    return torch.tensor(
+        [
+            [
+                int(torch.empty((), dtype=torch.int64).random_(-(2**63), None, generator=g))
+                for _ in range(count)
+            ]
+            for g in generators
+        ],
+        dtype=torch.int64,
+        device=device,
+    )
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -114,20 +160,30 @@ def time_alone(trainer: Trainer, batches: list[Batch], steps: int, device: torch
     return (time.perf_counter() - start) / steps
 
 
-def time_stacked(trainers: list[Trainer], batches, steps: int, device, autocast, attention) -> float:
-    """Seconds per step of k members stacked; ``attention``: the SDPA backends allowed (None: torch's
-    choice; torch has
-    no batching rule for some fused attention backwards: vmap then loops over the members)."""
+def time_stacked(
+    trainers: list[Trainer], batches, steps: int, device, autocast, attention, lanes: bool
+) -> float:
+    """Seconds per step of k members stacked; ``attention``: the SDPA backends allowed (None:
+    torch's choice; torch has no batching rule for some fused attention backwards: vmap then
+    loops over the members); ``lanes``: each member's dropout from its own keys (else torch's)."""
     k = len(trainers)
     skeleton = copy.deepcopy(trainers[0].model).to("meta")
     params, buffers = stack_module_state([t.model for t in trainers])
     optimizer = torch.optim.Adam(list(params.values()), lr=1e-3, betas=(0.9, 0.98))
     gradients = vmap(grad(stacked_loss(skeleton)), randomness="different")
     items = trainers[0].model.num_items + 1
+    generators = [torch.Generator().manual_seed(seed) for seed in range(k)] if lanes else None
+    count = (
+        keys_per_step(skeleton, params, buffers, stacked_batches(batches, k, 0, items, device))
+        if lanes
+        else 0
+    )
 
     def step(index: int) -> None:
+        inputs = stacked_batches(batches, k, index, items, device)
+        keys = member_keys(generators, count, device) if generators else None
         with autocast, sdpa_kernel(attention) if attention else contextlib.nullcontext():
-            grads = gradients(params, buffers, *stacked_batches(batches, k, index, items, device))
+            grads = gradients(params, buffers, *inputs, keys)
         for name, p in params.items():
             p.grad = grads[name]
         optimizer.step()
@@ -141,29 +197,35 @@ def time_stacked(trainers: list[Trainer], batches, steps: int, device, autocast,
     return (time.perf_counter() - start) / steps
 
 
-def exactness(study, variant: str, data, k: int, batches) -> float:
-    """Largest relative difference between a member's stacked gradient and its gradient alone,
-    float64, dropout off (its draws are the probe's, not the member's)."""
-    study = copy.deepcopy(study)
-    study.spec = study.spec.model_copy(update={"model": study.spec.model.model_copy(update={"dropout": 0.0})})
+def exactness(study, variant: str, data, k: int, batches) -> tuple[float, int, float]:
+    """Float64, dropout on, k ≥ 2 members each drawing its own keys: the largest relative
+    difference between a member's stacked gradient and its gradient alone; the keys a step
+    draws; and the smallest relative difference from a member's gradient alone with another
+    member's keys (that the keys matter: dropout is drawn, and drawn per member)."""
     trainers = members(study, variant, data, k, torch.device("cpu"))
     for trainer in trainers:
         trainer.model.double()
-        trainer.model.eval()  # no dropout anywhere
     skeleton = copy.deepcopy(trainers[0].model).to("meta")
     params, buffers = stack_module_state([t.model for t in trainers])
     loss = stacked_loss(skeleton)
     inputs = stacked_batches(batches, k, 0, trainers[0].model.num_items + 1, torch.device("cpu"))
-    together = vmap(grad(loss))(params, buffers, *inputs)
-    worst = 0.0
+    count = keys_per_step(skeleton, params, buffers, inputs)
+    keys = member_keys([torch.Generator().manual_seed(seed) for seed in range(k)], count, torch.device("cpu"))
+    together = vmap(grad(loss))(params, buffers, *inputs, keys)
+
+    def relative(a: dict, b: dict) -> float:
+        return max(float((a[n] - b[n]).abs().max() / b[n].abs().max().clamp_min(1e-300)) for n in b)
+
+    worst, other = 0.0, float("inf")
     for j in range(k):
         own = {name: p[j] for name, p in params.items()}
         own_buffers = {name: b[j] for name, b in buffers.items()}
-        alone = grad(loss)(own, own_buffers, *(t[j] for t in inputs))
-        for name, g in alone.items():
-            scale = g.abs().max().clamp_min(1e-300)
-            worst = max(worst, float((together[name][j] - g).abs().max() / scale))
-    return worst
+        mine = {name: g[j] for name, g in together.items()}
+        alone = grad(loss)(own, own_buffers, *(t[j] for t in inputs), [int(key) for key in keys[j]])
+        worst = max(worst, relative(mine, alone))
+        theirs = [int(key) for key in keys[(j + 1) % k]]  # another member's draws
+        other = min(other, relative(mine, grad(loss)(own, own_buffers, *(t[j] for t in inputs), theirs)))
+    return worst, count, other
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,6 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     parser.add_argument("--attention", default="auto", choices=["auto", "math"], help="SDPA backends")
+    parser.add_argument(
+        "--dropout",
+        default="lanes",
+        choices=["lanes", "torch"],
+        help="lanes: each member its own keys (what a packed member needs); torch: vmap's own draws",
+    )
     parser.add_argument("--exact", type=int, default=3, help="members in the exactness check (0: none)")
     parser.add_argument("--note", default="")
     parser.add_argument("--no-write", action="store_true")
@@ -189,14 +257,19 @@ def main(argv: list[str] | None = None) -> int:
     study.spec = study.spec.model_copy(update={"train": train})
     data = study.task.load()
     attention = None if args.attention == "auto" else [SDPBackend.MATH]
+    lanes = args.dropout == "lanes"
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     load_before = os.getloadavg()[0]
-    worst = None
+    worst = count = other = None
     if args.exact:
         probe = members(study, args.variant, data, 1, torch.device("cpu"))[0]
         first = list(itertools.islice(probe.batches(data), 4))
-        worst = exactness(study, args.variant, data, args.exact, first)
-        print(f"exactness: largest relative gradient difference {worst:.2e}", file=sys.stderr)
+        worst, count, other = exactness(study, args.variant, data, args.exact, first)
+        print(
+            f"exactness: largest relative gradient difference {worst:.2e} ({count} keys a step; "
+            f"another member's keys: {other:.2e})",
+            file=sys.stderr,
+        )
     alone_trainer = members(study, args.variant, data, 1, device)[0]
     batches = [b.to(device) for b in itertools.islice(alone_trainer.batches(data), args.steps + 2)]
     time_alone(alone_trainer, batches, 2, device)  # warm-up
@@ -204,10 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     stacked_times: dict[int, list[float]] = {k: [] for k in args.k}
     for _ in range(args.reps):
         alone_times.append(time_alone(alone_trainer, batches, args.steps, device))
-        with fastpaths.fast_paths(False):  # the fused CPU kernels do not run under vmap
+        # The fused CPU kernels do not run under vmap: their torch forms draw the same lanes.
+        with fastpaths.fast_paths(kernels=False) if lanes else fastpaths.fast_paths(False):
             for k in args.k:
                 trainers = members(study, args.variant, data, k, device)
-                seconds = time_stacked(trainers, batches, args.steps, device, autocast, attention)
+                seconds = time_stacked(trainers, batches, args.steps, device, autocast, attention, lanes)
                 stacked_times[k].append(seconds)
                 del trainers
         print(
@@ -233,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"`python benchmarks/stacked.py --study {args.study} --variant {args.variant} --k "
             f"{' '.join(map(str, args.k))} --steps {args.steps} --reps {args.reps} --threads {args.threads} "
-            f"--device {args.device} --precision {args.precision} --attention {args.attention}` — "
+            f"--device {args.device} --precision {args.precision} --attention {args.attention} "
+            f"--dropout {args.dropout}` — "
             f"{date.today()}, {where}, torch "
             f"{torch.__version__}; plain batches of {study.spec.train.batch_size}, {args.steps} steps a "
             f"repetition. Load average (1 min) {load_before:.1f} before, {os.getloadavg()[0]:.1f} after. "
@@ -245,8 +320,10 @@ def main(argv: list[str] | None = None) -> int:
             "",
             *(
                 [
-                    f"Exactness (float64, dropout off, {args.exact} members): largest relative difference "
-                    f"between a member's stacked gradient and its gradient alone {worst:.2e}.",
+                    f"Exactness (float64, dropout on, each member its own keys, {args.exact} members): "
+                    f"{count} dropout keys a step; largest relative difference "
+                    f"between a member's stacked gradient and its gradient alone {worst:.2e} (alone with "
+                    f"another member's keys: {other:.2e}).",
                     "",
                 ]
                 if worst is not None

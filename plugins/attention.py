@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from ablate import components, fastpaths, kernels
+from ablate import components, kernels
 from ablate.components import Attention, BuildContext, Dropout, Options, TokenContext, default
 from ablate.jagged import last_of_rows
 from ablate_plugins.attention_parts import (
@@ -72,7 +72,7 @@ def scaled_dot_product_attention(
     CPU torch leaves its fused kernel for one that draws a random number per probability; the
     same math written out here draws the mask with :func:`ablate.components.dropout` instead
     (about twice as fast per training step's attention, benchmarks/RESULTS.md)."""
-    if dropout_p == 0.0 or q.device.type != "cpu" or not fastpaths.enabled("lanes"):
+    if dropout_p == 0.0 or not components.lanes_dropout(q.device):
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p
         )

@@ -230,11 +230,11 @@ def test_fr_last_query_is_the_reference_at_each_rows_last_token(build_set, heads
 
 
 def test_fr_last_query_drops_out_its_graph_row_in_training(build_set, monkeypatch):
-    import ablate.components
+    import ablate.kernels.draws
 
     p = 0.4
     dropout, factors = key_pattern_dropout(p)
-    monkeypatch.setattr(ablate.components, "dropout", dropout)
+    monkeypatch.setattr(ablate.kernels.draws, "dropout", dropout)  # what the Dropout module calls
     attn = build_set(FRGraphAttention, D, heads=2, dropout=p).train()
     tokens = set_tokens(LENGTHS, N, readout=last_readout(LENGTHS, N))
     x = torch.randn(2, N, D, dtype=F64)
