@@ -238,7 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    parser.add_argument("--attention", default="auto", choices=["auto", "math"], help="SDPA backends")
+    parser.add_argument(
+        "--attention",
+        default="auto",
+        choices=["auto", "math"],
+        help="SDPA backends, with --dropout torch (with lanes, attention is ablate's own bmm path)",
+    )
     parser.add_argument(
         "--dropout",
         default="lanes",
