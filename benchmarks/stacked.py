@@ -15,16 +15,21 @@ beforehand from the member's generator, one per dropout call in the order its fo
 them (:func:`ablate.components.dropout_keys`): the draws it makes alone, on any device (the
 fused CPU kernels cannot run under ``vmap``: their torch forms draw the same lanes, which is
 why the stacked step is slower on the CPU). ``--dropout torch`` lets vmap draw instead
-(``randomness="different"``: no member's own draws). What the probe leaves out, and what the
-product form must add before a packed member is its trial alone:
-- the study's loss as written (here BCE with one negative drawn uniformly, not among unseen
-  items, on every position weighted by the target mask: ``vmap`` needs fixed shapes, where the
-  task's loss selects the target positions); the negatives drawn outside ``vmap``, as here;
+(``randomness="different"``: no member's own draws). The loss is the task's BCE (``bce``) in
+fixed shapes: each member's negatives drawn beforehand from its own generator by the task's
+sampler (among the user's unseen items under ``exclude_seen``) at its target positions, the
+mean taken by weights. What the probe leaves out, and what the product form must add before a
+packed member is its trial alone:
+- the loss of every task and loss kind in such a form (here seqrec's BCE alone);
+- batches of one width for every member and for its trial alone (here right-padded to the
+  widest member's: dropout's lanes are numbered by position, so a width is part of the draws);
 - the positions' range check, which reads values (made once on each batch before the step);
 - padded layers only (``task.jagged: false``): fbgemm's jagged ops are C++ autograd functions,
-  which ``vmap`` cannot enter.
+  which ``vmap`` cannot enter;
+- early stopping, evaluation, checkpoints and records per member (``ablate.training.packed``).
 The exactness check (``--exact``) stacks k members in float64 with dropout on and compares each
-member's stacked gradient with its gradient alone, with its own keys: the largest relative
+member's stacked gradient with the gradient of the task's own loss on its batch (its keys, its
+negatives' generator), and one stacked Adam step with the member's own: the largest relative
 difference.
 Written to benchmarks/RESULTS.md (section "Packing by stacked parameters, probed").
 """
@@ -54,6 +59,7 @@ from ablate.components import dropout_keys
 from ablate.study.load import load_study
 from ablate.training.trainer import Trainer
 from ablate_plugins.seqrec.batches import Batch
+from ablate_plugins.seqrec.losses import SeenItems, lookup, sample_negatives
 
 REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Packing by stacked parameters, probed"
@@ -67,49 +73,86 @@ def members(study, variant: str, data, k: int, device: torch.device) -> list[Tra
 
 
 def stacked_loss(skeleton: torch.nn.Module):
-    """``loss(params, buffers, items, targets, negatives, keys)`` of one member, fixed shapes
-    (vmap); ``keys``: the member's dropout keys of this step, in the order its forward uses them
-    (None: dropout draws what torch draws)."""
+    """``loss(params, buffers, items, targets, negatives, keys)`` of one member in fixed shapes
+    (vmap): BCE as the task's ``bce`` computes it, its negatives ``[b, n, k]`` drawn beforehand
+    at the target positions, the mean taken over those positions by weights (the task selects
+    them, a shape vmap cannot follow); ``keys``: the member's dropout keys of this step, in the
+    order its forward uses them (None: dropout draws what torch draws)."""
 
     def loss(params, buffers, items, targets, negatives, keys=None):
         if keys is not None:
             with dropout_keys(keys[i] for i in range(len(keys))):
                 return loss(params, buffers, items, targets, negatives)
-        valid = items > 0
+        rows, width = items.shape
         batch = Batch(
             items=items,
             targets=targets,
-            valid=valid,
-            positions=valid.long().cumsum(1) - 1,
+            valid=items > 0,
+            positions=torch.arange(width, device=items.device).expand(rows, width),  # as collate
             timestamps=None,
-            users=items.new_zeros(items.shape[0]),
+            users=items.new_zeros(rows),
         )
-        hidden = functional_call(skeleton, (params, buffers), (batch,))
+        hidden = functional_call(skeleton, (params, buffers), (batch,))  # [b, n, d]
         table = params["items.weight"]
-        positive = (hidden * table[targets]).sum(-1)
-        negative = (hidden * table[negatives]).sum(-1)
+        positive = (hidden * lookup(table, targets)).sum(-1)
+        negative = torch.einsum("bnd,bnkd->bnk", hidden, lookup(table, negatives))
         weight = (targets > 0).to(hidden.dtype)
-        per_position = F.softplus(-positive) + F.softplus(negative)
+        per_position = F.softplus(-positive) + F.softplus(negative).sum(-1)
         return (per_position * weight).sum() / weight.sum()
 
     return loss
 
 
-def stacked_batches(batches: list[Batch], k: int, step: int, items: int, device: torch.device):
-    """k members' batches of one step (member j takes batch step + j: data orders differ),
-    cut to the shortest and left-padded to the longest, with uniform negatives."""
+def padded(batch: Batch, rows: int, width: int, items: int) -> Batch:
+    """``batch``'s first ``rows`` rows right-padded to ``width`` columns, as ``collate`` pads (a
+    member's batch in the pack's shape; its trial alone reads the same batch); its seen-item
+    keys (``row · items + item``) of the rows kept."""
+    fill = width - batch.items.shape[1]
+    seen = batch.seen[batch.seen < rows * items] if batch.seen is not None else None
+    return Batch(
+        items=F.pad(batch.items[:rows], (0, fill)),
+        targets=F.pad(batch.targets[:rows], (0, fill)),
+        valid=F.pad(batch.valid[:rows], (0, fill)),
+        positions=torch.arange(width, device=batch.items.device).expand(rows, width).clone(),
+        timestamps=None,
+        users=batch.users[:rows],
+        seen=seen,
+    )
+
+
+def member_negatives(batch: Batch, study, items: int, generator: torch.Generator) -> torch.Tensor:
+    """``[b, n, k]`` negatives at ``batch``'s target positions (0 elsewhere), drawn as the task's
+    ``bce`` draws them (``sample_negatives``: among the user's unseen items under
+    ``exclude_seen``) from the member's generator: the same numbers its trial alone draws."""
+    options = study.loss.root
+    where = batch.targets > 0
+    seen = SeenItems(batch.seen, items, where.nonzero(as_tuple=True)[0]) if batch.seen is not None else None
+    drawn = sample_negatives(
+        batch.targets[where], items - 1, options.negatives, generator, seen if options.exclude_seen else None
+    )
+    full = torch.zeros(*batch.targets.shape, options.negatives, dtype=torch.long, device=batch.targets.device)
+    full[where] = drawn
+    return full
+
+
+def stacked_batches(batches, k: int, step: int, study, items: int, generators, device):
+    """k members' batches of one step (member j takes batch step + j: data orders differ), cut
+    to the fewest rows and right-padded to the widest; each member's negatives drawn from its
+    generator. Returns the stacked inputs and the members' padded batches."""
     chosen = [batches[(step + j) % len(batches)].to(device) for j in range(k)]
     rows = min(b.items.shape[0] for b in chosen)
     width = max(b.items.shape[1] for b in chosen)
-
-    def pad(t: torch.Tensor) -> torch.Tensor:
-        return F.pad(t[:rows], (width - t.shape[1], 0))
-
-    for b in chosen:  # the check a member's forward makes, once, outside vmap
+    members_batches = [padded(b, rows, width, items) for b in chosen]
+    for b in members_batches:  # the check a member's forward makes, once, outside vmap
         bias_channels.check_positions(b.positions, width)
-    item_ids = torch.stack([pad(b.items) for b in chosen])
-    targets = torch.stack([pad(b.targets) for b in chosen])
-    return item_ids, targets, torch.randint(1, items, targets.shape, device=device)
+    pairs = zip(members_batches, generators, strict=True)
+    negatives = [member_negatives(b, study, items, g) for b, g in pairs]
+    stacked = (
+        torch.stack([b.items for b in members_batches]),
+        torch.stack([b.targets for b in members_batches]),
+        torch.stack(negatives),
+    )
+    return stacked, members_batches
 
 
 def keys_per_step(skeleton: torch.nn.Module, params, buffers, inputs) -> int:
@@ -161,7 +204,7 @@ def time_alone(trainer: Trainer, batches: list[Batch], steps: int, device: torch
 
 
 def time_stacked(
-    trainers: list[Trainer], batches, steps: int, device, autocast, attention, lanes: bool
+    study, trainers: list[Trainer], batches, steps: int, device, autocast, attention, lanes: bool
 ) -> float:
     """Seconds per step of k members stacked; ``attention``: the SDPA backends allowed (None:
     torch's choice; torch has no batching rule for some fused attention backwards: vmap then
@@ -172,16 +215,14 @@ def time_stacked(
     optimizer = torch.optim.Adam(list(params.values()), lr=1e-3, betas=(0.9, 0.98))
     gradients = vmap(grad(stacked_loss(skeleton)), randomness="different")
     items = trainers[0].model.num_items + 1
-    generators = [torch.Generator().manual_seed(seed) for seed in range(k)] if lanes else None
-    count = (
-        keys_per_step(skeleton, params, buffers, stacked_batches(batches, k, 0, items, device))
-        if lanes
-        else 0
-    )
+    generators = [torch.Generator(device=device).manual_seed(seed) for seed in range(k)]  # negatives
+    keys_from = [torch.Generator().manual_seed(seed) for seed in range(k)] if lanes else None  # dropout
+    first, _ = stacked_batches(batches, k, 0, study, items, generators, device)
+    count = keys_per_step(skeleton, params, buffers, first) if lanes else 0
 
     def step(index: int) -> None:
-        inputs = stacked_batches(batches, k, index, items, device)
-        keys = member_keys(generators, count, device) if generators else None
+        inputs, _ = stacked_batches(batches, k, index, study, items, generators, device)
+        keys = member_keys(keys_from, count, device) if keys_from else None
         with autocast, sdpa_kernel(attention) if attention else contextlib.nullcontext():
             grads = gradients(params, buffers, *inputs, keys)
         for name, p in params.items():
@@ -198,21 +239,34 @@ def time_stacked(
 
 
 def exactness(study, variant: str, data, k: int, batches) -> tuple[float, int, float]:
-    """Float64, dropout on, k ≥ 2 members each drawing its own keys: the largest relative
-    difference between a member's stacked gradient and its gradient alone (and the largest
-    absolute difference between a stacked Adam step's parameters and the member's own Adam's);
-    the keys a step draws; and the smallest relative difference from a member's gradient alone
+    """Float64, dropout on, k ≥ 2 members, each with its own dropout keys and negatives: the
+    largest relative difference between a member's stacked gradient and the gradient of its
+    trial alone's loss as the task computes it (``task.loss`` on the member's batch, its
+    generator, its keys), and between one Adam over the stacked tensors and the member's own
+    Adam; the keys a step draws; and the smallest relative difference from a member's gradient
     with another member's keys (that the keys matter: dropout is drawn, and drawn per member)."""
-    trainers = members(study, variant, data, k, torch.device("cpu"))
+    cpu = torch.device("cpu")
+    trainers = members(study, variant, data, k, cpu)
     for trainer in trainers:
         trainer.model.double()
     skeleton = copy.deepcopy(trainers[0].model).to("meta")
     params, buffers = stack_module_state([t.model for t in trainers])
-    loss = stacked_loss(skeleton)
-    inputs = stacked_batches(batches, k, 0, trainers[0].model.num_items + 1, torch.device("cpu"))
+    items = trainers[0].model.num_items + 1
+    seeds = range(k)
+    inputs, own_batches = stacked_batches(
+        batches, k, 0, study, items, [torch.Generator().manual_seed(s) for s in seeds], cpu
+    )
     count = keys_per_step(skeleton, params, buffers, inputs)
-    keys = member_keys([torch.Generator().manual_seed(seed) for seed in range(k)], count, torch.device("cpu"))
-    together = vmap(grad(loss))(params, buffers, *inputs, keys)
+    keys = member_keys([torch.Generator().manual_seed(100 + s) for s in seeds], count, cpu)
+    together = vmap(grad(stacked_loss(skeleton)))(params, buffers, *inputs, keys)
+
+    def alone(j: int, member_keys_: list[int]) -> dict[str, torch.Tensor]:
+        """Member j's trial alone: the task's loss on its batch, negatives from its generator."""
+        model = trainers[j].model
+        model.zero_grad(set_to_none=True)
+        with dropout_keys(iter(member_keys_)):
+            study.task.loss(model, own_batches[j], study.loss, torch.Generator().manual_seed(j)).backward()
+        return {name: p.grad.clone() for name, p in model.named_parameters()}
 
     def relative(a: dict, b: dict) -> float:
         return max(float((a[n] - b[n]).abs().max() / b[n].abs().max().clamp_min(1e-300)) for n in b)
@@ -232,13 +286,9 @@ def exactness(study, variant: str, data, k: int, batches) -> tuple[float, int, f
         own_optimizer.step()
         for p, name in zip(own_params, params, strict=True):
             worst = max(worst, float((stacked_params[name][j] - p).abs().max()))
-        own = {name: p[j] for name, p in params.items()}
-        own_buffers = {name: b[j] for name, b in buffers.items()}
         mine = {name: g[j] for name, g in together.items()}
-        alone = grad(loss)(own, own_buffers, *(t[j] for t in inputs), [int(key) for key in keys[j]])
-        worst = max(worst, relative(mine, alone))
-        theirs = [int(key) for key in keys[(j + 1) % k]]  # another member's draws
-        other = min(other, relative(mine, grad(loss)(own, own_buffers, *(t[j] for t in inputs), theirs)))
+        worst = max(worst, relative(mine, alone(j, [int(key) for key in keys[j]])))
+        other = min(other, relative(mine, alone(j, [int(key) for key in keys[(j + 1) % k]])))
     return worst, count, other
 
 
@@ -300,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         with fastpaths.fast_paths(kernels=False) if lanes else fastpaths.fast_paths(False):
             for k in args.k:
                 trainers = members(study, args.variant, data, k, device)
-                seconds = time_stacked(trainers, batches, args.steps, device, autocast, attention, lanes)
+                timing = (args.steps, device, autocast, attention, lanes)
+                seconds = time_stacked(study, trainers, batches, *timing)
                 stacked_times[k].append(seconds)
                 del trainers
         print(
