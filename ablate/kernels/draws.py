@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -58,27 +58,26 @@ _DROPOUT = threading.local()
 
 
 @contextmanager
-def dropout_generator(generator: torch.Generator | None) -> Iterator[None]:
-    """CPU dropout masks drawn in this thread while the block runs come from ``generator``."""
-    saved = getattr(_DROPOUT, "generator", None)
-    _DROPOUT.generator = generator
+def _set(name: str, value: object) -> Iterator[None]:
+    """This thread's ``name`` draw setting is ``value`` while the block runs."""
+    saved = getattr(_DROPOUT, name, None)
+    setattr(_DROPOUT, name, value)
     try:
         yield
     finally:
-        _DROPOUT.generator = saved
+        setattr(_DROPOUT, name, saved)
 
 
-@contextmanager
-def dropout_keys(keys: Iterator[int | Tensor]) -> Iterator[None]:
+def dropout_generator(generator: torch.Generator | None) -> AbstractContextManager[None]:
+    """CPU dropout masks drawn in this thread while the block runs come from ``generator``."""
+    return _set("generator", generator)
+
+
+def dropout_keys(keys: Iterator[int | Tensor]) -> AbstractContextManager[None]:
     """Dropout in this thread takes its keys from ``keys`` while the block runs, on any device:
     members stacked under ``vmap`` pass each member's own keys (a batched tensor), drawn before
     from its generator in the order it would draw them alone (benchmarks/stacked.py)."""
-    saved = getattr(_DROPOUT, "keys", None)
-    _DROPOUT.keys = keys
-    try:
-        yield
-    finally:
-        _DROPOUT.keys = saved
+    return _set("keys", keys)
 
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
