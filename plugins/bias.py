@@ -20,10 +20,13 @@ from typing import Any, ClassVar, Literal
 import torch
 from pydantic import Field
 from torch import Tensor, nn
-from torch._C._functorch import is_functorch_wrapped_tensor  # no public form in torch 2.13
 
 from ablate.components import BiasChannel, BuildContext, Options, TokenContext
 from ablate_plugins.attention_parts import QUERY_TIMES, RelativePositionTable, RelativeTimeTable
+
+# Whether a tensor is one of a functorch transform's (vmap, grad): no public form in torch 2.13; a
+# torch without it never stacks members through ablate, so "no" is right there.
+is_functorch_wrapped_tensor = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", lambda t: False)
 
 
 def check_positions(positions: Tensor, max_len: int, kind: str = "abs_pos") -> None:

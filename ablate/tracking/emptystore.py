@@ -135,9 +135,8 @@ def first_use(tracking_uri: str) -> Iterator[None]:
         try:
             yield
         except BaseException:
-            if (
-                made_here
-            ):  # half-migrated (a full disk, a file-size limit), it holds nothing: the next run remakes it
+            # Half-migrated (a full disk, a file-size limit), it holds nothing: the next run remakes it.
+            if made_here:
                 for leftover in (db, db.with_name(db.name + "-journal")):
                     leftover.unlink(missing_ok=True)
             raise
@@ -150,12 +149,18 @@ def _forget_stores(tracking_uri: str) -> None:
     from a file since deleted (``ablate.run`` again after its output folder was removed, in a
     notebook), the store and its engine write to the deleted file ("attempt to write a readonly
     database"). The stores per URI are one cache without per-URI eviction: those of other URIs
-    are made again at their next use."""
+    are made again at their next use. MLflow's private names: where a version lacks them, nothing
+    is dropped (the case above fails as before, every other use is untouched)."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+    from mlflow.tracking._tracking_service import utils
 
-    with SqlAlchemyStore._engine_map_lock:
-        engine = SqlAlchemyStore._engine_map.pop(tracking_uri, None)
+    engines = getattr(SqlAlchemyStore, "_engine_map", None)
+    lock = getattr(SqlAlchemyStore, "_engine_map_lock", None)
+    stores = getattr(getattr(utils, "_tracking_store_registry", None), "_get_store_with_resolved_uri", None)
+    if engines is None or lock is None or not hasattr(stores, "cache_clear"):
+        return
+    with lock:
+        engine = engines.pop(tracking_uri, None)
     if engine is not None:
         engine.dispose()
-        _tracking_store_registry._get_store_with_resolved_uri.cache_clear()
+        stores.cache_clear()
