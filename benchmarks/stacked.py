@@ -46,6 +46,7 @@ import sys
 import time
 from datetime import date
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +58,8 @@ import ablate_plugins.bias as bias_channels
 from ablate import fastpaths
 from ablate.components import dropout_keys
 from ablate.study.load import load_study
+from ablate.training import stacked
+from ablate.training.randomness import GlobalStates
 from ablate.training.trainer import Trainer
 from ablate_plugins.seqrec.batches import Batch
 from ablate_plugins.seqrec.losses import SeenItems, lookup, sample_negatives
@@ -238,6 +241,32 @@ def time_stacked(
     return (time.perf_counter() - start) / steps
 
 
+def time_product(study, trainers: list[Trainer], data, batches, steps: int, device) -> tuple[float, str]:
+    """Seconds per step of k members through the product's stacked step
+    (:class:`ablate.training.stacked.Stacker`: one vmap forward, each member's own loss and
+    optimiser), and how its steps ran; member j steps on batch ``step + j`` as in
+    :func:`time_stacked`."""
+    runs = [SimpleNamespace(study=study, trainer=t, data=data, device=device) for t in trainers]
+    stacker, reason = stacked.stacker(runs[0])
+    if stacker is None:
+        return float("nan"), f"not stacked: {reason}"
+    states = [GlobalStates.capture() for _ in trainers]
+
+    def step(index: int) -> None:
+        chosen = [batches[(index + j) % len(batches)] for j in range(len(trainers))]
+        for result in stacker.step(runs, states, chosen):
+            if isinstance(result, Exception):
+                raise result
+
+    step(0)  # warm-up
+    synchronize(device)
+    start = time.perf_counter()
+    for index in range(steps):
+        step(index)
+    synchronize(device)
+    return (time.perf_counter() - start) / steps, ", ".join(f"{n} {c}" for n, c in stacker.steps.items())
+
+
 def exactness(study, variant: str, data, k: int, batches) -> tuple[float, int, float]:
     """Float64, dropout on, k ≥ 2 members, each with its own dropout keys and negatives: the
     largest relative difference between a member's stacked gradient and the gradient of its
@@ -344,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     time_alone(alone_trainer, batches, 2, device)  # warm-up
     rows, alone_times = [], []
     stacked_times: dict[int, list[float]] = {k: [] for k in args.k}
+    product_times: dict[int, list[float]] = {k: [] for k in args.k}
+    product_steps: dict[int, str] = {}
     for _ in range(args.reps):
         alone_times.append(time_alone(alone_trainer, batches, args.steps, device))
         # The fused CPU kernels do not run under vmap: their torch forms draw the same lanes.
@@ -354,9 +385,16 @@ def main(argv: list[str] | None = None) -> int:
                 seconds = time_stacked(study, trainers, batches, *timing)
                 stacked_times[k].append(seconds)
                 del trainers
+            for k in args.k:  # the product's stacked step: its own fast-path switches
+                trainers = members(study, args.variant, data, k, device)
+                seconds, product_steps[k] = time_product(study, trainers, data, batches, args.steps, device)
+                product_times[k].append(seconds)
+                del trainers
         print(
             f"alone {alone_times[-1] * 1000:.1f} ms; stacked "
-            + ", ".join(f"k={k} {v[-1] * 1000:.1f} ms" for k, v in stacked_times.items()),
+            + ", ".join(f"k={k} {v[-1] * 1000:.1f} ms" for k, v in stacked_times.items())
+            + "; product "
+            + ", ".join(f"k={k} {v[-1] * 1000:.1f} ms" for k, v in product_times.items()),
             file=sys.stderr,
         )
     alone = statistics.median(alone_times)
@@ -369,6 +407,13 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             f"| stacked, `vmap(grad)` + one Adam | {k} | {' / '.join(f'{t * 1000:.1f}' for t in times)} "
             f"| {median * 1000:.1f} | {k / median:.2f} | {k * alone / median:.2f}× |"
+        )
+    for k, times in product_times.items():
+        median = statistics.median(times)
+        rows.append(
+            f"| product's stacked step (`Stacker.step`; {product_steps[k]}) | {k} | "
+            f"{' / '.join(f'{t * 1000:.1f}' for t in times)} | {median * 1000:.1f} | {k / median:.2f} | "
+            f"{k * alone / median:.2f}× |"
         )
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu()
     section = "\n".join(

@@ -178,13 +178,41 @@ def test_resumed_trial_equals_the_uninterrupted_one_on_cuda(path, variant, tmp_p
 
 @pytest.mark.parametrize("path, variant", RESUMED[:2], ids=[f"{p.stem}-{v}" for p, v in RESUMED[:2]])
 def test_packed_members_equal_their_trials_alone_on_cuda(path, variant, deterministic):
-    """Seeds packed on CUDA (``train.pack``; members take turns, each with its own CPU and CUDA
-    random states, dropout included): each member's curves and metrics are its trial alone's."""
+    """Seeds packed on CUDA taking turns (each with its own CPU and CUDA random states, dropout
+    included): each member's curves and metrics are its trial alone's."""
     study = tiny_study(path, 3)
     data = study.task.load()
     spec = study.variants[variant]
     alone = [train_trial(study, spec, seed, data, CUDA) for seed in (0, 1)]
+    packed = train_packed(study, spec, (0, 1), data, CUDA, stacked=False)
+    _assert_members_alone(packed, alone)
+
+
+SASREC = Path(__file__).resolve().parents[1] / "studies" / "sasrec_ml1m.yaml"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_stacked_members_equal_their_trials_alone_on_cuda(precision, deterministic):
+    """Seeds packed on CUDA are stacked (one vmap forward for all, ablate.training.stacked). A
+    member's dropout there is its own lanes, a trial alone's torch's: without dropout each
+    member's curves and metrics are its trial alone's (fp32 to 1e-5; bf16 autocast to 5e-2); a
+    trial alone's micro-batches draw their negatives from generators of their own: one batch."""
+    overrides = [
+        "model.dropout=0",
+        "model.ffn.output_dropout=0",
+        "train.micro_batches=1",
+        f"train.precision={precision}",
+    ]
+    study = tiny_study(SASREC, 3, *overrides)
+    data = study.task.load()
+    spec = study.variants["base"]
+    alone = [train_trial(study, spec, seed, data, CUDA) for seed in (0, 1)]
     packed = train_packed(study, spec, (0, 1), data, CUDA)
+    tolerance = {"rel": 1e-5, "abs": 1e-6} if precision == "fp32" else {"rel": 5e-2, "abs": 5e-2}
+    _assert_members_alone(packed, alone, **tolerance)
+
+
+def _assert_members_alone(packed, alone, rel=1e-5, abs=1e-6):
     for member, trial in zip(packed, alone, strict=True):
         assert not isinstance(member, Exception), member
         assert (member.epochs, member.best_epoch) == (trial.epochs, trial.best_epoch)
@@ -192,11 +220,11 @@ def test_packed_members_equal_their_trials_alone_on_cuda(path, variant, determin
         torch.testing.assert_close(
             torch.tensor([v for *_, v in member.curves]),
             torch.tensor([v for *_, v in trial.curves]),
-            rtol=1e-5,
-            atol=1e-6,
+            rtol=rel,
+            atol=abs,
         )
         for key, value in trial.summary.items():
-            assert member.summary[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+            assert member.summary[key] == pytest.approx(value, rel=rel, abs=abs), key
     assert packed[0].summary != packed[1].summary  # two seeds, two trials
 
 

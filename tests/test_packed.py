@@ -5,6 +5,7 @@ at different epochs, and after a stop in the middle of an epoch resumed from the
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 
@@ -172,3 +173,120 @@ def test_a_failing_member_fails_alone(write_study, monkeypatch, threads):
     first, second, third = train_packed(study, study.variants["mlp"], (0, 1, 2), data, CPU, threads=False)
     assert isinstance(second, TrialFailed) and "epoch 2" in str(second)
     _assert_same([first, third], alone, exact=True)
+
+
+# Stacked packs (ablate.training.stacked): the members' forward as one vmap over stacked parameters.
+STACKED = {**PATCH, "task": {"jagged": False}}  # fbgemm's jagged ops have no batching rule
+
+
+@pytest.fixture
+def stackers(monkeypatch):
+    """The Stacker each pack gets (None where it takes turns), as the pack made it."""
+    import ablate.training.packed as packed
+
+    made = []
+
+    def keep(run):
+        found, reason = real(run)
+        made.append(found)
+        return found, reason
+
+    real = packed.stacker
+    monkeypatch.setattr(packed, "stacker", keep)
+    return made
+
+
+def _assert_close(packed, alone):
+    """Float64 through vmap's batched products: the same epochs, curves and results to 1e-12."""
+    for a, b in zip(packed, alone, strict=True):
+        assert (a.epochs, a.best_epoch) == (b.epochs, b.best_epoch)
+        assert [(e, k) for e, k, _ in a.curves] == [(e, k) for e, k, _ in b.curves]
+        assert [v for *_, v in a.curves] == pytest.approx([v for *_, v in b.curves], rel=1e-12, abs=1e-14)
+        assert a.summary == pytest.approx(b.summary, rel=1e-12, abs=1e-14)
+        pd.testing.assert_frame_equal(a.per_unit, b.per_unit, rtol=1e-12, atol=1e-14)
+
+
+def test_stacked_members_are_the_trials_alone_in_float64(write_study, float64, stackers):
+    study = load_study(write_study(STACKED))
+    data = study.task.load()
+    alone = _alone(study, data)
+    assert len({r.epochs for r in alone}) > 1, "the seeds should stop at different epochs"
+    packed = train_packed(study, study.variants["mlp"], SEEDS, data, CPU, stacked=True)
+    (stacker,) = stackers
+    assert stacker.keys > 0, "dropout draws keys: each member's own"
+    assert stacker.steps["stacked"] > 0 and stacker.steps["in turns"] == 0
+    _assert_close(packed, alone)
+
+
+def test_stacked_steps_of_other_shapes_run_in_turns_and_a_stacked_pack_resumes(
+    write_study, tmp_path, float64, stackers
+):
+    """Batches padded to their longest rows differ in width from member to member: those steps
+    run in turns, the others stacked; a pack killed mid-epoch resumes from its checkpoints."""
+    patch = {**STACKED, "train": {"epochs": 5, "patience": 10, "batch_size": 16}}
+    patch["task"] = {**STACKED["task"], "data": {"min_len": 3, "max_len": 10}}
+    study = load_study(write_study(patch))
+    data = study.task.load()
+    seeds, variant = SEEDS[:2], study.variants["mlp"]
+    alone = _alone(study, data, seeds)
+    checkpoints = [Checkpoint(tmp_path / f"seed{s}.pt", signature=f"s{s}", every_s=0) for s in seeds]
+    steps = []
+
+    def kill_in_epoch_three():
+        steps.append(1)
+        if len(steps) == 2 * 8 * 2 + 3:  # 2 epochs of 8 steps for each member, then 3 steps more
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        train_packed(
+            study,
+            variant,
+            seeds,
+            data,
+            CPU,
+            on_step=kill_in_epoch_three,
+            checkpoints=checkpoints,
+            stacked=True,
+        )
+    assert [torch.load(c.path, weights_only=True)["epoch"] for c in checkpoints] == [2, 2]
+    assert stackers[0].steps["stacked"] > 0 and stackers[0].steps["in turns"] > 0
+    resumed = train_packed(study, variant, seeds, data, CPU, checkpoints=checkpoints, stacked=True)
+    assert [r.resumed_from for r in resumed] == [2, 2]
+    _assert_close(resumed, alone)
+
+
+def test_a_model_that_cannot_stack_takes_turns_saying_why_in_one_line(write_study, capsys, stackers):
+    study = load_study(write_study({"train": {"epochs": 2}}))  # jagged layout: fbgemm's ops
+    data = study.task.load()
+    packed = train_packed(study, study.variants["mlp"], SEEDS[:2], data, CPU, stacked=True, threads=False)
+    assert stackers == [None]
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: the pack's 2 members take turns, not stacked: ")
+    _assert_same(packed, _alone(study, data, SEEDS[:2]), exact=True)
+
+
+def test_a_stacked_member_whose_loss_is_not_finite_fails_alone(write_study, float64, monkeypatch):
+    study = load_study(write_study({**STACKED, "train": {"epochs": 3, "patience": 10}}))
+    data = study.task.load()
+    alone = _alone(study, data, (0, 2))
+    task_type, failing, calls = type(study.task), [], []
+    real_loss, real_init = task_type.loss, TrialRun.__init__
+
+    def remember(self, study, variant, seed, *args, **kwargs):
+        real_init(self, study, variant, seed, *args, **kwargs)
+        if seed == 1:
+            failing.append(self.model)
+
+    def diverge(self, model, batch, loss, generator):
+        value = real_loss(self, model, batch, loss, generator)
+        if failing and model is failing[0]:
+            calls.append(1)
+            if len(calls) == 3:  # its first step of epoch 2 (2 steps an epoch)
+                return value * float("nan")
+        return value
+
+    monkeypatch.setattr(TrialRun, "__init__", remember)
+    monkeypatch.setattr(task_type, "loss", diverge)
+    first, second, third = train_packed(study, study.variants["mlp"], (0, 1, 2), data, CPU, stacked=True)
+    assert isinstance(second, TrialFailed) and str(second) == "loss became nan at epoch 2"
+    _assert_close([first, third], alone)

@@ -14,6 +14,12 @@ own generator in its thread. That holds only where a training step draws from th
 generators through CPU dropout alone, which a probe step checks before the first epoch (torch's
 own dropout, on a GPU or with the ``lanes`` fast path off, draws from the global generator);
 elsewhere the members take turns: exact, but no faster than one trial after another.
+
+On a GPU (or where asked: ``stacked=True``) the members' steps are stacked instead
+(:mod:`ablate.training.stacked`): their parameters stacked along a leading axis and the model's
+forward run once for all of them under ``vmap``, each member's loss, dropout keys, gradients and
+update its own. A model that cannot be stacked (what :func:`~ablate.training.stacked.stacker`
+says, in one warning line) takes turns.
 """
 
 from __future__ import annotations
@@ -28,12 +34,14 @@ import numpy as np
 import torch
 
 from ablate.components import dropout_generator
+from ablate.errors import warn
 from ablate.model.variant import Variant
 from ablate.study.load import Study
 from ablate.tasks import cpu_streams
 from ablate.training.checkpoints import Checkpoint
 from ablate.training.memory import PeakMemory
 from ablate.training.randomness import GlobalStates
+from ablate.training.stacked import Stacker, stacker, train_stacked
 from ablate.training.trainer import EpochCallback, Trainer, TrialResult, TrialRun
 
 
@@ -119,6 +127,17 @@ def _locked(callback: Callable[[], None] | None) -> Callable[[], None] | None:
     return call
 
 
+def _stacking(built: list[Member], device: torch.device, stacked: bool | None) -> Stacker | None:
+    """The pack's :class:`Stacker` where its steps are stacked, else None (with one warning line
+    when stacking was asked for or chosen and the model cannot be stacked)."""
+    if len(built) < 2 or stacked is False or (stacked is None and device.type == "cpu"):
+        return None
+    found, reason = stacker(built[0].run)
+    if found is None:
+        warn(f"the pack's {len(built)} members take turns, not stacked: {reason}")
+    return found
+
+
 def train_packed(
     study: Study,
     variant: Variant,
@@ -129,13 +148,15 @@ def train_packed(
     on_step: Callable[[], None] | None = None,
     checkpoints: Sequence[Checkpoint | None] | None = None,
     threads: bool = True,
+    stacked: bool | None = None,
 ) -> list[TrialResult | Exception]:
     """Train ``variant`` with each of ``seeds`` as one pack; each member's result, or the
     exception that ended it (a :class:`~ablate.training.trainer.TrialFailed`, a component's
     error), in seed order. ``on_epoch[i]`` and ``checkpoints[i]`` are member ``i``'s, as
     :func:`~ablate.training.trainer.train_trial` takes them; ``threads=False`` makes the members
-    take turns even where they could step in parallel threads. A stop (Ctrl-C, SIGTERM) or any
-    other ``BaseException`` ends the whole pack."""
+    take turns even where they could step in parallel threads; ``stacked`` stacks their steps
+    (None: on a GPU only; True: anywhere, a CPU too; False: never). A stop (Ctrl-C, SIGTERM) or
+    any other ``BaseException`` ends the whole pack."""
     count = len(seeds)
     on_epoch = list(on_epoch) if on_epoch is not None else [None] * count
     checkpoints = list(checkpoints) if checkpoints is not None else [None] * count
@@ -157,9 +178,12 @@ def train_packed(
         and len(built) > 1
         and steps_in_threads(built[0].run)
     )
+    stacking = _stacking(built, device, stacked)
     with PeakMemory(device) as memory:
         while active := [m for m in members if m.training]:
-            if in_threads and len(active) > 1:
+            if stacking is not None and len(active) > 1:
+                train_stacked(active, stacking)
+            elif in_threads and len(active) > 1:
                 _train_in_streams(active, device)
             else:
                 for member in active:

@@ -162,6 +162,13 @@ class Trainer:
         )
         if not torch.isfinite(loss):
             return loss
+        self.update(batch)
+        return loss
+
+    def update(self, batch: Any) -> None:
+        """The step once the gradients are in: clipping (and the norm before it), the optimiser's
+        step, the tokens counted (members stacked compute their gradients together and update
+        apart: :mod:`ablate.training.stacked`)."""
         # The gradients' total L2 norm before clipping (clipping computes it; else one reduction).
         if self.train.grad_clip:
             self.grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train.grad_clip)
@@ -170,7 +177,6 @@ class Trainer:
             self.grad_norm = torch.nn.utils.get_total_norm(grads) if grads else None
         self.optimizer.step()
         self.tokens += self.study.task.batch_tokens(batch)
-        return loss
 
     @property
     def lr(self) -> float:
@@ -305,21 +311,31 @@ class TrialRun:
 
     def train_epoch(self) -> None:
         """The next epoch's training steps."""
-        trainer, epoch = self.trainer, self.progress.epoch + 1
+        for batch in self.begin_epoch():
+            self.stepped(self.trainer.step(batch))
+        self.finish_epoch()
+
+    def begin_epoch(self) -> Iterable[Any]:
+        """The next epoch's batches (drawn as they are taken), its curves' lists emptied."""
         self.model.train()
-        t0, self.losses, self.norms, self.lr = time.perf_counter(), [], [], trainer.lr
-        for batch in trainer.batches(self.data):
-            loss = trainer.step(batch)
-            if not torch.isfinite(loss):
-                raise TrialFailed(f"loss became {loss.item()} at epoch {epoch}")
-            self.losses.append(loss)
-            if trainer.grad_norm is not None:
-                self.norms.append(trainer.grad_norm.detach().float())
-            stopping.check()  # SIGTERM / Ctrl-C stop here, between steps
-            if self.on_step:
-                self.on_step()
-        self.progress.train_time += time.perf_counter() - t0
-        self.progress.epoch = epoch
+        self.epoch_start, self.losses, self.norms, self.lr = time.perf_counter(), [], [], self.trainer.lr
+        return self.trainer.batches(self.data)
+
+    def stepped(self, loss: Tensor) -> None:
+        """After one step of the epoch: a loss that is not finite ends the trial; else its loss
+        and gradient norm kept, a stop request honoured, the step callback called."""
+        if not torch.isfinite(loss):
+            raise TrialFailed(f"loss became {loss.item()} at epoch {self.progress.epoch + 1}")
+        self.losses.append(loss)
+        if self.trainer.grad_norm is not None:
+            self.norms.append(self.trainer.grad_norm.detach().float())
+        stopping.check()  # SIGTERM / Ctrl-C stop here, between steps
+        if self.on_step:
+            self.on_step()
+
+    def finish_epoch(self) -> None:
+        self.progress.train_time += time.perf_counter() - self.epoch_start
+        self.progress.epoch += 1
 
     def end_epoch(self, memory: PeakMemory) -> None:
         """The epoch's evaluation, early stopping, schedule step, callback and checkpoint."""

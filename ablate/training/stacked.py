@@ -1,0 +1,281 @@
+"""Members stacked: one training step for several seeds of a pack, their parameters stacked along a
+leading axis and the model's forward run once for all of them under ``torch.vmap`` — on a GPU,
+where a trial alone is bound by kernel launches (issue 57), one launch then serves every member.
+
+What stays each member's own, so that it is the trial it would have been alone:
+- its batch and data order (its trainer's generator), checked to have the other members' shapes
+  before anything is drawn: a step whose batches differ in shape runs member by member;
+- its dropout draws: before the step, each member draws the keys its forward takes, in the order
+  it takes them, from its own global states (:func:`~ablate.components.dropout_key`), and the
+  stacked forward's dropout reads each member's keys (:func:`~ablate.components.dropout_keys`:
+  the counter-based lanes a trial alone draws on the CPU; on a GPU a trial alone uses torch's
+  dropout, so there a member's draws are its own but not those of its run alone);
+- its loss: the task's own ``loss`` on its own batch and generator (sampled negatives), the
+  model's output read from the stacked forward (:class:`_MemberLoss`), its head and tables from
+  the member's slice of the stacked parameters;
+- its update: its gradients are its slices of the stacked gradients (a loss that is not finite
+  ends that member alone), then its own trainer's clipping, optimiser and schedule.
+The forward runs the kernels' torch forms (the fused CPU kernels cannot run under ``vmap``). A
+model stacks where a probe step on copies runs: padded layouts (not fbgemm's jagged ops), no
+auxiliary losses, no epoch or stage hooks, no random draw other than dropout's in the forward;
+elsewhere :func:`stacker` says why not and the pack's members take turns. A member steps on its
+whole batch (``train.micro_batches`` parts run one after another on a GPU anyway; on the CPU,
+where they are streams, micro-batched members do not stack).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from ablate import fastpaths
+from ablate.components import Component, dropout_key, dropout_keys, has_auxiliary_losses
+from ablate.errors import first_line
+from ablate.tasks import Task
+from ablate.training.randomness import GlobalStates
+from ablate.training.trainer import Trainer, TrialRun
+
+
+class _MemberLoss(nn.Module):
+    """A member's loss as its task computes it alone, with the model's forward answered by the
+    stacked forward's output for the member (the task calls ``model(batch)`` once, on the batch
+    it was given); run through ``functional_call`` with the member's slices of the stacked
+    parameters, so that the head and tables the loss reads carry the gradient there too."""
+
+    def __init__(self, model: nn.Module, trainer: Trainer):
+        super().__init__()
+        self.model, self.trainer = model, trainer
+
+    def forward(self, batch: Any, output: Tensor) -> Tensor:
+        def answer(*args: Any, **kwargs: Any) -> Tensor:
+            if len(args) != 1 or args[0] is not batch or kwargs:
+                raise RuntimeError("the task's loss calls its model other than once on its batch")
+            return output
+
+        self.model.forward = answer  # an instance attribute: nn.Module.__call__ reads it first
+        try:
+            trainer = self.trainer
+            return trainer.study.task.loss(self.model, batch, trainer.study.loss, trainer.generator)
+        finally:
+            del self.model.forward
+
+
+def _fields(batch: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(batch):
+        return {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+    return {"": batch}
+
+
+def _rebuild(template: Any, fields: dict[str, Tensor]) -> Any:
+    return fields[""] if "" in fields else dataclasses.replace(template, **fields)
+
+
+class Stacker:
+    """The stacked step of a pack's members (built by :func:`stacker`); ``keys``: the dropout
+    keys one member's forward takes."""
+
+    def __init__(self, skeleton: nn.Module, keys: int):
+        self.skeleton, self.keys = skeleton, keys
+        self.steps = {"stacked": 0, "in turns": 0}  # the pack's steps, by how they ran
+
+    def stack(self, batches: Sequence[Any]) -> tuple[Any, dict[str, Tensor]] | None:
+        """The members' batches as one stacked input: the fields every member has as a tensor of
+        one shape, stacked; the others (a per-row list of seen items) left out of the forward
+        (None). None where a field the model reads may differ (the token tensors' shapes)."""
+        first = _fields(batches[0])
+        stacked, template = {}, {}
+        for name, value in first.items():
+            values = [_fields(b)[name] for b in batches]
+            same = all(
+                isinstance(v, Tensor) and v.shape == value.shape and v.dtype == value.dtype for v in values
+            )
+            if same and isinstance(value, Tensor):
+                stacked[name] = torch.stack(values)
+            elif isinstance(value, Tensor) and value.dim() == 2 and name != "":
+                return None  # token-shaped fields that differ: this step runs member by member
+            else:
+                template[name] = None
+        if "" in first and "" not in stacked:
+            return None
+        base = dataclasses.replace(batches[0], **template) if template else batches[0]
+        return base, stacked
+
+    def outputs(
+        self, params: dict[str, Tensor], buffers: dict[str, Tensor], stacked: tuple[Any, dict], keys: Tensor
+    ) -> Tensor:
+        """The members' model outputs ``[k, ...]`` from one forward under ``vmap``."""
+        template, fields = stacked
+
+        def forward(params, buffers, fields, keys):
+            with dropout_keys(keys[i] for i in range(self.keys)):
+                return functional_call(self.skeleton, (params, buffers), (_rebuild(template, fields),))
+
+        self.skeleton.train()
+        with fastpaths.fast_paths(kernels=False):
+            return torch.vmap(forward)(params, buffers, fields, keys)
+
+    def step(self, runs: Sequence[TrialRun], states: Sequence[GlobalStates], batches: Sequence[Any]):
+        """One step of every run on its batch; returns each run's loss (detached) or the exception
+        that ended it, in order. Batches of different shapes: each run steps alone, in turns."""
+        stacked = self.stack(batches)
+        self.steps["in turns" if stacked is None else "stacked"] += 1
+        if stacked is None:
+            return [
+                _alone(run, state, batch) for run, state, batch in zip(runs, states, batches, strict=True)
+            ]
+        models = [run.trainer.model for run in runs]
+        names = [name for name, _ in models[0].named_parameters()]
+        keys = []
+        for state in states:  # each member's keys, from its global states, as it draws them alone
+            with state.active():
+                keys.append([int(dropout_key()) for _ in range(self.keys)])
+        device = next(models[0].parameters()).device
+        key_tensor = torch.tensor(keys, dtype=torch.int64, device=device).reshape(len(runs), self.keys)
+        params = {
+            n: torch.stack([m.get_parameter(n).detach() for m in models]).requires_grad_() for n in names
+        }
+        buffers = {n: torch.stack([m.get_buffer(n) for m in models]) for n, _ in models[0].named_buffers()}
+        autocast = runs[0].trainer.autocast
+        with autocast:
+            outputs = self.outputs(params, buffers, stacked, key_tensor)
+        losses: list[Tensor | Exception] = []
+        for j, (run, state, batch) in enumerate(zip(runs, states, batches, strict=True)):
+            run.trainer.optimizer.zero_grad(set_to_none=True)
+            own = {f"model.{n}": params[n][j] for n in names}
+            try:
+                with state.active(), autocast:
+                    losses.append(
+                        functional_call(_MemberLoss(models[j], run.trainer), own, (batch, outputs[j]))
+                    )
+            except Exception as exc:  # noqa: BLE001 - one member fails alone
+                losses.append(exc)
+        finite = [loss for loss in losses if isinstance(loss, Tensor) and torch.isfinite(loss)]
+        if finite:
+            torch.stack(finite).sum().backward()
+        for j, (run, batch, loss) in enumerate(zip(runs, batches, losses, strict=True)):
+            if isinstance(loss, Tensor) and torch.isfinite(loss):
+                for n in names:
+                    grad = params[n].grad
+                    models[j].get_parameter(n).grad = None if grad is None else grad[j]
+                run.trainer.update(batch)
+                losses[j] = loss.detach()
+            elif isinstance(loss, Tensor):
+                losses[j] = loss.detach()
+        return losses
+
+
+def _alone(run: TrialRun, state: GlobalStates, batch: Any) -> Tensor | Exception:
+    try:
+        with state.active():
+            return run.trainer.step(batch)
+    except Exception as exc:  # noqa: BLE001 - one member fails alone
+        return exc
+
+
+def stacker(run: TrialRun) -> tuple[Stacker | None, str]:
+    """A :class:`Stacker` for ``run``'s pack, or None and why the pack's members cannot stack:
+    a probe step of two copies of its model (throwaway generators and batch; the process's
+    global random states left as they were)."""
+    study, model = run.study, run.trainer.model
+    if study.spec.train.micro_batches != 1 and run.device.type == "cpu":
+        # On a GPU a trial's micro-batches run one after another anyway, so members step whole
+        # batches there; on the CPU that would change their draws against their trials alone.
+        return None, "train.micro_batches is above 1 (on the CPU its parts run as streams instead)"
+    if has_auxiliary_losses(model):
+        return None, "the model has auxiliary losses"
+    if changes_between_epochs(study.task, model):
+        return None, "the model changes between epochs (a component's or the task's epoch hook)"
+    before = GlobalStates.capture()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # vmap's fallbacks warn: the reason is the one line said
+            return _probe(run)
+    except Exception as exc:  # noqa: BLE001 - whatever vmap cannot run, the members take turns
+        return None, first_line(exc)
+    finally:
+        before.restore()
+
+
+def _probe(run: TrialRun) -> tuple[Stacker | None, str]:
+    """:func:`stacker`'s probe: the dropout keys one forward takes, counted, then one stacked step."""
+    drawn: list[int] = []
+
+    def counted() -> Iterator[int]:
+        while True:
+            drawn.append(0)
+            yield 0
+
+    model = run.trainer.model
+    copies = [
+        Trainer(run.study, copy.deepcopy(model), torch.Generator().manual_seed(s), run.device) for s in (0, 1)
+    ]
+    batch = next(iter(copies[0].batches(run.data))).to(run.device)
+    copies[0].model.train()
+    with torch.no_grad(), dropout_keys(counted()), fastpaths.fast_paths(kernels=False):
+        copies[0].model(batch)
+    found = Stacker(copy.deepcopy(model).to("meta"), len(drawn))
+    probes = [_Probe(trainer, run) for trainer in copies]
+    results = found.step(probes, [GlobalStates.capture() for _ in copies], [batch, batch])
+    failed = [r for r in results if isinstance(r, Exception)]
+    if failed:
+        return None, first_line(failed[0])
+    found.steps["stacked"] = 0
+    return found, ""
+
+
+def changes_between_epochs(task: Task, model: nn.Module) -> bool:
+    """Whether the task or a component of ``model`` has an epoch or stage hook of its own (a
+    topology frozen after k epochs): one member's structure would then not be every member's."""
+    hooks = ("epoch_end", "stage_end")
+    own = any(
+        getattr(type(m), hook) is not getattr(Component, hook)
+        for m in model.modules()
+        if isinstance(m, Component)
+        for hook in hooks
+    )
+    return own or type(task).on_epoch_end is not Task.on_epoch_end
+
+
+class _Probe:
+    """A stand-in :class:`TrialRun` for :func:`stacker`'s probe step: a trainer and the study."""
+
+    def __init__(self, trainer: Trainer, run: TrialRun):
+        self.trainer, self.study = trainer, run.study
+
+
+def train_stacked(active: Sequence[Any], stacker: Stacker) -> None:
+    """The active members' next training epoch, step by step, their steps stacked; a member is
+    any object with ``run`` (a :class:`TrialRun`), ``states`` and ``failure`` (``packed.Member``).
+    Members whose batches run out finish their epoch; one whose step fails ends alone."""
+    iterators = {id(m): iter(m.run.begin_epoch()) for m in active}
+    going = list(active)
+    while going:
+        batches, stepping = [], []
+        for member in going:
+            batch = next(iterators[id(member)], None)
+            if batch is None:
+                member.run.finish_epoch()
+            else:
+                batches.append(batch.to(member.run.device))
+                stepping.append(member)
+        if not stepping:
+            return
+        results = stacker.step([m.run for m in stepping], [m.states for m in stepping], batches)
+        going = []
+        for member, result in zip(stepping, results, strict=True):
+            if isinstance(result, Exception):
+                member.failure = result
+                continue
+            try:
+                member.run.stepped(result)
+            except Exception as exc:  # noqa: BLE001 - a loss that is not finite ends this member alone
+                member.failure = exc
+                continue
+            going.append(member)
