@@ -51,12 +51,25 @@ __all__ = [
     "Stem",
     "BiasChannel",
     "total_auxiliary_loss",
+    "values_readable",
 ]
 
 
 def default(value, fallback):
     """``value`` unless it is None (e.g. a kind's own dropout, else the model's)."""
     return fallback if value is None else value
+
+
+# Whether a tensor is one of a functorch transform's (vmap, grad): no public form in torch 2.13; a
+# torch without it never stacks members (ablate.training.stacked), so "no" is right there.
+_is_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", lambda t: False)
+
+
+def values_readable(x: Tensor) -> bool:
+    """Whether a component may read ``x``'s values in Python (a range check, a shortcut taken when
+    every row is alike): not under ``vmap``, where a pack's members are stacked
+    (:mod:`ablate.training.stacked`) and the general path must run."""
+    return not _is_wrapped(x)
 
 
 class Options(Strict):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ablate.components import TokenContext, default
+from ablate.components import TokenContext, default, values_readable
 
 __all__ = [
     "check_heads",
@@ -174,7 +174,7 @@ class RelativePositionTable(nn.Module):
 
     def forward(self, tokens: TokenContext) -> Tensor:
         p = tokens.positions
-        if len(p) > 1 and bool((p == p[:1]).all()):  # one [n, n] gather and gradient, not b of them
+        if len(p) > 1 and values_readable(p) and bool((p == p[:1]).all()):  # one [n, n] gather, not b
             p = p[:1]
         offset = (p[:, None, :] - p[:, :, None]).clamp(-(self.max_len - 1), self.max_len - 1)
         return table_lookup(self.weight, offset + self.max_len - 1)

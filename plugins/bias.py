@@ -21,19 +21,15 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from ablate.components import BiasChannel, BuildContext, Options, TokenContext
+from ablate.components import BiasChannel, BuildContext, Options, TokenContext, values_readable
 from ablate_plugins.attention_parts import QUERY_TIMES, RelativePositionTable, RelativeTimeTable
-
-# Whether a tensor is one of a functorch transform's (vmap, grad): no public form in torch 2.13; a
-# torch without it never stacks members through ablate, so "no" is right there.
-is_functorch_wrapped_tensor = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", lambda t: False)
 
 
 def check_positions(positions: Tensor, max_len: int, kind: str = "abs_pos") -> None:
     """Raise unless every position indexes a row of an ``[L, d]`` table (``0 ≤ p < L``). Under
-    ``vmap`` (members stacked, benchmarks/stacked.py) values cannot be read: the caller checks
-    each member's batch before."""
-    if positions.numel() == 0 or is_functorch_wrapped_tensor(positions):
+    ``vmap`` (members stacked) values cannot be read: an out-of-range position then fails as the
+    table's index."""
+    if positions.numel() == 0 or not values_readable(positions):
         return
     lo, hi = (int(p) for p in torch.aminmax(positions))
     if lo < 0 or hi >= max_len:

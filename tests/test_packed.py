@@ -5,9 +5,12 @@ at different epochs, and after a stop in the middle of an epoch resumed from the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import torch
+import yaml
 
 from ablate.fastpaths import fast_paths
 from ablate.study.load import load_study
@@ -290,3 +293,66 @@ def test_a_stacked_member_whose_loss_is_not_finite_fails_alone(write_study, floa
     first, second, third = train_packed(study, study.variants["mlp"], (0, 1, 2), data, CPU, stacked=True)
     assert isinstance(second, TrialFailed) and str(second) == "loss became nan at epoch 2"
     _assert_close([first, third], alone)
+
+
+# One variant of each kind of model the committed studies train, at tiny sizes: the seqrec
+# families (shared tables and their one dropout draw a forward, relative time buckets, FuXi-α's
+# channels), an lm with mHC streams, T2G-Former's tabular and DUET's forecasting models.
+KINDS = [
+    ("tisasrec_published_ml1m", "published"),
+    ("hstu", "base"),
+    ("fuxi_alpha_published", "published"),
+    ("mhc_lm", "blocks=4,connection.kind=mhc"),
+    ("t2g_california", "base"),
+    ("duet_etth1", "base"),
+]
+TINY_DATA = {
+    "seqrec": [
+        "task.data={format: synthetic, users: 48, items: 80, min_len: 6, max_len: 12, seed: 0}",
+        "task.max_len=12",
+        "train.batch_size=16",
+        "task.jagged=false",
+    ],
+    "forecast": [
+        "task.data={format: synthetic, channels: 3, rows: 200, seed: 0}",
+        "task.lookback=16",
+        "task.horizon=8",
+        "train.batch_size=32",
+    ],
+    "tabular": ["task.data={format: synthetic, rows: 200, seed: 0}", "train.batch_size=64"],
+    "lm": [
+        "task.data={format: synthetic, documents: 8, words: 40, seed: 0}",
+        "task.window=16",
+        "task.eval_bytes=512",
+        "task.windows_per_epoch=8",
+        "train.batch_size=4",
+    ],
+}
+
+
+@pytest.mark.parametrize("name, variant", KINDS, ids=[n for n, _ in KINDS])
+def test_each_kind_of_model_stacks_as_its_trials_alone(name, variant, stackers):
+    """Float64 where the task's data allow it (the synthetic series and tables are float32: there
+    to 1e-5), dropout as the study sets it: every step stacked, the members their trials alone."""
+    path = Path(__file__).resolve().parents[1] / "studies" / f"{name}.yaml"
+    kind = yaml.safe_load(path.read_text())["task"]["kind"]
+    schedule = ["train.epochs=2", "train.eval_every=1", "train.patience=null", "train.second_stage=null"]
+    schedule.append("train.micro_batches=1")
+    wide = kind in ("seqrec", "lm")
+    torch.set_default_dtype(torch.float64 if wide else torch.float32)
+    try:
+        with fast_paths(fbgemm=False):
+            study = load_study(path, overrides=[*TINY_DATA[kind], *schedule])
+            data = study.task.load()
+            spec = study.variants[variant]
+            alone = [train_trial(study, spec, seed, data, CPU) for seed in (0, 1)]
+            packed = train_packed(study, spec, (0, 1), data, CPU, stacked=True)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert stackers[0] is not None and stackers[0].steps["in turns"] == 0
+    tolerance = {"rel": 1e-12, "abs": 1e-14} if wide else {"rel": 1e-5, "abs": 1e-6}
+    for a, b in zip(packed, alone, strict=True):
+        assert [(e, k) for e, k, _ in a.curves] == [(e, k) for e, k, _ in b.curves]
+        assert [v for *_, v in a.curves] == pytest.approx([v for *_, v in b.curves], **tolerance)
+        assert a.summary == pytest.approx(b.summary, **tolerance)
+    assert packed[0].summary != packed[1].summary

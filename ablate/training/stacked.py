@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from ablate import fastpaths
-from ablate.components import Component, dropout_key, dropout_keys, has_auxiliary_losses
+from ablate.components import Component, dropout_generator, dropout_key, dropout_keys, has_auxiliary_losses
 from ablate.errors import first_line
 from ablate.tasks import Task
 from ablate.training.randomness import GlobalStates
@@ -84,6 +84,7 @@ class Stacker:
     def __init__(self, skeleton: nn.Module, keys: int):
         self.skeleton, self.keys = skeleton, keys
         self.steps = {"stacked": 0, "in turns": 0}  # the pack's steps, by how they ran
+        self.error: Exception | None = None  # why the last stacked forward could not run
 
     def stack(self, batches: Sequence[Any]) -> tuple[Any, dict[str, Tensor]] | None:
         """The members' batches as one stacked input: the fields every member has as a tensor of
@@ -108,14 +109,23 @@ class Stacker:
         return base, stacked
 
     def outputs(
-        self, params: dict[str, Tensor], buffers: dict[str, Tensor], stacked: tuple[Any, dict], keys: Tensor
+        self,
+        params: dict[str, Tensor],
+        aliases: dict[str, str],
+        buffers: dict[str, Tensor],
+        stacked: tuple[Any, dict],
+        keys: Tensor,
     ) -> Tensor:
-        """The members' model outputs ``[k, ...]`` from one forward under ``vmap``."""
+        """The members' model outputs ``[k, ...]`` from one forward under ``vmap``; ``aliases``:
+        every parameter's name → the name it is stacked under."""
         template, fields = stacked
 
         def forward(params, buffers, fields, keys):
+            # Tied names expanded inside vmap: one tensor object under every name (the shared
+            # tables' per-forward memo is keyed by it).
+            named = {alias: params[name] for alias, name in aliases.items()}
             with dropout_keys(keys[i] for i in range(self.keys)):
-                return functional_call(self.skeleton, (params, buffers), (_rebuild(template, fields),))
+                return functional_call(self.skeleton, (named, buffers), (_rebuild(template, fields),))
 
         self.skeleton.train()
         with fastpaths.fast_paths(kernels=False):
@@ -131,20 +141,42 @@ class Stacker:
                 _alone(run, state, batch) for run, state, batch in zip(runs, states, batches, strict=True)
             ]
         models = [run.trainer.model for run in runs]
-        names = [name for name, _ in models[0].named_parameters()]
+        # A parameter tied across modules (tables every block shares) is one stacked tensor under all
+        # its names: the skeleton's copy on the meta device does not keep the ties.
+        first: dict[int, str] = {}
+        aliases = {
+            n: first.setdefault(id(p), n) for n, p in models[0].named_parameters(remove_duplicate=False)
+        }
+        names = list(first.values())
+        # Each member's keys from its own CPU random state, as it draws them alone; the state moves on
+        # once the forward has run (else the step runs in turns, drawing them itself).
+        generators = [state.cpu_generator() for state in states]
         keys = []
-        for state in states:  # each member's keys, from its global states, as it draws them alone
-            with state.active():
+        for generator in generators:
+            with dropout_generator(generator):
                 keys.append([int(dropout_key()) for _ in range(self.keys)])
         device = next(models[0].parameters()).device
         key_tensor = torch.tensor(keys, dtype=torch.int64, device=device).reshape(len(runs), self.keys)
         params = {
-            n: torch.stack([m.get_parameter(n).detach() for m in models]).requires_grad_() for n in names
+            n: torch.stack([m.get_parameter(n).detach() for m in models]).requires_grad_(
+                models[0].get_parameter(n).requires_grad
+            )
+            for n in names
         }
         buffers = {n: torch.stack([m.get_buffer(n) for m in models]) for n, _ in models[0].named_buffers()}
         autocast = runs[0].trainer.autocast
-        with autocast:
-            outputs = self.outputs(params, buffers, stacked, key_tensor)
+        try:
+            with autocast:
+                outputs = self.outputs(params, aliases, buffers, stacked, key_tensor)
+        except Exception as exc:  # noqa: BLE001 - a forward vmap cannot run (found by the probe, else here)
+            self.error = exc
+            self.steps["stacked"] -= 1
+            self.steps["in turns"] += 1
+            return [
+                _alone(run, state, batch) for run, state, batch in zip(runs, states, batches, strict=True)
+            ]
+        for state, generator in zip(states, generators, strict=True):
+            state.take_cpu(generator)
         losses: list[Tensor | Exception] = []
         for j, (run, state, batch) in enumerate(zip(runs, states, batches, strict=True)):
             run.trainer.optimizer.zero_grad(set_to_none=True)
@@ -223,7 +255,7 @@ def _probe(run: TrialRun) -> tuple[Stacker | None, str]:
     found = Stacker(copy.deepcopy(model).to("meta"), len(drawn))
     probes = [_Probe(trainer, run) for trainer in copies]
     results = found.step(probes, [GlobalStates.capture() for _ in copies], [batch, batch])
-    failed = [r for r in results if isinstance(r, Exception)]
+    failed = [r for r in results if isinstance(r, Exception)] + ([found.error] if found.error else [])
     if failed:
         return None, first_line(failed[0])
     found.steps["stacked"] = 0
