@@ -19,8 +19,9 @@ k × 3600 / (epoch s × the study's epochs): training only, evaluation and early
 out, so the ratio to one trial at a time (the last column) is the figure to read.
 
 With ``--packed`` each k > 1 is timed a second way: one process training seeds 0..k-1 as one pack
-(:mod:`ablate.training.packed`, as ``train.pack: k`` trains them: on a GPU the members take turns,
-each with its own random states; CUDA graphs are not used).
+(:mod:`ablate.training.packed`, as ``train.pack: k`` trains them: on a GPU their steps stacked,
+one ``vmap`` forward for all, :mod:`ablate.training.stacked`; on the CPU in streams or turns;
+CUDA graphs are not used). The row says how the pack stepped.
 
 Written to benchmarks/RESULTS.md (section "GPU: trials per GPU") with the device's name. Without
 CUDA it prints one line and exits with status 2, measuring nothing; ``--device cpu`` runs the
@@ -39,6 +40,7 @@ import time
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from results_file import write_section  # benchmarks/ is on sys.path when run as a script
@@ -46,6 +48,7 @@ from results_file import write_section  # benchmarks/ is on sys.path when run as
 from ablate.components import dropout_generator
 from ablate.study.load import Study, load_study
 from ablate.tasks import cpu_streams
+from ablate.training import stacked
 from ablate.training.memory import PeakMemory
 from ablate.training.randomness import GlobalStates
 from ablate.training.trainer import Trainer, trains_in_bf16
@@ -132,9 +135,10 @@ def packed_steps(
     study: Study, variant: str, k: int, steps: int, warmup: int, device: torch.device, wait=None
 ) -> dict:
     """Seeds 0..k-1 of ``variant`` as one pack (:mod:`ablate.training.packed`: each member's global
-    random states swapped in around its steps; members take turns, or on a CPU with several
-    threads step at once, one single-threaded stream each) for ``warmup`` then ``steps`` timed
-    lockstep steps; ``step_s`` is one lockstep step of all k members."""
+    random states swapped in around its steps; on a GPU the members' steps stacked where the model
+    stacks, on a CPU with several threads at once, one single-threaded stream each, else in turns)
+    for ``warmup`` then ``steps`` timed lockstep steps; ``step_s`` is one lockstep step of all k
+    members."""
     task, train = study.task, study.spec.train
     data = task.load()
     members = []
@@ -143,10 +147,21 @@ def packed_steps(
         trainer.model.train()
         members.append((trainer, GlobalStates.capture(), _endless(trainer, data)))
     in_threads = device.type == "cpu" and torch.get_num_threads() > 1 and k > 1
+    stacker, why = (
+        (None, "on the CPU")
+        if device.type == "cpu" or k < 2
+        else stacked.stacker(SimpleNamespace(study=study, trainer=members[0][0], data=data, device=device))
+    )
+    runs = [SimpleNamespace(trainer=t, study=study, device=device) for t, _, _ in members]
 
     def lockstep() -> int:
         before = sum(t.tokens for t, _, _ in members)
-        if in_threads:
+        if stacker is not None:
+            batches = [next(feed).to(device) for _, _, feed in members]
+            for result in stacker.step(runs, [states for _, states, _ in members], batches):
+                if isinstance(result, Exception):
+                    raise result
+        elif in_threads:
             generators = [states.cpu_generator() for _, states, _ in members]
 
             def one(index: int) -> None:
@@ -183,6 +198,12 @@ def packed_steps(
         "steps_per_epoch": steps_per_epoch,
         "epochs": train.epochs,
         "precision": "bf16" if trains_in_bf16(train.precision, device) else "fp32",
+        "stepped": (
+            f"stacked ({stacker.steps['stacked']} stacked, {stacker.steps['in turns']} in turns)"
+            if stacker is not None
+            else ("streams" if in_threads else "turns")
+            + (f": not stacked, {why}" if device.type != "cpu" else "")
+        ),
     }
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
@@ -274,7 +295,8 @@ def together(
         raise RuntimeError(f"{name} × {k}: trial processes exited with {[p.returncode for p in procs]}")
     rows = [json.loads(o.strip().splitlines()[-1]) for o in outputs]
     # A pack's one row stands for each of its k members (step_s: one lockstep step of them all).
-    return {**summarise(name, k, rows * k if packed else rows), "how": "packed" if packed else "processes"}
+    how = {"how": "packed", "stepped": rows[0]["stepped"]} if packed else {"how": "processes"}
+    return {**summarise(name, k, rows * k if packed else rows), **how}
 
 
 def summarise(name: str, k: int, trials: list[dict]) -> dict:
@@ -324,7 +346,7 @@ def table(rows: list[dict], steps: int, warmup: int, note: str = "") -> str:
     ]
     for r in with_speedups(rows):
         speedup = f"{r['speedup']:.2f}×" if r["speedup"] is not None else "—"
-        how = "one pack" if r.get("how") == "packed" else "processes"
+        how = f"one pack, {r['stepped']}" if r.get("how") == "packed" else "processes"
         out.append(
             f"| {CONFIGS[r['config']].label if r['config'] in CONFIGS else r['config']} | {r['precision']} "
             f"| {how} | {r['k']} | {r['step_s'] * 1e3:.1f} | {r['epoch_s']:.2f} | {r['tokens_per_s']:,.0f} "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -218,13 +219,14 @@ def test_gpu_benchmark_runs_k_processes_together_on_the_cpu(write_study, capsys)
     assert bench.main([*args, "--packed"]) == 0
     out = capsys.readouterr().out
     assert "| bench | fp32 | processes | 1 |" in out and "| bench | fp32 | processes | 2 |" in out
-    assert "| bench | fp32 | one pack | 2 |" in out and "| 1.00× |" in out
+    assert re.search(r"\| bench \| fp32 \| one pack, (streams|turns) \| 2 \|", out) and "| 1.00× |" in out
 
 
 def test_gpu_benchmark_packed_steps_every_member(write_study):
     study = load_study(write_study())
     row = bench.packed_steps(study, "mlp", k=2, steps=2, warmup=1, device=torch.device("cpu"))
     assert row["step_s"] > 0 and row["tokens_per_s"] > 0 and row["steps_per_epoch"] == 2
+    assert row["stepped"] in ("streams", "turns")  # stacked on a GPU only
 
 
 def test_stacked_members_have_their_gradients_alone_and_the_probe_times_them(write_study, capsys):
@@ -243,6 +245,10 @@ def test_stacked_members_have_their_gradients_alone_and_the_probe_times_them(wri
     assert other > 1e-6  # another member's keys give another gradient
     assert "| one trial alone (`Trainer.step`) | 1 |" in out
     assert "| stacked, `vmap(grad)` + one Adam | 3 |" in out
+    # The product's step: warm-up + 1 step, stacked where the members' batches have one shape.
+    row = r"\| product's stacked step \(`Stacker.step`; stacked (\d), in turns (\d)\) \| 3 \|"
+    counts = re.search(row, out)
+    assert counts and int(counts[1]) + int(counts[2]) == 2
 
 
 # -- benchmarks/reference.py (the reference code bases live outside the repository) -------------
