@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import optuna
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -318,3 +319,42 @@ def test_a_store_made_again_after_its_folder_was_deleted_is_written_in_the_same_
     again.client.set_terminated(run.info.run_id, "FINISHED")
     names = [r.info.run_name for r in MlflowClient(uri).search_runs([again.experiment_id])]
     assert names == ["after"]
+
+
+def test_a_trials_curve_is_sent_in_batches_and_whole_by_its_end(tmp_path, monkeypatch):
+    """Curve points: a run's first at once, then at most one request per interval; the rest with
+    the trial's final numbers (or its failure): every point of every curve in MLflow at the end."""
+    from ablate.tracking import curves
+    from ablate.tracking.store import Tracker
+
+    monkeypatch.setattr(curves, "METRICS_PER_BATCH", 7)  # a final request over the limit is cut
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp")
+    parent = tracker.study_run("study", {}, {})
+    requests = []
+    real = tracker.client.log_batch
+    monkeypatch.setattr(
+        tracker.client, "log_batch", lambda run_id, **kw: requests.append(kw) or real(run_id, **kw)
+    )
+    finished = tracker.start_trial(parent, "finished", {}, {})
+    failed = tracker.start_trial(parent, "failed", {}, {})
+    requests.clear()
+    for step in range(1, 11):
+        tracker.log_metrics(finished, {"train.loss": 1.0 / step}, step=step)
+        tracker.log_metrics(failed, {"train.loss": 2.0 / step}, step=step)
+    assert len(requests) == 2  # each run's first point; the other 18 wait for the interval
+    tracker.curves.every_s = 0.0  # an interval passed: the next point is sent with those waiting
+    tracker.log_metrics(finished, {"train.loss": 0.05}, step=11)
+    assert len(requests) == 4 and [len(r["metrics"]) for r in requests[2:]] == [7, 3]
+    tracker.curves.every_s = 60.0
+    tracker.log_metrics(finished, {"train.loss": 0.04}, step=12)
+    tracker.finish_trial(finished, {"test.acc": 0.9}, pd.DataFrame())
+    tracker.fail_trial(failed, "loss became nan at epoch 11")
+    client = MlflowClient(tracker.uri)
+    assert [m.step for m in client.get_metric_history(finished, "train.loss")] == list(range(1, 13))
+    assert [m.value for m in client.get_metric_history(failed, "train.loss")] == [
+        2.0 / s for s in range(1, 11)
+    ]
+    assert client.get_run(finished).data.metrics["test.acc"] == 0.9
+    assert client.get_run(failed).data.tags["ablate.failure"] == "loss became nan at epoch 11"
+    assert client.get_run(failed).info.status == "FAILED"
+    assert not tracker.curves.pending

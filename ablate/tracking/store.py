@@ -55,6 +55,8 @@ from mlflow import MlflowClient  # noqa: E402
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 
+from ablate.tracking.curves import Curves, in_batches  # noqa: E402
+
 # MLflow prints migration chatter at INFO on first use of a SQLite store.
 for _name in ("mlflow", "alembic"):
     logging.getLogger(_name).setLevel(logging.WARNING)
@@ -228,6 +230,7 @@ class Tracker:
             self.experiment_id = found.experiment_id
         self.experiment = experiment
         self.provenance: dict[str, str] = {}  # tags every run this tracker opens gets (provenance())
+        self.curves = Curves(lambda run_id, metrics: self.client.log_batch(run_id, metrics=metrics))
 
     # -- the study's run ---------------------------------------------------------------
     def study_run(self, name: str, tags: dict[str, str], params: dict[str, Any]) -> str:
@@ -338,10 +341,9 @@ class Tracker:
         return run.info.run_id
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> None:
+        """Curve points at ``step``, sent in batches (:mod:`ablate.tracking.curves`)."""
         ts = _now_ms()
-        self.client.log_batch(
-            run_id, metrics=[Metric(to_mlflow(k), float(v), ts, step) for k, v in metrics.items()]
-        )
+        self.curves.add(run_id, [Metric(to_mlflow(k), float(v), ts, step) for k, v in metrics.items()])
 
     def finish_trial(self, run_id: str, metrics: dict[str, float], per_unit: Any) -> None:
         """Log the trial's final numbers (test metrics and costs at step 0, the best state's
@@ -349,11 +351,13 @@ class Tracker:
         per-unit test metrics, and close its run."""
         final = {(BEST_PREFIX + k if k.startswith("valid.") else k): v for k, v in metrics.items()}
         ts = _now_ms()
-        metrics = [Metric(to_mlflow(k), float(v), ts, 0) for k, v in final.items()]
+        metrics = self.curves.take(run_id) + [Metric(to_mlflow(k), float(v), ts, 0) for k, v in final.items()]
         # A task with no per-unit results (``function``) stores no empty table; its run says so,
         # so that a reader tells that from a table lost.
         tags = [] if len(per_unit) else [RunTag(NO_UNITS_TAG, "true")]
-        self.client.log_batch(run_id, metrics=metrics, tags=tags)
+        for chunk in in_batches(metrics):
+            self.client.log_batch(run_id, metrics=chunk, tags=tags)
+            tags = []
         if len(per_unit):
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / Path(UNITS_ARTIFACT).name
@@ -362,7 +366,11 @@ class Tracker:
         self.client.set_terminated(run_id, "FINISHED")
 
     def fail_trial(self, run_id: str, reason: str, status: str = "FAILED") -> None:
-        self.client.set_tag(run_id, "ablate.failure", reason[:5000])
+        """Close a trial's run as ``status`` with its reason, and its curve up to there."""
+        tags = [RunTag("ablate.failure", reason[:5000])]
+        for chunk in in_batches(self.curves.take(run_id)):
+            self.client.log_batch(run_id, metrics=chunk, tags=tags)
+            tags = []
         self.client.set_terminated(run_id, status)
 
     def set_tag(self, run_id: str, key: str, value: str) -> None:
