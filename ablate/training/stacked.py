@@ -85,6 +85,7 @@ class Stacker:
         self.skeleton, self.keys = skeleton, keys
         self.steps = {"stacked": 0, "in turns": 0}  # the pack's steps, by how they ran
         self.error: Exception | None = None  # why the last stacked forward could not run
+        self.finite: list[bool | None] = []  # each member's loss finite in the last step (None: unread)
 
     def stack(self, batches: Sequence[Any]) -> tuple[Any, dict[str, Tensor]] | None:
         """The members' batches as one stacked input: the fields every member has as a tensor of
@@ -131,15 +132,17 @@ class Stacker:
         with fastpaths.fast_paths(kernels=False):
             return torch.vmap(forward)(params, buffers, fields, keys)
 
+    def _in_turns(self, runs: Sequence[TrialRun], states: Sequence[GlobalStates], batches: Sequence[Any]):
+        self.finite = [None] * len(runs)  # each run's own step reads its loss
+        return [_alone(run, state, batch) for run, state, batch in zip(runs, states, batches, strict=True)]
+
     def step(self, runs: Sequence[TrialRun], states: Sequence[GlobalStates], batches: Sequence[Any]):
         """One step of every run on its batch; returns each run's loss (detached) or the exception
         that ended it, in order. Batches of different shapes: each run steps alone, in turns."""
         stacked = self.stack(batches)
         self.steps["in turns" if stacked is None else "stacked"] += 1
         if stacked is None:
-            return [
-                _alone(run, state, batch) for run, state, batch in zip(runs, states, batches, strict=True)
-            ]
+            return self._in_turns(runs, states, batches)
         models = [run.trainer.model for run in runs]
         # A parameter tied across modules (tables every block shares) is one stacked tensor under all
         # its names: the skeleton's copy on the meta device does not keep the ties.
@@ -172,9 +175,7 @@ class Stacker:
             self.error = exc
             self.steps["stacked"] -= 1
             self.steps["in turns"] += 1
-            return [
-                _alone(run, state, batch) for run, state, batch in zip(runs, states, batches, strict=True)
-            ]
+            return self._in_turns(runs, states, batches)
         for state, generator in zip(states, generators, strict=True):
             state.take_cpu(generator)
         losses: list[Tensor | Exception] = []
@@ -188,11 +189,18 @@ class Stacker:
                     )
             except Exception as exc:  # noqa: BLE001 - one member fails alone
                 losses.append(exc)
-        finite = [loss for loss in losses if isinstance(loss, Tensor) and torch.isfinite(loss)]
-        if finite:
-            torch.stack(finite).sum().backward()
+        # Every member's finiteness read at once: on a GPU one synchronisation a step, not one a member.
+        computed = [j for j, loss in enumerate(losses) if isinstance(loss, Tensor)]
+        flags = torch.stack([losses[j].detach() for j in computed]).isfinite().tolist() if computed else []
+        self.finite = [False] * len(runs)
+        for j, flag in zip(computed, flags, strict=True):
+            self.finite[j] = flag
+        if any(self.finite):
+            torch.stack(
+                [loss for loss, flag in zip(losses, self.finite, strict=True) if flag]
+            ).sum().backward()
         for j, (run, batch, loss) in enumerate(zip(runs, batches, losses, strict=True)):
-            if isinstance(loss, Tensor) and torch.isfinite(loss):
+            if self.finite[j]:
                 for n in names:
                     grad = params[n].grad
                     models[j].get_parameter(n).grad = None if grad is None else grad[j]
@@ -301,12 +309,12 @@ def train_stacked(active: Sequence[Any], stacker: Stacker) -> None:
             return
         results = stacker.step([m.run for m in stepping], [m.states for m in stepping], batches)
         going = []
-        for member, result in zip(stepping, results, strict=True):
+        for member, result, finite in zip(stepping, results, stacker.finite, strict=True):
             if isinstance(result, Exception):
                 member.failure = result
                 continue
             try:
-                member.run.stepped(result)
+                member.run.stepped(result, finite)
             except Exception as exc:  # noqa: BLE001 - a loss that is not finite ends this member alone
                 member.failure = exc
                 continue

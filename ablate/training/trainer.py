@@ -321,10 +321,11 @@ class TrialRun:
         self.epoch_start, self.losses, self.norms, self.lr = time.perf_counter(), [], [], self.trainer.lr
         return self.trainer.batches(self.data)
 
-    def stepped(self, loss: Tensor) -> None:
+    def stepped(self, loss: Tensor, finite: bool | None = None) -> None:
         """After one step of the epoch: a loss that is not finite ends the trial; else its loss
-        and gradient norm kept, a stop request honoured, the step callback called."""
-        if not torch.isfinite(loss):
+        and gradient norm kept, a stop request honoured, the step callback called. ``finite``:
+        already read by the caller (None: read here)."""
+        if not (torch.isfinite(loss) if finite is None else finite):
             raise TrialFailed(f"loss became {loss.item()} at epoch {self.progress.epoch + 1}")
         self.losses.append(loss)
         if self.trainer.grad_norm is not None:
