@@ -322,10 +322,11 @@ def test_a_store_made_again_after_its_folder_was_deleted_is_written_in_the_same_
 
 
 def test_a_trials_curve_is_sent_in_batches_and_whole_by_its_end(tmp_path, monkeypatch):
-    """Curve points: a run's first at once, then at most one request per interval; the rest with
-    the trial's final numbers (or its failure): every point of every curve in MLflow at the end."""
+    """Curve points: at most one request per interval from a run's start; the rest with the
+    trial's final numbers (or its failure): every point of every curve in MLflow at the end; a
+    trial's artifacts written without reading its run back."""
     from ablate.tracking import curves
-    from ablate.tracking.store import Tracker
+    from ablate.tracking.store import Tracker, read_units
 
     monkeypatch.setattr(curves, "METRICS_PER_BATCH", 7)  # a final request over the limit is cut
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp")
@@ -341,13 +342,22 @@ def test_a_trials_curve_is_sent_in_batches_and_whole_by_its_end(tmp_path, monkey
     for step in range(1, 11):
         tracker.log_metrics(finished, {"train.loss": 1.0 / step}, step=step)
         tracker.log_metrics(failed, {"train.loss": 2.0 / step}, step=step)
-    assert len(requests) == 2  # each run's first point; the other 18 wait for the interval
+    assert requests == []  # the runs just started: every point waits for the interval
     tracker.curves.every_s = 0.0  # an interval passed: the next point is sent with those waiting
     tracker.log_metrics(finished, {"train.loss": 0.05}, step=11)
-    assert len(requests) == 4 and [len(r["metrics"]) for r in requests[2:]] == [7, 3]
+    assert [len(r["metrics"]) for r in requests] == [7, 4]
     tracker.curves.every_s = 60.0
     tracker.log_metrics(finished, {"train.loss": 0.04}, step=12)
-    tracker.finish_trial(finished, {"test.acc": 0.9}, pd.DataFrame())
+    from mlflow.tracking._tracking_service.client import TrackingServiceClient
+
+    reads = []
+    real_get = TrackingServiceClient.get_run
+    monkeypatch.setattr(
+        TrackingServiceClient, "get_run", lambda self, r: reads.append(r) or real_get(self, r)
+    )
+    tracker.attach_text(finished, '{"lr": 0.1}', "trained_with.json")
+    tracker.finish_trial(finished, {"test.acc": 0.9}, pd.DataFrame({"unit": [1, 2], "acc": [0.8, 1.0]}))
+    assert reads == []  # the artifacts' location came with the run's creation
     tracker.fail_trial(failed, "loss became nan at epoch 11")
     client = MlflowClient(tracker.uri)
     assert [m.step for m in client.get_metric_history(finished, "train.loss")] == list(range(1, 13))
@@ -355,6 +365,10 @@ def test_a_trials_curve_is_sent_in_batches_and_whole_by_its_end(tmp_path, monkey
         2.0 / s for s in range(1, 11)
     ]
     assert client.get_run(finished).data.metrics["test.acc"] == 0.9
+    assert json.loads(
+        Path(client.download_artifacts(finished, "trained_with.json", str(tmp_path))).read_text()
+    ) == {"lr": 0.1}
+    assert read_units(client, client.get_run(finished))["acc"].tolist() == [0.8, 1.0]
     assert client.get_run(failed).data.tags["ablate.failure"] == "loss became nan at epoch 11"
     assert client.get_run(failed).info.status == "FAILED"
     assert not tracker.curves.pending

@@ -1,6 +1,6 @@
-"""A trial's curve points (its per-epoch or per-report metrics) sent to MLflow in batches: a run's
-first points at once, then at most one request every :data:`CURVE_EVERY_S` seconds, and whatever
-is left with the trial's final numbers (or its failure).
+"""A trial's curve points (its per-epoch or per-report metrics) sent to MLflow in batches: at most
+one request every :data:`CURVE_EVERY_S` seconds from the run's start, and whatever is left with
+the trial's final numbers (or its failure).
 
 A request per report was most of what a tracking server spent on a short trial (issue 56: a
 ``function`` trial reporting 20 values made 22 ``log-batch`` requests); an epoch longer than the
@@ -38,8 +38,15 @@ class Curves:
         self.sent_at: dict[str, float] = {}
         self.lock = threading.Lock()  # packed members and a task's reporter may log from threads
 
+    def opened(self, run_id: str) -> None:
+        """A run just made: its first points wait the interval too (a short trial's whole curve
+        goes with its end)."""
+        with self.lock:
+            self.sent_at[run_id] = time.monotonic()
+
     def add(self, run_id: str, metrics: list[Metric]) -> None:
-        """Keep ``metrics`` for ``run_id``; send its points if none were sent in the interval."""
+        """Keep ``metrics`` for ``run_id``; send its points if none were sent in the interval (a run
+        not :meth:`opened` here sends its first at once)."""
         with self.lock:
             self.pending.setdefault(run_id, []).extend(metrics)
             now = time.monotonic()

@@ -54,6 +54,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
+from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository  # noqa: E402
 
 from ablate.tracking.curves import Curves, in_batches  # noqa: E402
 
@@ -99,14 +100,8 @@ def _probe(tracking_uri: str) -> None:
 # What a passing fault says: a SQLite store locked by another writer, or a tracking server that
 # dropped a connection mid-answer (seen at 32 workers on one busy server: "Connection broken:
 # IncompleteRead"); MLflow's own HTTP retries cover error statuses, not a broken answer.
-TRANSIENT = (
-    "database is locked",
-    "database table is locked",
-    "connection broken",
-    "connection aborted",
-    "connection reset",
-    "remotedisconnected",
-)
+TRANSIENT = ("database is locked", "database table is locked", "connection broken", "connection aborted")
+TRANSIENT += ("connection reset", "remotedisconnected")
 
 
 def _locked(exc: BaseException) -> bool:
@@ -231,6 +226,7 @@ class Tracker:
         self.experiment = experiment
         self.provenance: dict[str, str] = {}  # tags every run this tracker opens gets (provenance())
         self.curves = Curves(lambda run_id, metrics: self.client.log_batch(run_id, metrics=metrics))
+        self.artifact_uris: dict[str, str] = {}  # open trial runs' artifact locations, from their creation
 
     # -- the study's run ---------------------------------------------------------------
     def study_run(self, name: str, tags: dict[str, str], params: dict[str, Any]) -> str:
@@ -284,10 +280,22 @@ class Tracker:
         """Store ``text`` as an artifact of the run; the first artifact a worker writes, so an artifact
         store it cannot reach stops it here, in one line, before any training."""
         try:
-            self.client.log_text(run_id, text, artifact_file)
+            with tempfile.TemporaryDirectory() as tmp:
+                local, folder = Path(tmp) / Path(artifact_file).name, str(Path(artifact_file).parent)
+                local.write_text(text, encoding="utf-8")
+                self._log_artifact(run_id, str(local), None if folder == "." else folder)
         except Exception as exc:  # noqa: BLE001 - boto, requests, OSError: each store fails its own way
             reason = first_line(exc)
             raise AblateError(f"cannot store artifacts in the tracking store {self.uri}: {reason}") from None
+
+    def _log_artifact(self, run_id: str, local: str, folder: str | None) -> None:
+        """One request where the run's artifact location is known from its creation (``MlflowClient``
+        reads the run from the server first: a request a trial, issue 56)."""
+        uri = self.artifact_uris.get(run_id)
+        if uri is None:
+            self.client.log_artifact(run_id, local, artifact_path=folder)
+        else:
+            get_artifact_repository(uri, tracking_uri=self.uri).log_artifact(local, folder)
 
     def attach_files(self, run_id: str, files: dict[str, bytes | Path], folder: str) -> None:
         """Store each file (name → its bytes, or a file to copy) as an artifact under ``folder``."""
@@ -338,6 +346,8 @@ class Tracker:
             self.experiment_id, tags={PARENT: parent, ROLE: role, **self.provenance, **tags}, run_name=name
         )
         self._log_params(run.info.run_id, params)
+        self.artifact_uris[run.info.run_id] = run.info.artifact_uri
+        self.curves.opened(run.info.run_id)
         return run.info.run_id
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> None:
@@ -362,8 +372,9 @@ class Tracker:
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / Path(UNITS_ARTIFACT).name
                 per_unit.to_csv(path, index=False)
-                self.client.log_artifact(run_id, str(path), artifact_path=str(Path(UNITS_ARTIFACT).parent))
+                self._log_artifact(run_id, str(path), str(Path(UNITS_ARTIFACT).parent))
         self.client.set_terminated(run_id, "FINISHED")
+        self.artifact_uris.pop(run_id, None)
 
     def fail_trial(self, run_id: str, reason: str, status: str = "FAILED") -> None:
         """Close a trial's run as ``status`` with its reason, and its curve up to there."""
@@ -372,6 +383,7 @@ class Tracker:
             self.client.log_batch(run_id, metrics=chunk, tags=tags)
             tags = []
         self.client.set_terminated(run_id, status)
+        self.artifact_uris.pop(run_id, None)
 
     def set_tag(self, run_id: str, key: str, value: str) -> None:
         self.client.set_tag(run_id, key, value)
