@@ -3,11 +3,12 @@
 
 ``off`` never packs; a number packs up to that many anywhere (members' steps stacked on a GPU,
 :mod:`ablate.training.stacked`; members step at once on a CPU with several torch threads, one
-single-threaded stream each; they take turns elsewhere: exact, but no faster). ``auto`` is the driver's choice, made where packing measures faster; so far that is
-nowhere: on a GPU the stacked step is not measured yet, and on the CPU the one side-by-side (issue 57,
-benchmarks/RESULTS.md "Packed trials on the CPU") ran on a crowded machine, where packing won
-2–5×, while session 12's idle figures bound its gain at micro_batches 4 to about 1.2×. Until an
-idle run says where it wins, ``auto`` trains each trial alone.
+single-threaded stream each; they take turns elsewhere: exact, but no faster). ``auto`` is the
+driver's choice, made where packing measures faster; so far that is nowhere: on a GPU the stacked
+step is not measured yet, and on the CPU the one side-by-side (issue 57, benchmarks/RESULTS.md
+"Packed trials on the CPU") ran on a crowded machine, where packing won 2–5×, while session 12's
+idle figures bound its gain at micro_batches 4 to about 1.2×. Until an idle run says where it
+wins, ``auto`` trains each trial alone.
 """
 
 from __future__ import annotations
