@@ -197,6 +197,17 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+def seconds_per_step(step, steps: int, device: torch.device) -> float:
+    """``step(index)`` timed over ``steps`` calls after one warm-up call."""
+    step(0)  # warm-up
+    synchronize(device)
+    start = time.perf_counter()
+    for index in range(steps):
+        step(index)
+    synchronize(device)
+    return (time.perf_counter() - start) / steps
+
+
 def time_alone(trainer: Trainer, batches: list[Batch], steps: int, device: torch.device) -> float:
     """Seconds per step of one trial alone, the product's step."""
     start = time.perf_counter()
@@ -232,13 +243,7 @@ def time_stacked(
             p.grad = grads[name]
         optimizer.step()
 
-    step(0)  # warm-up
-    synchronize(device)
-    start = time.perf_counter()
-    for index in range(steps):
-        step(index)
-    synchronize(device)
-    return (time.perf_counter() - start) / steps
+    return seconds_per_step(step, steps, device)
 
 
 def time_product(study, trainers: list[Trainer], data, batches, steps: int, device) -> tuple[float, str]:
@@ -258,13 +263,7 @@ def time_product(study, trainers: list[Trainer], data, batches, steps: int, devi
             if isinstance(result, Exception):
                 raise result
 
-    step(0)  # warm-up
-    synchronize(device)
-    start = time.perf_counter()
-    for index in range(steps):
-        step(index)
-    synchronize(device)
-    return (time.perf_counter() - start) / steps, ", ".join(f"{n} {c}" for n, c in stacker.steps.items())
+    return seconds_per_step(step, steps, device), ", ".join(f"{n} {c}" for n, c in stacker.steps.items())
 
 
 def exactness(study, variant: str, data, k: int, batches) -> tuple[float, int, float]:
