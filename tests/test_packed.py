@@ -356,3 +356,34 @@ def test_each_kind_of_model_stacks_as_its_trials_alone(name, variant, stackers):
         assert [v for *_, v in a.curves] == pytest.approx([v for *_, v in b.curves], **tolerance)
         assert a.summary == pytest.approx(b.summary, **tolerance)
     assert packed[0].summary != packed[1].summary
+
+
+SEEN = {"kind": "bce", "negatives": 1, "exclude_seen": True}  # training batches carry each row's seen items
+
+
+def test_a_forward_that_reads_a_field_the_members_differ_in_steps_in_turns(
+    write_study, float64, stackers, monkeypatch
+):
+    """A field left out of the stacked input (each row's seen items differ between the members)
+    is never handed to the forward as if absent: the forward's first read of it sends that step
+    to run in turns, and every later step where it differs runs so without trying; the members
+    are their trials alone."""
+    from ablate_plugins.seqrec.model import SeqRecModel
+
+    real, refused = SeqRecModel.forward, []
+
+    def reads_seen(self, batch, last_only=False):
+        if batch.seen is not None:  # a training batch's (None at evaluation)
+            refused.append(type(batch.seen).__name__ == "_Unstacked")
+            batch.seen.numel()  # raises where the field is left out of the stacked input
+        return real(self, batch, last_only)
+
+    monkeypatch.setattr(SeqRecModel, "forward", reads_seen)
+    study = load_study(write_study({**STACKED, "train": {"epochs": 3, "patience": 10, "loss": SEEN}}))
+    data = study.task.load()
+    alone = _alone(study, data, SEEDS[:2])
+    packed = train_packed(study, study.variants["mlp"], SEEDS[:2], data, CPU, stacked=True)
+    (stacker,) = stackers
+    assert stacker.read == {"seen"} and refused.count(True) == 1, "tried once, then known"
+    assert stacker.steps["in turns"] > 1
+    _assert_close(packed, alone)

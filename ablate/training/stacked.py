@@ -3,8 +3,9 @@ leading axis and the model's forward run once for all of them under ``torch.vmap
 where a trial alone is bound by kernel launches (issue 57), one launch then serves every member.
 
 What stays each member's own, so that it is the trial it would have been alone:
-- its batch and data order (its trainer's generator), checked to have the other members' shapes
-  before anything is drawn: a step whose batches differ in shape runs member by member;
+- its batch and data order (its trainer's generator): the fields all members have in one shape
+  are stacked; one they differ in is left out, and a forward that reads it runs that step (and
+  every later one where it differs) member by member;
 - its dropout draws: before the step, each member draws the keys its forward takes, in the order
   it takes them, from its own global states (:func:`~ablate.components.dropout_key`), and the
   stacked forward's dropout reads each member's keys (:func:`~ablate.components.dropout_keys`:
@@ -77,6 +78,43 @@ def _rebuild(template: Any, fields: dict[str, Tensor]) -> Any:
     return fields[""] if "" in fields else dataclasses.replace(template, **fields)
 
 
+def _alike(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, Tensor) or type(a) is not type(b):
+        return False
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):  # an array's elementwise answer: not one truth value
+        return False
+
+
+class FieldNotStacked(RuntimeError):
+    """The stacked forward read a batch field that differs between the members."""
+
+    def __init__(self, name: str):
+        super().__init__(f"the forward reads the batch's '{name}', which differs between the members")
+        self.name = name
+
+
+class _Unstacked:
+    """A batch field that differs between the members, in the stacked forward's input in its place:
+    any use of it raises :class:`FieldNotStacked` (the step then runs in turns), so a forward that
+    reads it can never take it for absent (``None`` could send it down another path)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        object.__setattr__(self, "name", name)
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise FieldNotStacked(object.__getattribute__(self, "name"))
+
+    __getattr__ = __bool__ = __len__ = __iter__ = __eq__ = __ne__ = __index__ = __float__ = __int__ = _refuse
+    __getitem__ = __add__ = __radd__ = __mul__ = __rmul__ = __sub__ = __rsub__ = __truediv__ = _refuse
+    __hash__ = object.__hash__
+
+
 class Stacker:
     """The stacked step of a pack's members (built by :func:`stacker`); ``keys``: the dropout
     keys one member's forward takes."""
@@ -86,26 +124,26 @@ class Stacker:
         self.steps = {"stacked": 0, "in turns": 0}  # the pack's steps, by how they ran
         self.error: Exception | None = None  # why the last stacked forward could not run
         self.finite: list[bool | None] = []  # each member's loss finite in the last step (None: unread)
+        self.read: set[str] = set()  # batch fields the forward was found to read (see stack)
 
     def stack(self, batches: Sequence[Any]) -> tuple[Any, dict[str, Tensor]] | None:
         """The members' batches as one stacked input: the fields every member has as a tensor of
-        one shape, stacked; the others (a per-row list of seen items) left out of the forward
-        (None). None where a field the model reads may differ (the token tensors' shapes)."""
+        one shape, stacked; a field alike in every member (None, a number) as it is; one that
+        differs (a per-row list of seen items, token tensors of other widths) replaced by a value
+        whose use raises — the forward's first read of it sends the step to run in turns, and
+        later steps where it differs run so at once (``self.read``). None: run in turns."""
         first = _fields(batches[0])
         stacked, template = {}, {}
         for name, value in first.items():
             values = [_fields(b)[name] for b in batches]
-            same = all(
+            if isinstance(value, Tensor) and all(
                 isinstance(v, Tensor) and v.shape == value.shape and v.dtype == value.dtype for v in values
-            )
-            if same and isinstance(value, Tensor):
+            ):
                 stacked[name] = torch.stack(values)
-            elif isinstance(value, Tensor) and value.dim() == 2 and name != "":
-                return None  # token-shaped fields that differ: this step runs member by member
-            else:
-                template[name] = None
-        if "" in first and "" not in stacked:
-            return None
+            elif not all(_alike(v, value) for v in values):
+                if name in self.read or name == "":
+                    return None
+                template[name] = _Unstacked(name)
         base = dataclasses.replace(batches[0], **template) if template else batches[0]
         return base, stacked
 
@@ -172,6 +210,8 @@ class Stacker:
             with autocast:
                 outputs = self.outputs(params, aliases, buffers, stacked, key_tensor)
         except Exception as exc:  # noqa: BLE001 - a forward vmap cannot run (found by the probe, else here)
+            if isinstance(exc, FieldNotStacked):
+                self.read.add(exc.name)
             self.error = exc
             self.steps["stacked"] -= 1
             self.steps["in turns"] += 1
