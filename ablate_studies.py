@@ -4,12 +4,23 @@ project may have replaced."""
 
 from __future__ import annotations
 
+import signal
+import sys
+
 from ablate_namesake import stop_if_clashing
+
+STOPPED = 130  # the exit status of a command stopped by Ctrl-C or SIGTERM (a shell's for SIGINT)
 
 
 def main() -> None:
-    """The ``ablate`` command: the clash check, then :func:`ablate.commands.cli.main`."""
-    stop_if_clashing()
-    from ablate.commands.cli import main as cli_main
-
+    """The ``ablate`` command: the clash check, then :func:`ablate.commands.cli.main`. SIGTERM is
+    a stop from the first moment, as Ctrl-C: while the package imports (seconds: torch) it ends
+    the command with one line and exit status 130, not silently with 143."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        stop_if_clashing()
+        from ablate.commands.cli import main as cli_main
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted: `ablate` stopped while it started; it had done nothing\n")
+        sys.exit(STOPPED)
     cli_main()

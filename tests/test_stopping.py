@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -160,3 +161,49 @@ def test_a_stop_while_a_large_study_is_read_for_its_report_ends_the_reading(monk
     finally:
         stopping._requested.clear()
     assert len(read) == 1
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for SIGTERM (Linux's SigCgt mask)."""
+    with open(f"/proc/{pid}/status") as status:
+        caught = next(line for line in status if line.startswith("SigCgt:")).split()[1]
+    return bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
+
+
+def test_sigterm_while_the_command_starts_is_one_line_and_status_130(tmp_path):
+    """The `ablate` command imports torch for seconds before any command runs; a `kill` then ends
+    it with one line and 130, as Ctrl-C, not silently with 143 (the default's 128 + 15)."""
+    ablate = Path(sys.executable).with_name("ablate")
+    run = subprocess.Popen(
+        [ablate, "report", "nothing.yaml"], cwd=tmp_path, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not _catches_sigterm(run.pid):
+            time.sleep(0.005)
+        run.send_signal(signal.SIGTERM)  # while it imports: the study file is not read yet
+        _, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == 130 and err.splitlines() == [
+        "interrupted: `ablate` stopped while it started; it had done nothing"
+    ], err[-2000:]
+
+
+def test_a_stop_in_a_command_without_a_line_of_its_own_is_one_line_and_status_130(
+    cli, write_study, monkeypatch
+):
+    """`ablate report` rebuilding a report when SIGTERM (now a stop, as Ctrl-C) or Ctrl-C comes:
+    one line naming the command, 130 — where Typer exited 130 without a word. The caller's
+    SIGTERM handler is back after."""
+    from ablate.commands import running
+
+    def stopped(*_args):
+        stopping.request()  # SIGTERM arrives while the report is rebuilt
+        stopping.check()  # its next safe point
+
+    monkeypatch.setattr(running, "rebuild_report", stopped)
+    before = signal.getsignal(signal.SIGTERM)
+    code, _, err = cli("report", write_study())
+    assert code == 130 and err.splitlines() == ["interrupted: `ablate report` stopped before it finished"]
+    assert signal.getsignal(signal.SIGTERM) is before

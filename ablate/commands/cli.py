@@ -8,7 +8,9 @@ cannot be used), with one line naming it; 130 stopped by Ctrl-C or SIGTERM.
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,7 +38,9 @@ from ablate.commands.compare import (
     compare_command,
 )
 from ablate.commands.console import (
+    STOPPED,
     ClickException,
+    Commands,
     UsageError,
     err,
     out,
@@ -64,6 +68,7 @@ from ablate.errors import AblateError, first_line, root_cause, store_failure
 from ablate.study.overrides import command_line
 
 app = typer.Typer(
+    cls=Commands,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -200,7 +205,7 @@ def _resumable(study_file: Path, quiet: bool, overrides: list[str] | None = None
                 highlight=False,
                 soft_wrap=True,
             )
-        raise typer.Exit(130) from None
+        raise typer.Exit(STOPPED) from None
 
 
 @app.command()
@@ -281,48 +286,10 @@ def report(
     ] = None,
 ) -> None:
     """Rebuild the report from the tracking store alone (no training)."""
-    from ablate.commands.across import report_across
-    from ablate.commands.ladder import report_ladder
-    from ablate.commands.running import check_folders, write_study_report
-    from ablate.drive import Stores, folder_problem, write_trials
-    from ablate.study.ladder import laddered
-    from ablate.study.load import load_study
-    from ablate.study.several import several
-    from ablate.tracking.store import tracking_problem
+    with stopping.stop_signals():  # a stop: at the next safe point (reading trials, figures, calibration)
+        from ablate.commands.running import rebuild_report
 
-    if trials is not None and (problem := folder_problem(trials)):
-        raise AblateError(f"--trials {trials}: {problem}")
-    if study_file is not None:
-        study = load_study(study_file, check_files=False, overrides=overrides or ())
-        if laddered(study):  # each rung's trials and report, then the ladder report
-            return report_ladder(study, output, reports, tracking_uri, trials)
-        if several(study):  # each data set's trials and report, then the across-data-set report
-            return report_across(study, output, reports, tracking_uri, trials)
-        stores = Stores.for_study(study, output, tracking_uri)
-        out_dir = reports / study.name if reports else stores.output_dir / "report"
-        check_folders(study, stores, output, reports, out_dir, trains=False)
-        if tracking_uri is None and not stores.started():  # perhaps run with overrides: say where
-            from ablate.commands.configurations import not_here
-
-            if where := not_here(study, stores.output_dir, "report"):  # else: the store's own line
-                ran = f"{study.name}: no trials in {stores.output_dir} (has the study been run?)"
-                raise AblateError(f"{ran}{where}")
-        uri, experiment = stores.tracking_uri, study.name
-    elif experiment and tracking_uri:
-        if problem := tracking_problem(tracking_uri):
-            raise AblateError(f"--tracking-uri {tracking_uri}: {problem}")
-        out_dir = reports / experiment if reports else Path("runs") / experiment / "report"
-        if problem := folder_problem(out_dir):
-            raise AblateError(f"--reports {reports}: {problem}" if reports else problem)
-        uri, study = tracking_uri, None
-    else:
-        raise AblateError("give a study file, or both --experiment and --tracking-uri")
-    if trials is not None:  # first: a half-finished study may not make a report yet, its trials do
-        written, kept = write_trials(uri, experiment, trials)
-        held = f" ({kept} left as they were: a file there holds the trial from another run)" if kept else ""
-        err.print(f"trials: {len(written)} file(s) in {trials}{held}", markup=False, highlight=False)
-    paths, _ = write_study_report(uri, experiment, out_dir, study)
-    out.print(f"report: {paths['html'].resolve()}", markup=False, highlight=False, soft_wrap=True)
+        rebuild_report(study_file, overrides, output, reports, experiment, tracking_uri, trials)
 
 
 @app.command()
@@ -387,7 +354,7 @@ def proxy(
     try:
         serve_proxy(storage, host, port)  # until SIGTERM (the default: the process ends) or Ctrl-C
     except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+        raise typer.Exit(STOPPED) from None
 
 
 @app.command()
@@ -400,6 +367,18 @@ def components(slot: Annotated[str | None, typer.Argument(help="Only this slot."
 
 
 def main() -> None:
+    """The command line. SIGTERM is a stop, as Ctrl-C (see :class:`Commands`), for the command's
+    whole life; the caller's handler is back after (tests call this in-process)."""
+    here = threading.current_thread() is threading.main_thread()  # where a handler can be set
+    before = signal.signal(signal.SIGTERM, signal.default_int_handler) if here else None
+    try:
+        _main()
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+
+
+def _main() -> None:
     try:
         # standalone_mode=False: usage errors reach us as exceptions, so they print as one line.
         code = app(standalone_mode=False, prog_name="ablate")  # also run as `python -m ablate.commands.cli`

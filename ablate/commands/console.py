@@ -18,10 +18,27 @@ from rich.progress import (
 )
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperGroup
+
+from ablate_studies import STOPPED  # the entry point's, defined where it needs it before any import
 
 # Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+
+class Commands(TyperGroup):
+    """The command line's commands: a stop (Ctrl-C, SIGTERM) that a command does not answer with
+    a line of its own (as ``run`` says how to resume) is one line and exit status 130, whenever it
+    comes — Typer would exit 130 without a word."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            command = " ".join(filter(None, ("ablate", ctx.invoked_subcommand)))
+            err.print(f"interrupted: `{command}` stopped before it finished", markup=False, highlight=False)
+            raise typer.Exit(STOPPED) from None
 
 
 class EtaColumn(ProgressColumn):

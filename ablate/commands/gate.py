@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from ablate import stopping
-from ablate.commands.console import err, out
+from ablate.commands.console import STOPPED, err, out
 
 app = typer.Typer(
     no_args_is_help=True, help="A gate for a research loop: keep a change only when the seeds say so."
@@ -69,7 +69,7 @@ def try_(
         err.print(
             f"interrupted: `ablate gate try {loop}` resumes the candidate", markup=False, highlight=False
         )
-        raise typer.Exit(130) from None
+        raise typer.Exit(STOPPED) from None
     for decision in decisions:
         _say(decision.line())
     if not decisions:
