@@ -346,3 +346,19 @@ def test_the_readmes_ladder_section_validates_as_written(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     for rung, count in {"d32": "57,664", "d64": "213,632", "d128": "820,480", "d256": "3,213,824"}.items():
         assert f"ladder rung {rung} (base): {count} parameters" in done.stdout
+
+
+def test_plan_says_what_every_rung_shares_once(write_study, cli):
+    """The noise and effect given hold for every size: the assumptions once, one table for the
+    rungs whose plans are alike, then the trend's degrees of freedom."""
+    code, out, err = cli(
+        "plan", write_study({"ladder": LADDER}), "--sd", "2%", "--effect", "2%", "--simulations", "50"
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert sum(line.startswith("effect: Δ = 2 % of the mean") for line in lines) == 1
+    assert sum(line.startswith("noise: sd(d) = 2 % of the mean") for line in lines) == 1
+    assert [line.strip() for line in lines if ": plan for " in line] == [
+        "tiny, rungs w8, w16, w32 (each alike): plan for ndcg@10"
+    ]
+    assert lines[-1] == "ladder: 3 rungs, each planned alone; the trend over them: its slope on 1 df"

@@ -316,27 +316,22 @@ def show_plan(
         )
     study = load_study(study_file, check_files=False, overrides=overrides)
     if laddered(study) and pilot is None:  # each rung's plan: the noise given holds for every size
-        plans = {
-            rung: plan_of(sub, effect, sd, None, simulations) for rung, sub in per_rung(study, False).items()
-        }
-        for each in plans.values():
-            _show(each)
-        from ablate.commands.console import out
+        from ablate.commands.ladder import show_rung_plans
 
-        k = len(plans)
-        trend = f"its slope on {k - 2} df" if k >= 3 else "none: a trend needs ≥ 3 rungs"
-        out.print(f"ladder: {k} rungs, each planned alone; the trend over them: {trend}", markup=False)
-        return
+        rungs = per_rung(study, False).items()
+        return show_rung_plans(
+            study.name, {rung: plan_of(sub, effect, sd, None, simulations) for rung, sub in rungs}
+        )
     one_rung(study, "ablate plan --pilot")  # a pilot is one rung's study
     if not several(study):
-        _show(plan_of(study, effect, sd, pilot, simulations))
+        print_plan(plan_of(study, effect, sd, pilot, simulations))
         return
     plans = {}
     for label, sub in per_dataset(study, check_files=False).items():
         plans[label] = plan_of(
             sub, effect, sd, None if pilot is None else pilot_of(pilot, label, sub.name), simulations
         )
-        _show(plans[label])
+        print_plan(plans[label])
     _show_total(study.name, plans)
 
 
@@ -381,7 +376,7 @@ def plan_of(study, effect: str | None, sd: str | None, pilot: Path | None, simul
     return Plan(f"{study.name}: plan for {s.primary}", lines, rows, wall)
 
 
-def _show(plan: Plan) -> None:
+def print_plan(plan: Plan) -> None:
     from rich.table import Table
 
     from ablate.commands.console import duration, out
