@@ -9,7 +9,8 @@ import sys
 
 from ablate_namesake import stop_if_clashing
 
-STOPPED = 130  # the exit status of a command stopped by Ctrl-C or SIGTERM (a shell's for SIGINT)
+# ablate.commands.console.STOPPED, which cannot be imported before the clash check: both tested as 130
+STOPPED = 130
 
 
 def main() -> None:

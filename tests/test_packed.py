@@ -387,3 +387,48 @@ def test_a_forward_that_reads_a_field_the_members_differ_in_steps_in_turns(
     assert stacker.read == {"seen"} and refused.count(True) == 1, "tried once, then known"
     assert stacker.steps["in turns"] > 1
     _assert_close(packed, alone)
+
+
+def test_auto_measures_stacked_packs_and_leaves_every_draw_where_it_was(write_study):
+    """``train.pack: auto``'s measurement (a GPU's; here on the CPU): stacked packs of 1, 2, 4
+    copies timed on real batches, the process's random states as they were; a model that cannot
+    stack (fbgemm's jagged layout) packs 1 without a timing."""
+    import random
+
+    from ablate.training.packsize import measure_pack_size
+
+    study = load_study(write_study(STACKED))
+    data = study.task.load()
+    before = (torch.get_rng_state(), random.getstate())
+    size, timings = measure_pack_size(study, study.variants["mlp"], data, CPU, 4)
+    assert torch.equal(torch.get_rng_state(), before[0]) and random.getstate() == before[1]
+    sizes = [t.members for t in timings]
+    assert sizes in ([1, 2], [1, 2, 4]) and size in sizes and all(t.seconds > 0 for t in timings)
+    jagged = load_study(write_study({}))
+    assert measure_pack_size(jagged, jagged.variants["mlp"], jagged.task.load(), CPU, 4) == (1, [])
+
+
+@pytest.mark.parametrize(
+    "seconds, memory_mb, expected",
+    [
+        ({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, None, (8, [1, 2, 4, 8])),  # free until the most asked
+        ({1: 1.0, 2: 1.0, 4: 3.9, 8: 1.0}, None, (2, [1, 2, 4])),  # 4 gains under 10 %: stop, keep 2
+        ({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, 300.0, (2, [1, 2])),  # 2 × 200 MiB predicted at 4: no room
+        ({1: 1.0, 2: 1.0, 4: None, 8: 1.0}, None, (2, [1, 2])),  # out of memory at 4
+        ({1: 1.0, 2: 2.1, 4: 1.0, 8: 1.0}, None, (1, [1, 2])),  # 2 slower than alone
+    ],
+)
+def test_auto_doubles_while_it_gains_and_fits(write_study, monkeypatch, seconds, memory_mb, expected):
+    import ablate.training.packsize as packsize
+
+    def timed(run, found, members, device, clock):
+        if seconds[members] is None:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return packsize.Timing(members, seconds[members], 100.0 * members)
+
+    monkeypatch.setattr(packsize, "_time", timed)
+    study = load_study(write_study(STACKED))
+    size, timings = packsize.measure_pack_size(
+        study, study.variants["mlp"], study.task.load(), CPU, 8, memory_mb
+    )
+    assert (size, [t.members for t in timings]) == expected

@@ -59,11 +59,43 @@ def _trials(folder):
 
 def test_pack_size_follows_train_pack(write_study):
     study = load_study(write_study({"train": {"pack": "off"}}))
-    assert pack_size(study, torch.device("cpu")) == 1
+    assert pack_size(study, torch.device("cuda"), lambda: 8) == 1
     study = load_study(write_study({"train": {"pack": 3}}))
-    assert pack_size(study, torch.device("cuda")) == 3
-    study = load_study(write_study({}))  # auto: alone until an idle machine measures a win
-    assert pack_size(study, torch.device("cpu")) == pack_size(study, torch.device("cuda")) == 1
+    assert pack_size(study, torch.device("cuda"), lambda: 8) == 3
+    study = load_study(write_study({}))  # auto: measured on a GPU, alone on the CPU
+    assert pack_size(study, torch.device("cuda"), lambda: 8) == 8
+    assert pack_size(study, torch.device("cpu"), lambda: 8) == pack_size(study, torch.device("cuda")) == 1
+
+
+def test_auto_asks_the_measurement_once_per_variant_and_packs_that_many(
+    cli, write_study, tmp_path, monkeypatch
+):
+    """The driver's side of ``train.pack: auto`` on a GPU (the device check let through here):
+    each variant measured once, for as many seeds as it plans; its trials packed that many at a
+    time, each recorded as alone."""
+    import ablate.drive.execution as execution
+    from ablate.training.packsize import Timing
+
+    asked = []
+
+    def measured(study, variant, data, device, most):
+        asked.append((variant.name, most))
+        return 2, [Timing(1, 0.010, 0.0), Timing(2, 0.012, 0.0)]
+
+    real = execution.pack_size
+    monkeypatch.setattr(
+        execution, "pack_size", lambda study, _device, measure: real(study, torch.device("cuda"), measure)
+    )
+    monkeypatch.setattr(execution, "measure_pack_size", measured)
+    monkeypatch.chdir(tmp_path)
+    study = write_study({**PATCH, "train": {"epochs": 2, "threads": 1}})
+    code, _, err = cli("run", str(study), "--quiet")
+    assert code == 0, err[-2000:]
+    assert sorted(asked) == [("base", 3), ("mlp", 3)]
+    assert "train.pack auto: base's seeds 2 a pack (member-steps/s 100 at 1, 167 at 2)" in err
+    _, runs = _trials(tmp_path / "runs" / "tiny")
+    packs = sorted(run.data.tags[PACK_TAG] for run in runs.values() if PACK_TAG in run.data.tags)
+    assert packs == ["0,1", "0,1", "0,1", "0,1"], packs  # seed 2 of each variant alone
 
 
 def test_pack_is_left_out_of_fingerprints(write_study):

@@ -196,13 +196,13 @@ def test_a_stop_in_a_command_without_a_line_of_its_own_is_one_line_and_status_13
     """`ablate report` rebuilding a report when SIGTERM (now a stop, as Ctrl-C) or Ctrl-C comes:
     one line naming the command, 130 — where Typer exited 130 without a word. The caller's
     SIGTERM handler is back after."""
-    from ablate.commands import running
+    from ablate.commands import reporting
 
     def stopped(*_args):
         stopping.request()  # SIGTERM arrives while the report is rebuilt
         stopping.check()  # its next safe point
 
-    monkeypatch.setattr(running, "rebuild_report", stopped)
+    monkeypatch.setattr(reporting, "rebuild_report", stopped)
     before = signal.getsignal(signal.SIGTERM)
     code, _, err = cli("report", write_study())
     assert code == 130 and err.splitlines() == ["interrupted: `ablate report` stopped before it finished"]

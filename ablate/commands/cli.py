@@ -287,7 +287,7 @@ def report(
 ) -> None:
     """Rebuild the report from the tracking store alone (no training)."""
     with stopping.stop_signals():  # a stop: at the next safe point (reading trials, figures, calibration)
-        from ablate.commands.running import rebuild_report
+        from ablate.commands.reporting import rebuild_report
 
         rebuild_report(study_file, overrides, output, reports, experiment, tracking_uri, trials)
 

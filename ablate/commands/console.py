@@ -20,11 +20,12 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from ablate_studies import STOPPED  # the entry point's, defined where it needs it before any import
-
 # Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+
+STOPPED = 130  # the exit status of a command stopped by Ctrl-C or SIGTERM (a shell's for SIGINT)
 
 
 class Commands(TyperGroup):

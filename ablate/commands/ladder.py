@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ablate.commands.across import report_dir, report_each
 from ablate.commands.console import err, out
 from ablate.errors import AblateError
 from ablate.study.ladder import per_rung, rung_folder
 from ablate.study.load import Study
-
-if TYPE_CHECKING:
-    from ablate.commands.planning import Plan
 
 
 def _folders(study: Study, rung: str, output: Path | None, reports: Path | None):
@@ -110,27 +107,3 @@ def write_ladder_report(
         out.print(f"ladder: {row.variant}: trend: {row.trend}", markup=False, highlight=False)
     out.print(f"ladder: {paths['md'].resolve()}", markup=False, highlight=False, soft_wrap=True)
     return paths
-
-
-def show_rung_plans(name: str, plans: dict[str, Plan]) -> None:
-    """`ablate plan` of a ladder: each rung's plan, what every rung shares said once — the lines
-    of the assumptions, and one table for rungs whose plans are alike (the same --sd and --effect
-    give every size the same plan) — then what the trend over the rungs can be tested on."""
-    from ablate.commands.planning import Plan, print_plan
-
-    alike: dict[tuple, list[str]] = {}
-    for rung, plan in plans.items():
-        alike.setdefault((tuple(plan.lines), tuple(plan.rows), plan.wall), []).append(rung)
-    shared = [
-        line for line in next(iter(plans.values())).lines if all(line in p.lines for p in plans.values())
-    ]
-    for line in shared:
-        out.print(line, markup=False, highlight=False, soft_wrap=True)
-    for (lines, rows, wall), rungs in alike.items():
-        question = plans[rungs[0]].title.split(": ", 1)[1]
-        which = f"rung {rungs[0]}" if len(rungs) == 1 else f"rungs {', '.join(rungs)} (each alike)"
-        own = [line for line in lines if line not in shared]
-        print_plan(Plan(f"{name}, {which}: {question}", own, list(rows), wall))
-    k = len(plans)
-    trend = f"its slope on {k - 2} df" if k >= 3 else "none: a trend needs ≥ 3 rungs"
-    out.print(f"ladder: {k} rungs, each planned alone; the trend over them: {trend}", markup=False)

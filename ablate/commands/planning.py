@@ -316,10 +316,8 @@ def show_plan(
         )
     study = load_study(study_file, check_files=False, overrides=overrides)
     if laddered(study) and pilot is None:  # each rung's plan: the noise given holds for every size
-        from ablate.commands.ladder import show_rung_plans
-
         rungs = per_rung(study, False).items()
-        return show_rung_plans(
+        return _show_rungs(
             study.name, {rung: plan_of(sub, effect, sd, None, simulations) for rung, sub in rungs}
         )
     one_rung(study, "ablate plan --pilot")  # a pilot is one rung's study
@@ -391,6 +389,30 @@ def print_plan(plan: Plan) -> None:
     for line in plan.lines:
         out.print(line, markup=False, highlight=False, soft_wrap=True)
     out.print(table)
+
+
+def _show_rungs(name: str, plans: dict[str, Plan]) -> None:
+    """`ablate plan` of a ladder: each rung's plan, what every rung shares said once — the lines
+    of the assumptions, and one table for rungs whose plans are alike (the same --sd and --effect
+    give every size the same plan) — then what the trend over the rungs can be tested on."""
+    from ablate.commands.console import out
+
+    alike: dict[tuple, list[str]] = {}
+    for rung, plan in plans.items():
+        alike.setdefault((tuple(plan.lines), tuple(plan.rows), plan.wall), []).append(rung)
+    shared = [
+        line for line in next(iter(plans.values())).lines if all(line in p.lines for p in plans.values())
+    ]
+    for line in shared:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+    for (lines, rows, wall), rungs in alike.items():
+        question = plans[rungs[0]].title.split(": ", 1)[1]
+        which = f"rung {rungs[0]}" if len(rungs) == 1 else f"rungs {', '.join(rungs)} (each alike)"
+        own = [line for line in lines if line not in shared]
+        print_plan(Plan(f"{name}, {which}: {question}", own, list(rows), wall))
+    k = len(plans)
+    trend = f"its slope on {k - 2} df" if k >= 3 else "none: a trend needs ≥ 3 rungs"
+    out.print(f"ladder: {k} rungs, each planned alone; the trend over them: {trend}", markup=False)
 
 
 def _show_total(name: str, plans: dict[str, Plan]) -> None:

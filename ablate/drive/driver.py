@@ -300,7 +300,9 @@ class Driver(FinalTrials):
         """Queued final trials of ``trial``'s variant claimed to train in its pack (``train.pack``)."""
         if queue.phase is not Phase.FINAL:
             return []
-        return claim_mates(self.study, self.execution.device, queue, trial, self.planned, self.worker_id)
+        variant = trial.user_attrs.get("variant")
+        size = self.execution.pack_size(variant, sum(v == variant for v, _ in self.planned))
+        return claim_mates(self.study, size, queue, trial, self.planned, self.worker_id)
 
     def _busy_elsewhere(self) -> bool:
         """Trials running in other workers (whose completion may unlock more work)."""

@@ -8,9 +8,11 @@ the checkpoint (a failed or pruned trial starts afresh when retried).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ import torch
 from optuna.trial import TrialState
 
 from ablate.drive.ledger import INTERRUPTED, fingerprint_of, fingerprints, trained_with
-from ablate.drive.packing import PACK_TAG
+from ablate.drive.packing import PACK_TAG, pack_size
 from ablate.errors import store_failure
 from ablate.faults import fault_point
 from ablate.model.variant import Variant
@@ -34,6 +36,7 @@ from ablate.tracking.store import Tracker
 from ablate.training import match as matching
 from ablate.training.own_trial import own_trial
 from ablate.training.packed import train_packed
+from ablate.training.packsize import measure_pack_size
 from ablate.training.preflight import preflight
 from ablate.training.trainer import (
     PRECISION_TAG,
@@ -179,6 +182,24 @@ class Execution:
         self.worker_id, self.checkpoint_s = worker_id, checkpoint_s
         self.device = resolve_device(study.spec.train.device)
         self._study_opened_at = -math.inf
+        self._pack_sizes: dict[str, int] = {}
+
+    def pack_size(self, variant: str, most: int) -> int:
+        """``train.pack`` for this worker's final trials of ``variant`` (at most ``most``): under
+        ``auto`` on a GPU measured once per variant (:mod:`ablate.training.packsize`), said in a line."""
+        if variant not in self._pack_sizes:
+            measured = functools.partial(self._measured, variant, most)  # called only where auto meets a GPU
+            self._pack_sizes[variant] = pack_size(self.study, self.device, measured)
+        return self._pack_sizes[variant]
+
+    def _measured(self, variant: str, most: int) -> int:
+        if self.study.task.runs_trials or variant not in self.study.variants:
+            return 1
+        spec = self.study.variants[variant]
+        size, timings = measure_pack_size(self.study, spec, self.data.get(), self.device, most)
+        rates = ", ".join(f"{t.rate:.3g} at {t.members}" for t in timings) or "its model does not stack"
+        print(f"train.pack auto: {variant}'s seeds {size} a pack (member-steps/s {rates})", file=sys.stderr)
+        return size
 
     def start_run(
         self,

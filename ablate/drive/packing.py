@@ -4,14 +4,15 @@
 ``off`` never packs; a number packs up to that many anywhere (members' steps stacked on a GPU,
 :mod:`ablate.training.stacked`; members step at once on a CPU with several torch threads, one
 single-threaded stream each; they take turns elsewhere: exact, but no faster). ``auto`` is the
-driver's choice, made where packing measures faster; so far that is nowhere: on a GPU the stacked
-step is not measured yet, and on the CPU the one side-by-side (issue 57, benchmarks/RESULTS.md
-"Packed trials on the CPU") ran on a crowded machine, where packing won 2–5×, while session 12's
-idle figures bound its gain at micro_batches 4 to about 1.2×. Until an idle run says where it
-wins, ``auto`` trains each trial alone.
+driver's choice: on a GPU the size measured fastest for the variant's model
+(:mod:`ablate.training.packsize`, once per variant and worker); on the CPU 1, since the idle
+side-by-side (issue 57, benchmarks/RESULTS.md "Packed trials on the CPU") gained 1.08× for two
+SASRec ML-1M seeds at the study's micro_batches 4, and stacking ran 0.75–0.89× a trial alone.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import optuna
 import torch
@@ -25,23 +26,24 @@ from ablate.study.load import Study
 PACK_TAG = "ablate.packed_with"
 
 
-def pack_size(study: Study, device: torch.device) -> int:
-    """How many final trials of one variant a worker trains at once (``train.pack``)."""
+def pack_size(study: Study, device: torch.device, measure: Callable[[], int] | None = None) -> int:
+    """How many final trials of one variant a worker trains at once (``train.pack``); ``measure``:
+    the size measured fastest on this worker's GPU (what ``auto`` takes there)."""
     pack = study.spec.train.pack
     if pack == "off":
         return 1
     if pack == "auto":
-        return 1  # see the module's docstring: no measured win on an idle machine yet
+        return measure() if measure is not None and device.type == "cuda" else 1
     return int(pack)
 
 
 def claim_mates(
-    study: Study, device: torch.device, queue: Queue, taken: optuna.Trial, planned: list[Key], worker: str
+    study: Study, size: int, queue: Queue, taken: optuna.Trial, planned: list[Key], worker: str
 ) -> list[optuna.Trial]:
-    """Queued final trials of ``taken``'s variant claimed for its pack, up to :func:`pack_size` in
-    all, each as wanted as ``taken`` (:func:`~.ledger.drop_reason`) and marked as ``worker``'s. A
-    task that trains its own model (``function``) never packs."""
-    count = pack_size(study, device) - 1
+    """Queued final trials of ``taken``'s variant claimed for its pack, up to ``size`` in all
+    (:func:`pack_size`), each as wanted as ``taken`` (:func:`~.ledger.drop_reason`) and marked as
+    ``worker``'s. A task that trains its own model (``function``) never packs."""
+    count = size - 1
     if count < 1 or study.task.runs_trials:
         return []
     variant = taken.user_attrs.get("variant")
