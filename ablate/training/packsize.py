@@ -1,9 +1,10 @@
 """How many seeds of a variant a GPU trains as one stacked pack under ``train.pack: auto``,
 measured: stacked steps of 1, 2, 4, … copies of the variant's model on the worker's device, each
 size timed over a few steps of real batches, doubling while the member-steps per second grow by
-at least :data:`MIN_GAIN` and the next size's memory fits (:data:`HEADROOM` of what the device
-has), the fastest size kept. A size's peak is measured, the next one's predicted at twice it, and
-an out-of-memory step ends the search at the size before. The copies train throwaway generators
+at least :data:`MIN_GAIN` and the next size's memory fits (:data:`HEADROOM` of what other
+processes leave free: several workers may share the GPU, ``--per-gpu``), the fastest size kept.
+A size's peak is measured, the next one's predicted at twice it, and an out-of-memory step ends
+the search at the size before (a pack that meets it later trains its members again alone). The copies train throwaway generators
 and the process's global random states are restored, so no trial's draws move.
 
 A model that does not stack (:func:`~ablate.training.stacked.stacker` says why) gets 1: its
@@ -62,16 +63,17 @@ def measure_pack_size(
     clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[int, list[Timing]]:
     """The pack size for ``variant`` on ``device`` (at most ``most``) and the timings it read.
-    ``memory_mb``: what a pack may use (default: :data:`HEADROOM` of the device's total memory on
-    CUDA; unbounded elsewhere)."""
+    ``memory_mb``: what a pack may use (default on CUDA: :data:`HEADROOM` of the memory free of
+    other processes, as workers sharing the GPU leave it; unbounded elsewhere)."""
     before = GlobalStates.capture()
     try:
         run = _Run(study, Trainer.start(study, variant, 0, data, device), data, device)
         found, _ = stacker(run)
         if found is None or most < 2:
             return 1, []
-        if memory_mb is None and device.type == "cuda":
-            memory_mb = HEADROOM * torch.cuda.get_device_properties(device).total_memory / 2**20
+        if memory_mb is None and device.type == "cuda":  # what other processes on the GPU leave free
+            free, _ = torch.cuda.mem_get_info(device)
+            memory_mb = HEADROOM * (free + torch.cuda.memory_reserved(device)) / 2**20
         timings: list[Timing] = []
         members = 1
         while members <= most:
