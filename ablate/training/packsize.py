@@ -4,8 +4,9 @@ size timed over a few steps of real batches, doubling while the member-steps per
 at least :data:`MIN_GAIN` and the next size's memory fits (:data:`HEADROOM` of what other
 processes leave free: several workers may share the GPU, ``--per-gpu``), the fastest size kept.
 A size's peak is measured, the next one's predicted at twice it, and an out-of-memory step ends
-the search at the size before (a pack that meets it later trains its members again alone). The copies train throwaway generators
-and the process's global random states are restored, so no trial's draws move.
+the search at the size before (a pack that meets it later trains its members again alone). The
+copies train throwaway generators and the process's global random states are restored, so no
+trial's draws move.
 
 A model that does not stack (:func:`~ablate.training.stacked.stacker` says why) gets 1: its
 members would take turns, no faster than trials alone.
