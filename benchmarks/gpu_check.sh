@@ -41,7 +41,7 @@ python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . > "$OUT
 export ABLATE_DATA_MIRROR=$PWD/.data PYTHONUNBUFFERED=1
 nvidia-smi -L | tee "$OUT/device.txt"
 python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$OUT/device.txt"
-timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_cuda.py -k "packed or stacked" 2>&1 |
+timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_cuda.py -k "packed or stacked or auto" 2>&1 |
     tee "$OUT/test_cuda.log" | tail -15
 timeout 200 python3 benchmarks/stacked.py --device cuda --precision bf16 --k 1 8 32 --steps 20 --reps 3 \
     --exact 0 --no-write 2>&1 | tee "$OUT/stacked.log" | tail -15

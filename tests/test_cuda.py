@@ -212,6 +212,20 @@ def test_stacked_members_equal_their_trials_alone_on_cuda(precision, determinist
     _assert_members_alone(packed, alone, **tolerance)
 
 
+def test_auto_measures_its_pack_size_on_cuda(deterministic):
+    """``train.pack: auto`` on a GPU: stacked packs timed and their memory read (the peaks grow
+    with the members), a size chosen among those timed, the random states left as they were."""
+    from ablate.training.packsize import measure_pack_size
+
+    study = tiny_study(SASREC, 1, "task.jagged=false", "train.micro_batches=1")
+    before = torch.cuda.get_rng_state()
+    size, timings = measure_pack_size(study, study.variants["base"], study.task.load(), CUDA, 8)
+    assert torch.equal(torch.cuda.get_rng_state(), before)
+    assert size in [t.members for t in timings] and timings[0].members == 1
+    peaks = [t.peak_mb for t in timings]
+    assert all(p > 0 for p in peaks) and peaks == sorted(peaks), timings
+
+
 def _assert_members_alone(packed, alone, rel=1e-5, abs=1e-6):
     for member, trial in zip(packed, alone, strict=True):
         assert not isinstance(member, Exception), member

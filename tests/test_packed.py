@@ -416,6 +416,7 @@ def test_auto_measures_stacked_packs_and_leaves_every_draw_where_it_was(write_st
         ({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, 300.0, (2, [1, 2])),  # 2 × 200 MiB predicted at 4: no room
         ({1: 1.0, 2: 1.0, 4: None, 8: 1.0}, None, (2, [1, 2])),  # out of memory at 4
         ({1: 1.0, 2: 2.1, 4: 1.0, 8: 1.0}, None, (1, [1, 2])),  # 2 slower than alone
+        ({1: 1.0, 2: 1.9, 4: 1.0, 8: 1.0}, None, (1, [1, 2])),  # 2 faster, but by under 10 %
     ],
 )
 def test_auto_doubles_while_it_gains_and_fits(write_study, monkeypatch, seconds, memory_mb, expected):

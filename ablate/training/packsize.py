@@ -2,7 +2,7 @@
 measured: stacked steps of 1, 2, 4, … copies of the variant's model on the worker's device, each
 size timed over a few steps of real batches, doubling while the member-steps per second grow by
 at least :data:`MIN_GAIN` and the next size's memory fits (:data:`HEADROOM` of what other
-processes leave free: several workers may share the GPU, ``--per-gpu``), the fastest size kept.
+processes leave free: several workers may share the GPU, ``--per-gpu``); the last size that gained is kept.
 A size's peak is measured, the next one's predicted at twice it, and an out-of-memory step ends
 the search at the size before (a pack that meets it later trains its members again alone). The
 copies train throwaway generators and the process's global random states are restored, so no
@@ -48,12 +48,6 @@ class Timing:
         return self.members / self.seconds
 
 
-def choose(timings: list[Timing]) -> int:
-    """The size with the most member-steps per second among ``timings`` (ascending sizes, each
-    measured because the one before gained enough); ties to the smaller."""
-    return max(timings, key=lambda t: (t.rate, -t.members)).members
-
-
 def measure_pack_size(
     study: Study,
     variant: Variant,
@@ -76,18 +70,20 @@ def measure_pack_size(
             free, _ = torch.cuda.mem_get_info(device)
             memory_mb = HEADROOM * (free + torch.cuda.memory_reserved(device)) / 2**20
         timings: list[Timing] = []
-        members = 1
+        size = members = 1
         while members <= most:
             try:
                 timing = _time(run, found, members, device, clock)
             except torch.OutOfMemoryError:
                 break
             timings.append(timing)
-            gained = len(timings) < 2 or timing.rate >= MIN_GAIN * timings[-2].rate
-            if not gained or (memory_mb is not None and 2 * timing.peak_mb > memory_mb):
+            if len(timings) > 1 and timing.rate < MIN_GAIN * timings[-2].rate:
+                break  # not worth a bigger pack: the size before stays
+            size = members
+            if memory_mb is not None and 2 * timing.peak_mb > memory_mb:
                 break
             members *= 2
-        return (choose(timings) if timings else 1), timings
+        return size, timings
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
