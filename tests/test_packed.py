@@ -331,9 +331,10 @@ TINY_DATA = {
 
 
 @pytest.mark.parametrize("name, variant", KINDS, ids=[n for n, _ in KINDS])
-def test_each_kind_of_model_stacks_as_its_trials_alone(name, variant, stackers):
+def test_each_kind_of_model_stacks_as_its_trials_alone(name, variant, stackers, shared_forwards):
     """Float64 where the task's data allow it (the synthetic series and tables are float32: there
-    to 1e-5), dropout as the study sets it: every step stacked, the members their trials alone."""
+    to 1e-5), dropout as the study sets it: every step stacked and every evaluation's forward
+    shared, the members their trials alone."""
     path = Path(__file__).resolve().parents[1] / "studies" / f"{name}.yaml"
     kind = yaml.safe_load(path.read_text())["task"]["kind"]
     schedule = ["train.epochs=2", "train.eval_every=1", "train.patience=null", "train.second_stage=null"]
@@ -350,6 +351,7 @@ def test_each_kind_of_model_stacks_as_its_trials_alone(name, variant, stackers):
     finally:
         torch.set_default_dtype(torch.float32)
     assert stackers[0] is not None and stackers[0].steps["in turns"] == 0
+    assert shared_forwards and all(o.counts["stacked"] > 0 and o.counts["own"] == 0 for o in shared_forwards)
     tolerance = {"rel": 1e-12, "abs": 1e-14} if wide else {"rel": 1e-5, "abs": 1e-6}
     for a, b in zip(packed, alone, strict=True):
         assert [(e, k) for e, k, _ in a.curves] == [(e, k) for e, k, _ in b.curves]
@@ -433,3 +435,81 @@ def test_auto_doubles_while_it_gains_and_fits(write_study, monkeypatch, seconds,
         study, study.variants["mlp"], study.task.load(), CPU, 8, memory_mb
     )
     assert (size, [t.members for t in timings]) == expected
+
+
+@pytest.fixture
+def shared_forwards(monkeypatch):
+    """The SharedForwards each evaluation of a stacked pack opens, as the pack opened them."""
+    import ablate.training.packed as packed
+    from ablate.training.shared_eval import SharedForwards
+
+    opened = []
+
+    class Kept(SharedForwards):
+        def __enter__(self):
+            opened.append(self)
+            return super().__enter__()
+
+    monkeypatch.setattr(packed, "SharedForwards", Kept)
+    return opened
+
+
+def test_a_stacked_packs_evaluations_share_one_forward_per_batch(write_study, float64, shared_forwards):
+    """Every validation and the final evaluations of a stacked pack: the first member's forward
+    on a batch runs once for all members, the others take their slices; the members' numbers
+    are their trials alone (to 1e-12 in float64)."""
+    study = load_study(write_study({**STACKED, "train": {"epochs": 3, "patience": 10}}))
+    data = study.task.load()
+    packed = train_packed(study, study.variants["mlp"], SEEDS, data, CPU, stacked=True)
+    _assert_close(packed, _alone(study, data))
+    assert len(shared_forwards) == 3 + 1  # each epoch's validation, then the final evaluations
+    for opened in shared_forwards:
+        assert opened.counts["stacked"] > 0 and opened.counts["own"] == 0
+        assert opened.counts["shared"] == 2 * opened.counts["stacked"]  # three members
+
+
+def test_shared_forwards_answer_each_member_as_its_own_model_would():
+    """Calls in the members' order, out of it, on inputs only one member sees, with keyword
+    arguments: each answer is the member's own forward's."""
+    from ablate.training.shared_eval import SharedForwards
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner, self.outer = torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)
+
+        def forward(self, x, scale=1.0):
+            return self.outer(torch.tanh(self.inner(x))) * scale
+
+    torch.manual_seed(0)
+    models = [Net().double().eval() for _ in range(3)]
+    skeleton = Net().double().to("meta")
+    inputs = [
+        torch.randn(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(i)) for i in range(3)
+    ]
+    own = [[type(m).forward(m, x, scale=2.0) for x in inputs] for m in models]
+    calls = [(0, 0), (0, 1), (1, 1), (1, 0), (2, 0), (2, 1), (2, 2)]  # member 2 alone sees input 2
+    with torch.no_grad(), SharedForwards(skeleton, models) as shared:
+        for j, i in calls:
+            torch.testing.assert_close(models[j](inputs[i], scale=2.0), own[j][i], rtol=1e-12, atol=1e-14)
+    assert shared.counts == {"stacked": 3, "shared": 4, "own": 0}
+    assert all("forward" not in vars(m) for m in models)  # each model's own forward back
+
+
+def test_shared_forwards_that_vmap_cannot_run_are_each_members_own():
+    from ablate.training.shared_eval import SharedForwards
+
+    class Reads(torch.nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * float(self.weight.sum())  # a value read: no batching rule
+
+    torch.manual_seed(0)
+    models = [Reads(4, 2).double().eval() for _ in range(2)]
+    x = torch.randn(3, 4, dtype=torch.float64)
+    with torch.no_grad(), SharedForwards(Reads(4, 2).double().to("meta"), models) as shared:
+        answers = [models[j](x) for j in (0, 1, 0)]
+    for answer, j in zip(answers, (0, 1, 0), strict=True):
+        torch.testing.assert_close(
+            answer, torch.nn.Linear.forward(models[j], x) * float(models[j].weight.sum())
+        )
+    assert shared.counts == {"stacked": 0, "shared": 0, "own": 3}

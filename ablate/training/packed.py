@@ -18,7 +18,8 @@ elsewhere the members take turns: exact, but no faster than one trial after anot
 On a GPU (or where asked: ``stacked=True``) the members' steps are stacked instead
 (:mod:`ablate.training.stacked`): their parameters stacked along a leading axis and the model's
 forward run once for all of them under ``vmap``, each member's loss, dropout keys, gradients and
-update its own. A model that cannot be stacked (what :func:`~ablate.training.stacked.stacker`
+update its own, and their evaluations' forwards shared (:mod:`ablate.training.shared_eval`). A
+model that cannot be stacked (what :func:`~ablate.training.stacked.stacker`
 says, in one warning line) takes turns.
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +43,7 @@ from ablate.tasks import cpu_streams
 from ablate.training.checkpoints import Checkpoint
 from ablate.training.memory import PeakMemory
 from ablate.training.randomness import GlobalStates
+from ablate.training.shared_eval import SharedForwards
 from ablate.training.stacked import Stacker, stacker, train_stacked
 from ablate.training.trainer import EpochCallback, Trainer, TrialResult, TrialRun
 
@@ -138,6 +141,15 @@ def _stacking(built: list[Member], device: torch.device, stacked: bool | None) -
     return found
 
 
+def _evaluating(stacking: Stacker | None, members: list[Member]) -> AbstractContextManager:
+    """Where the pack's steps are stacked, its members' evaluations share their forwards
+    (:class:`~ablate.training.shared_eval.SharedForwards`)."""
+    models = [m.run.model for m in members if m.failure is None and m.run is not None]
+    if stacking is None or len(models) < 2:
+        return nullcontext()
+    return SharedForwards(stacking.skeleton, models)
+
+
 def train_packed(
     study: Study,
     variant: Variant,
@@ -188,9 +200,13 @@ def train_packed(
             else:
                 for member in active:
                     member.phase(TrialRun.train_epoch)
-            for member in active:
-                member.phase(lambda run: run.end_epoch(memory))
+            with _evaluating(stacking, active):
+                for member in active:
+                    member.phase(lambda run: run.end_epoch(memory))
         for member in members:
-            member.phase(TrialRun.evaluate_best)
+            member.phase(TrialRun.restore_best)
+        with _evaluating(stacking, members):
+            for member in members:
+                member.phase(TrialRun.evaluate_final)
     caller.restore()
     return [m.failure if m.failure is not None else m.run.result(memory) for m in members]

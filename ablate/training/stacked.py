@@ -182,13 +182,6 @@ class Stacker:
         if stacked is None:
             return self._in_turns(runs, states, batches)
         models = [run.trainer.model for run in runs]
-        # A parameter tied across modules (tables every block shares) is one stacked tensor under all
-        # its names: the skeleton's copy on the meta device does not keep the ties.
-        first: dict[int, str] = {}
-        aliases = {
-            n: first.setdefault(id(p), n) for n, p in models[0].named_parameters(remove_duplicate=False)
-        }
-        names = list(first.values())
         # Each member's keys from its own CPU random state, as it draws them alone; the state moves on
         # once the forward has run (else the step runs in turns, drawing them itself).
         generators = [state.cpu_generator() for state in states]
@@ -198,13 +191,8 @@ class Stacker:
                 keys.append([int(dropout_key()) for _ in range(self.keys)])
         device = next(models[0].parameters()).device
         key_tensor = torch.tensor(keys, dtype=torch.int64, device=device).reshape(len(runs), self.keys)
-        params = {
-            n: torch.stack([m.get_parameter(n).detach() for m in models]).requires_grad_(
-                models[0].get_parameter(n).requires_grad
-            )
-            for n in names
-        }
-        buffers = {n: torch.stack([m.get_buffer(n) for m in models]) for n, _ in models[0].named_buffers()}
+        aliases, params, buffers = stack_weights(models, grad=True)
+        names = list(params)
         autocast = runs[0].trainer.autocast
         try:
             with autocast:
@@ -249,6 +237,25 @@ class Stacker:
             elif isinstance(loss, Tensor):
                 losses[j] = loss.detach()
         return losses
+
+
+def stack_weights(
+    models: Sequence[nn.Module], grad: bool
+) -> tuple[dict[str, str], dict[str, Tensor], dict[str, Tensor]]:
+    """The members' weights stacked along a leading axis: every parameter's name → the name it
+    is stacked under (a parameter tied across modules, as tables every block shares, is one
+    stacked tensor under all its names: the skeleton's copy on the meta device does not keep the
+    ties), the stacked parameters (``grad``: needing gradients where the members' do) and buffers."""
+    first: dict[int, str] = {}
+    aliases = {n: first.setdefault(id(p), n) for n, p in models[0].named_parameters(remove_duplicate=False)}
+    params = {
+        n: torch.stack([m.get_parameter(n).detach() for m in models]).requires_grad_(
+            grad and models[0].get_parameter(n).requires_grad
+        )
+        for n in first.values()
+    }
+    buffers = {n: torch.stack([m.get_buffer(n) for m in models]) for n, _ in models[0].named_buffers()}
+    return aliases, params, buffers
 
 
 def _alone(run: TrialRun, state: GlobalStates, batch: Any) -> Tensor | Exception:

@@ -384,9 +384,17 @@ class TrialRun:
 
     def evaluate_best(self) -> None:
         """The best epoch's weights back, evaluated on the validation and test splits."""
-        study, train, progress = self.study, self.study.spec.train, self.progress
-        if progress.best_state is not None:
-            self.model.load_state_dict(progress.best_state)
+        self.restore_best()
+        self.evaluate_final()
+
+    def restore_best(self) -> None:
+        if self.progress.best_state is not None:
+            self.model.load_state_dict(self.progress.best_state)
+
+    def evaluate_final(self) -> None:
+        """The model as it is (the best epoch's: :meth:`restore_best`) on the validation and test
+        splits: the trial's final numbers and per-unit results."""
+        study, train = self.study, self.study.spec.train
         fault_point("evaluate")
         rows = train.eval_rows(self.device)
         valid = study.task.evaluate(self.model, self.data, "valid", study.metrics, self.device, rows)
