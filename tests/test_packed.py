@@ -513,3 +513,21 @@ def test_shared_forwards_that_vmap_cannot_run_are_each_members_own():
             answer, torch.nn.Linear.forward(models[j], x) * float(models[j].weight.sum())
         )
     assert shared.counts == {"stacked": 0, "shared": 0, "own": 3}
+
+
+def test_shared_forwards_keep_at_most_their_budget_of_outputs(monkeypatch):
+    """Outputs wait for the members yet to take them up to a budget; past it, calls are answered
+    by each member's own model (an lm's evaluation could keep GiBs otherwise)."""
+    import ablate.training.shared_eval as shared_eval
+
+    monkeypatch.setattr(shared_eval, "KEPT_BYTES", 2 * (2 * 5 * 2 * 8))  # two inputs' outputs, 2 members
+    models = [torch.nn.Linear(4, 2).double().eval() for _ in range(2)]
+    inputs = [torch.randn(5, 4, dtype=torch.float64) for _ in range(3)]
+    with torch.no_grad(), shared_eval.SharedForwards(torch.nn.Linear(4, 2).to("meta"), models) as shared:
+        answers = [[models[j](x) for x in inputs] for j in (0, 1)]
+    for j in (0, 1):
+        for x, answer in zip(inputs, answers[j], strict=True):
+            torch.testing.assert_close(answer, torch.nn.Linear.forward(models[j], x))
+    # member 0: two inputs stacked, the budget full at the third (its own); member 1 takes its two
+    # slices, which frees the budget, and stacks the third again
+    assert shared.counts == {"stacked": 3, "shared": 2, "own": 1}

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map
 
 from ablate import fastpaths
 from ablate.training.stacked import stack_weights
@@ -60,6 +60,13 @@ class _Answer:
     waiting: set[int]
 
 
+# The outputs kept for members yet to take them: the first member evaluates the whole split
+# before the next begins, so the others' slices wait (a seqrec evaluation's last positions are
+# ~1 MiB a member on ML-1M; an lm's hidden states of every token could be GiBs). Past this, calls
+# are each member's own.
+KEPT_BYTES = 512 * 2**20
+
+
 class SharedForwards:
     """Within ``with``: ``models``' forward calls answered from one stacked forward per input
     (``skeleton``: the pack's model on the meta device). ``counts``: calls answered stacked, from
@@ -86,7 +93,7 @@ class SharedForwards:
     def answer(self, j: int, args: tuple, kwargs: dict) -> Any:
         with self._lock:
             found = self._find(j, args, kwargs)
-            if found is None and not self._broken:
+            if found is None and not self._broken and self._kept() < KEPT_BYTES:
                 found = self._stack(args, kwargs)
                 if found is not None:
                     self._answers.append(found)
@@ -109,6 +116,9 @@ class SharedForwards:
             if j in waiting.waiting and _same(waiting.args, args) and _same(waiting.kwargs, kwargs):
                 return waiting
         return None
+
+    def _kept(self) -> int:
+        return sum(t.nbytes for a in self._answers for t in tree_leaves(a.outputs) if isinstance(t, Tensor))
 
     def _stack(self, args: tuple, kwargs: dict) -> _Answer | None:
         aliases = self._aliases
