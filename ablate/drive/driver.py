@@ -296,13 +296,19 @@ class Driver(FinalTrials):
             return queue, trial
         return None
 
-    def _mates(self, queue: Queue, trial: optuna.Trial) -> list[optuna.Trial]:
-        """Queued final trials of ``trial``'s variant claimed to train in its pack (``train.pack``)."""
+    def _pack_size(self, trial: optuna.Trial, measure: bool) -> int | None:
+        """``train.pack`` for ``trial``'s variant; None: to be measured, and ``measure`` False."""
+        variant = trial.user_attrs.get("variant")
+        return self.execution.pack_size(variant, sum(v == variant for v, _ in self.planned), measure)
+
+    def _mates(self, queue: Queue, trial: optuna.Trial) -> list[optuna.Trial] | None:
+        """Queued final trials of ``trial``'s variant claimed to train in its pack (``train.pack``);
+        None where its size is still to be measured."""
         if queue.phase is not Phase.FINAL:
             return []
-        variant = trial.user_attrs.get("variant")
-        size = self.execution.pack_size(variant, sum(v == variant for v, _ in self.planned))
-        return claim_mates(self.study, size, queue, trial, self.planned, self.worker_id)
+        if (size := self._pack_size(trial, measure=False)) is None:
+            return None
+        return claim_mates(self.study, size, queue, trial, self.planned, self.worker_id, self._seen_by_key)
 
     def _busy_elsewhere(self) -> bool:
         """Trials running in other workers (whose completion may unlock more work)."""
@@ -364,6 +370,10 @@ class Driver(FinalTrials):
                 stopping.check()  # a stop asked while waiting for the lock takes no new trial
                 popped = self._next()
                 mates = self._mates(*popped) if popped else []
+            if popped and mates is None:  # the pack's size measured first, outside the lock
+                self._pack_size(popped[1], measure=True)
+                with self.stores.queue_lock():
+                    mates = self._mates(*popped)
             if popped is None:
                 if wait_for_others and self._busy_elsewhere():
                     stopping.sleep(POLL_S)

@@ -184,15 +184,21 @@ class Execution:
         self._study_opened_at = -math.inf
         self._pack_sizes: dict[str, int] = {}
 
-    def pack_size(self, variant: str, most: int) -> int:
+    def pack_size(self, variant: str, most: int, measure: bool = True) -> int | None:
         """``train.pack`` for this worker's final trials of ``variant`` (at most ``most``): under
-        ``auto`` on a GPU measured once per variant (:mod:`ablate.training.packsize`), said in a line."""
+        ``auto`` on a GPU measured once per variant (:mod:`ablate.training.packsize`), said in a
+        line; None where that is still to do and ``measure`` is False (the caller holds the lock)."""
         if variant not in self._pack_sizes:
-            measured = functools.partial(self._measured, variant, most)  # called only where auto meets a GPU
-            self._pack_sizes[variant] = pack_size(self.study, self.device, measured)
+            measured = functools.partial(self._measured, variant, most, measure)  # where auto meets a GPU
+            size = pack_size(self.study, self.device, measured)
+            if size is None:
+                return None
+            self._pack_sizes[variant] = size
         return self._pack_sizes[variant]
 
-    def _measured(self, variant: str, most: int) -> int:
+    def _measured(self, variant: str, most: int, measure: bool) -> int | None:
+        if not measure:
+            return None
         if self.study.task.runs_trials or variant not in self.study.variants:
             return 1
         spec = self.study.variants[variant]

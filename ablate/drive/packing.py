@@ -12,11 +12,11 @@ SASRec ML-1M seeds at the study's micro_batches 4, and stacking ran 0.75â€“0.89Ã
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import optuna
 import torch
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from ablate.drive.ledger import Key, drop_reason, key_of
 from ablate.drive.queue import Queue
@@ -26,9 +26,11 @@ from ablate.study.load import Study
 PACK_TAG = "ablate.packed_with"
 
 
-def pack_size(study: Study, device: torch.device, measure: Callable[[], int] | None = None) -> int:
+def pack_size(
+    study: Study, device: torch.device, measure: Callable[[], int | None] | None = None
+) -> int | None:
     """How many final trials of one variant a worker trains at once (``train.pack``); ``measure``:
-    the size measured fastest on this worker's GPU (what ``auto`` takes there)."""
+    the size measured on this worker's GPU (what ``auto`` takes there; None: not measured yet)."""
     pack = study.spec.train.pack
     if pack == "off":
         return 1
@@ -38,24 +40,33 @@ def pack_size(study: Study, device: torch.device, measure: Callable[[], int] | N
 
 
 def claim_mates(
-    study: Study, size: int, queue: Queue, taken: optuna.Trial, planned: list[Key], worker: str
+    study: Study,
+    size: int,
+    queue: Queue,
+    taken: optuna.Trial,
+    planned: list[Key],
+    worker: str,
+    seen: Mapping[Key | None, list[FrozenTrial]],
 ) -> list[optuna.Trial]:
     """Queued final trials of ``taken``'s variant claimed for its pack, up to ``size`` in all
     (:func:`pack_size`), each as wanted as ``taken`` (:func:`~.ledger.drop_reason`) and marked as
-    ``worker``'s. A task that trains its own model (``function``) never packs."""
+    ``worker``'s. A task that trains its own model (``function``) never packs. The candidates are
+    the waiting trials of the worker's last read of the queue by key (``seen``), not a new read
+    (a take costs the same at any queue size, issue 56): one another worker took since fails its
+    claim."""
     count = size - 1
     if count < 1 or study.task.runs_trials:
         return []
     variant = taken.user_attrs.get("variant")
-    trials = queue.trials()
+    ours = [t for key, trials in seen.items() if key is not None and key[0] == variant for t in trials]
     mates: list[optuna.Trial] = []
-    for candidate in trials:
+    for candidate in sorted(ours, key=lambda t: t.number):
         if len(mates) >= count:
             break
         key = key_of(candidate)
-        if candidate.state != TrialState.WAITING or key is None or key[0] != variant:
+        if candidate.state != TrialState.WAITING or candidate.number == taken.number:
             continue
-        if candidate.number == taken.number or drop_reason(trials, candidate.number, key, planned):
+        if drop_reason(seen[key], candidate.number, key, planned):
             continue
         trial = queue.claim(candidate)
         if trial is not None:
