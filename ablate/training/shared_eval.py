@@ -69,8 +69,10 @@ KEPT_BYTES = 512 * 2**20
 
 class SharedForwards:
     """Within ``with``: ``models``' forward calls answered from one stacked forward per input
-    (``skeleton``: the pack's model on the meta device). ``counts``: calls answered stacked, from
-    a stacked forward another member ran, and by the member's own model."""
+    (``skeleton``: the pack's model on the meta device). ``models`` in the order they evaluate:
+    an input's stacked forward is kept for the members after the one that ran it (the last member
+    runs its own), so one that calls out of that order runs its own too. ``counts``: calls
+    answered stacked, from a stacked forward another member ran, and by the member's own model."""
 
     def __init__(self, skeleton: nn.Module, models: Sequence[nn.Module]):
         self.skeleton, self.models = skeleton, list(models)
@@ -93,8 +95,9 @@ class SharedForwards:
     def answer(self, j: int, args: tuple, kwargs: dict) -> Any:
         with self._lock:
             found = self._find(j, args, kwargs)
-            if found is None and not self._broken and self._kept() < KEPT_BYTES:
-                found = self._stack(args, kwargs)
+            later = j < len(self.models) - 1  # members evaluate in order: the last one shares with no one
+            if found is None and later and not self._broken and self._kept() < KEPT_BYTES:
+                found = self._stack(j, args, kwargs)
                 if found is not None:
                     self._answers.append(found)
                     self.counts["stacked"] += 1
@@ -120,7 +123,7 @@ class SharedForwards:
     def _kept(self) -> int:
         return sum(t.nbytes for a in self._answers for t in tree_leaves(a.outputs) if isinstance(t, Tensor))
 
-    def _stack(self, args: tuple, kwargs: dict) -> _Answer | None:
+    def _stack(self, j: int, args: tuple, kwargs: dict) -> _Answer | None:
         aliases = self._aliases
 
         def forward(params: dict[str, Tensor], buffers: dict[str, Tensor]) -> Any:
@@ -134,7 +137,7 @@ class SharedForwards:
         except Exception:  # noqa: BLE001 - whatever vmap cannot run, each member answers alone
             self._broken = True
             return None
-        return _Answer(args, kwargs, outputs, set(range(len(self.models))))
+        return _Answer(args, kwargs, outputs, set(range(j, len(self.models))))  # ``j`` and those after
 
 
 class _Member:
