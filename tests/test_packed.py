@@ -502,7 +502,7 @@ def test_shared_forwards_that_vmap_cannot_run_are_each_members_own():
 
     class Reads(torch.nn.Linear):
         def forward(self, x):
-            return super().forward(x) * float(self.weight.sum())  # a value read: no batching rule
+            return super().forward(x) * float(self.weight.detach().sum())  # a value read: no batching rule
 
     torch.manual_seed(0)
     models = [Reads(4, 2).double().eval() for _ in range(2)]
@@ -511,7 +511,7 @@ def test_shared_forwards_that_vmap_cannot_run_are_each_members_own():
         answers = [models[j](x) for j in (0, 1, 0)]
     for answer, j in zip(answers, (0, 1, 0), strict=True):
         torch.testing.assert_close(
-            answer, torch.nn.Linear.forward(models[j], x) * float(models[j].weight.sum())
+            answer, torch.nn.Linear.forward(models[j], x) * float(models[j].weight.detach().sum())
         )
     assert shared.counts == {"stacked": 0, "shared": 0, "own": 3}
 

@@ -25,7 +25,7 @@ from torch.func import functional_call
 from torch.utils._pytree import tree_leaves, tree_map
 
 from ablate import fastpaths
-from ablate.training.stacked import stack_weights
+from ablate.training.stacked import quiet_fallbacks, stack_weights
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -132,7 +132,7 @@ class SharedForwards:
 
         self.skeleton.train(self.models[0].training)
         try:
-            with fastpaths.fast_paths(kernels=False):
+            with fastpaths.fast_paths(kernels=False), quiet_fallbacks():
                 outputs = torch.vmap(forward)(self._params, self._buffers)
         except Exception:  # noqa: BLE001 - whatever vmap cannot run, each member answers alone
             self._broken = True

@@ -30,6 +30,7 @@ import copy
 import dataclasses
 import warnings
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -115,6 +116,15 @@ class _Unstacked:
     __hash__ = object.__hash__
 
 
+@contextmanager
+def quiet_fallbacks() -> Iterator[None]:
+    """vmap's warning that an op without a batching rule (the CPU's flash attention) runs member
+    by member: slower, not wrong, and said at every stacked forward's first use of it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="There is a performance drop")
+        yield
+
+
 class Stacker:
     """The stacked step of a pack's members (built by :func:`stacker`); ``keys``: the dropout
     keys one member's forward takes."""
@@ -167,7 +177,7 @@ class Stacker:
                 return functional_call(self.skeleton, (named, buffers), (_rebuild(template, fields),))
 
         self.skeleton.train()
-        with fastpaths.fast_paths(kernels=False):
+        with fastpaths.fast_paths(kernels=False), quiet_fallbacks():
             return torch.vmap(forward)(params, buffers, fields, keys)
 
     def _in_turns(self, runs: Sequence[TrialRun], states: Sequence[GlobalStates], batches: Sequence[Any]):
