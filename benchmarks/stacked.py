@@ -6,7 +6,7 @@ step of one trial alone (``Trainer.step``), on the same device.
     python benchmarks/stacked.py [--study studies/sasrec_ml1m.yaml] [--variant base] [--k 1 4 16]
                                  [--steps 8] [--reps 3] [--threads 2] [--device cpu|cuda]
                                  [--precision fp32|bf16] [--attention auto|math] [--dropout lanes|torch]
-                                 [--exact 3] [--note "..."] [--no-write]
+                                 [--exact 3] [--no-eval] [--note "..."] [--no-write]
 
 This is the design probe for issue 57's packed model on a GPU (one kernel launch serves k
 members, where a trial alone is bound by launches), not a product path yet. Dropout
@@ -60,6 +60,7 @@ from ablate.components import dropout_keys
 from ablate.study.load import load_study
 from ablate.training import stacked
 from ablate.training.randomness import GlobalStates
+from ablate.training.shared_eval import SharedForwards
 from ablate.training.trainer import Trainer
 from ablate_plugins.seqrec.batches import Batch
 from ablate_plugins.seqrec.losses import SeenItems, lookup, sample_negatives
@@ -266,6 +267,28 @@ def time_product(study, trainers: list[Trainer], data, batches, steps: int, devi
     return seconds_per_step(step, steps, device), ", ".join(f"{n} {c}" for n, c in stacker.steps.items())
 
 
+def time_evaluations(study, variant: str, data, k: int, device: torch.device) -> tuple[float, float, dict]:
+    """One validation of ``k`` members one after another, as a stacked pack's members make it:
+    each alone, then with their forwards shared (``SharedForwards``, the product's); seconds each
+    (after one untimed pass that caches the split's batches) and the shared pass's counts."""
+    models = [trainer.model for trainer in members(study, variant, data, k, device)]
+    rows = study.spec.train.eval_rows(device)
+
+    def evaluate_all() -> float:
+        synchronize(device)
+        start = time.perf_counter()
+        for model in models:
+            study.task.evaluate(model, data, "valid", study.metrics, device, rows)
+        synchronize(device)
+        return time.perf_counter() - start
+
+    evaluate_all()
+    alone = evaluate_all()
+    with SharedForwards(copy.deepcopy(models[0]).to("meta"), models) as shared:
+        together = evaluate_all()
+    return alone, together, shared.counts
+
+
 def exactness(study, variant: str, data, k: int, batches) -> tuple[float, int, float]:
     """Float64, dropout on, k ≥ 2 members, each with its own dropout keys and negatives: the
     largest relative difference between a member's stacked gradient and the gradient of its
@@ -343,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         help="lanes: each member its own keys (what a packed member needs); torch: vmap's own draws",
     )
     parser.add_argument("--exact", type=int, default=3, help="members in the exactness check (0: none)")
+    parser.add_argument("--no-eval", action="store_true", help="skip the validations alone and shared")
     parser.add_argument("--note", default="")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
@@ -396,6 +420,10 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"k={k} {v[-1] * 1000:.1f} ms" for k, v in product_times.items()),
             file=sys.stderr,
         )
+    evaluated = [] if args.no_eval else args.k
+    evaluations = [(k, *time_evaluations(study, args.variant, data, k, device)) for k in evaluated]
+    for k, alone_s, shared_s, counts in evaluations:
+        print(f"validation of {k}: alone {alone_s:.2f} s, shared {shared_s:.2f} s {counts}", file=sys.stderr)
     alone = statistics.median(alone_times)
     rows.append(
         f"| one trial alone (`Trainer.step`) | 1 | {' / '.join(f'{t * 1000:.1f}' for t in alone_times)} "
@@ -432,6 +460,23 @@ def main(argv: list[str] | None = None) -> int:
             "|---|---:|---|---:|---:|---:|",
             *rows,
             "",
+            *(
+                [
+                    "One validation of k members one after another (the split's batches cached by an "
+                    "untimed pass), each alone and with their forwards shared (`SharedForwards`):",
+                    "",
+                    "| members | alone s | shared s | × | forwards stacked / shared / own |",
+                    "|---:|---:|---:|---:|---|",
+                    *(
+                        f"| {k} | {a:.2f} | {b:.2f} | {a / b:.2f}× | "
+                        f"{c['stacked']} / {c['shared']} / {c['own']} |"
+                        for k, a, b, c in evaluations
+                    ),
+                    "",
+                ]
+                if evaluations
+                else []
+            ),
             *(
                 [
                     f"Exactness (float64, dropout on, each member its own keys, {args.exact} members): "

@@ -249,6 +249,9 @@ def test_stacked_members_have_their_gradients_alone_and_the_probe_times_them(wri
     row = r"\| product's stacked step \(`Stacker.step`; stacked (\d), in turns (\d)\) \| 3 \|"
     counts = re.search(row, out)
     assert counts and int(counts[1]) + int(counts[2]) == 2
+    # One validation of 3 members: member 0's forwards stacked, the two others' shared, none their own.
+    shared = re.search(r"\| 3 \| [\d.]+ \| [\d.]+ \| [\d.]+× \| (\d+) / (\d+) / (\d+) \|", out)
+    assert shared and int(shared[1]) > 0 and int(shared[2]) == 2 * int(shared[1]) and shared[3] == "0"
 
 
 # -- benchmarks/reference.py (the reference code bases live outside the repository) -------------

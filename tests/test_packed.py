@@ -489,7 +489,7 @@ def test_shared_forwards_answer_each_member_as_its_own_model_would():
     ]
     own = [[type(m).forward(m, x, scale=2.0) for x in inputs] for m in models]
     # out of order within a member, an input member 1 alone sees, the last member's own input
-    calls = [(0, 0), (0, 1), (1, 1), (1, 0), (1, 2), (2, 0), (2, 1), (2, 2)]
+    calls = [(0, 0), (0, 1), (1, 1), (1, 0), (1, 2), (2, 1), (2, 0), (2, 2)]
     with torch.no_grad(), SharedForwards(skeleton, models) as shared:
         for j, i in calls:
             torch.testing.assert_close(models[j](inputs[i], scale=2.0), own[j][i], rtol=1e-12, atol=1e-14)
