@@ -2,9 +2,10 @@
 # The prepared device check for a lent GPU (issue 57: packed trials stacked on a GPU), as one call
 # of the device tool that ends within about 9 minutes, so that a 15-minute lease has room to run
 # it again. What it runs, each part under its own time limit, output in $OUT:
-#   1. tests/test_cuda.py's packing tests: members taking turns and members stacked (fp32, bf16);
+#   1. tests/test_cuda.py's packing tests: members taking turns and members stacked (fp32, bf16),
+#      and auto's measured pack size;
 #   2. benchmarks/stacked.py: the probe's and the product's stacked step for 1, 8 and 32 SASRec
-#      seeds against a trial alone, bf16;
+#      seeds against a trial alone, bf16, and one validation of 1, 8, 32 members alone and shared;
 #   3. benchmarks/gpu.py --packed: SASRec seeds per GPU-hour, k processes against one pack.
 # Figures are printed, not written to RESULTS.md (--no-write): copy them there with the device's
 # name from the output files.
@@ -43,7 +44,7 @@ nvidia-smi -L | tee "$OUT/device.txt"
 python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$OUT/device.txt"
 timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/test_cuda.py -k "packed or stacked or auto" 2>&1 |
     tee "$OUT/test_cuda.log" | tail -15
-timeout 200 python3 benchmarks/stacked.py --device cuda --precision bf16 --k 1 8 32 --steps 20 --reps 3 \
+timeout 200 python3 benchmarks/stacked.py --device cuda --precision bf16 --k 1 8 32 --steps 20 --reps 2 \
     --exact 0 --no-write 2>&1 | tee "$OUT/stacked.log" | tail -15
 timeout 200 python3 benchmarks/gpu.py --configs sasrec --k 1 8 32 --packed --steps 50 --warmup 5 --no-write 2>&1 |
     tee "$OUT/gpu.log" | tail -15
