@@ -320,7 +320,8 @@ def exactness(study, variant: str, data, k: int, batches) -> tuple[float, int, f
         return {name: p.grad.clone() for name, p in model.named_parameters()}
 
     def relative(a: dict, b: dict) -> float:
-        return max(float((a[n] - b[n]).abs().max() / b[n].abs().max().clamp_min(1e-300)) for n in b)
+        with torch.no_grad():
+            return max(float((a[n] - b[n]).abs().max() / b[n].abs().max().clamp_min(1e-300)) for n in b)
 
     # One Adam over the stacked tensors is each member's own Adam: its update is element-wise.
     stacked_params = {n: p.detach().clone().requires_grad_() for n, p in params.items()}
@@ -336,7 +337,7 @@ def exactness(study, variant: str, data, k: int, batches) -> tuple[float, int, f
             p.grad = together[name][j]
         own_optimizer.step()
         for p, name in zip(own_params, params, strict=True):
-            worst = max(worst, float((stacked_params[name][j] - p).abs().max()))
+            worst = max(worst, float((stacked_params[name][j] - p).detach().abs().max()))
         mine = {name: g[j] for name, g in together.items()}
         worst = max(worst, relative(mine, alone(j, [int(key) for key in keys[j]])))
         other = min(other, relative(mine, alone(j, [int(key) for key in keys[(j + 1) % k]])))
