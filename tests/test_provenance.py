@@ -148,3 +148,22 @@ def test_a_report_shows_the_study_it_reports(ran, cli, tmp_path):
     assert "The study as it ran:" not in reported
     assert "mlp" not in reported.split("Resolved study")[-1].split("```")[1]
     assert set(pd.read_csv(tmp_path / "prov" / "results.csv")["variant"]) == {"base"}  # its trials left out
+
+
+def test_the_conditions_are_said_of_the_trials_they_were_recorded_for():
+    """The conditions are the study run's: trials copied in (``--reuse``) ran under their sources',
+    and a report of copied trials alone (rebuilt from trial files) does not call these theirs."""
+    from ablate.report.methods import CONDITIONS_TEXT, software_elements
+
+    def text(**meta):
+        elements = software_elements({"conditions": [("torch", "2.13.0+cpu")], **meta})
+        return next(e for e in elements if e.kind == "p" and "conditions" in e.text).text
+
+    assert text() == CONDITIONS_TEXT
+    copied = [("base", 0, "reports/x/trials"), ("base", 1, "reports/x/trials")]
+    assert text(reused=copied, trained_here=0).startswith("No trial was trained in this study")
+    partly = text(reused=copied, trained_here=4)
+    assert (
+        partly.startswith("The 4 trial(s) trained in this study reproduce bit for bit")
+        and "the 2 copied in" in partly
+    )

@@ -84,7 +84,7 @@ def software_elements(meta: dict) -> list[Element]:
     elements = [Element("p", "Built with " + "; ".join(said) + ".")] if said else []
     if meta.get("conditions"):
         elements += [
-            Element("p", CONDITIONS_TEXT),
+            Element("p", conditions_text(len(meta.get("reused", [])), meta.get("trained_here"))),
             Element("list", items=conditions_items(meta["conditions"])),
         ]
     if meta.get("reused"):
@@ -112,6 +112,27 @@ CONDITIONS_TEXT = (
     "instruction set and fast paths. Another thread count, CPU, BLAS or torch version changes the "
     "float rounding, and rounding moves ranking metrics where two items' scores nearly tie."
 )
+
+
+def conditions_text(copied: int, trained_here: int | None) -> str:
+    """:data:`CONDITIONS_TEXT`, said of the trials it is true of: the conditions are the study run's
+    (its tags), so trials copied in (``--reuse``) ran under their source's, not these."""
+    if not copied:
+        return CONDITIONS_TEXT
+    if not trained_here:
+        return (
+            "No trial was trained in this study: each was copied in (below), so the conditions its "
+            "numbers reproduce under are their sources', not recorded here. The conditions of the run "
+            "that copied them and wrote this report (MLflow tags ablate.env.*):"
+        )
+    return (
+        f"The {trained_here} trial(s) trained in this study reproduce bit for bit with this code and study "
+        "file under the conditions below, as the run recorded them (MLflow tags ablate.env.*): the same "
+        "torch build, thread count, CPU instruction set and fast paths; the "
+        f"{copied} copied in (below) under their sources'. Another thread count, CPU, BLAS or torch "
+        "version changes the float rounding, and rounding moves ranking metrics where two items' scores "
+        "nearly tie."
+    )
 
 
 def conditions_items(conditions: list[tuple[str, str]]) -> list[str]:

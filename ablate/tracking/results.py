@@ -165,6 +165,7 @@ def _meta(tracker: Tracker, results: pd.DataFrame) -> dict:
     if "reused_from" in results:
         copied = results[results["reused_from"].notna()]
         meta["reused"] = list(zip(copied["variant"], copied["seed"], copied["reused_from"], strict=True))
+        meta["trained_here"] = len(results) - len(copied)  # the conditions (ablate.env.*) are theirs
     if "trained_under" in results:  # copied under --reuse-older-kinds
         older = results[results["trained_under"].notna()]
         meta["older_kinds"] = list(zip(older["variant"], older["seed"], older["trained_under"], strict=True))
