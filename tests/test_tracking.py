@@ -329,7 +329,7 @@ def test_a_trials_curve_is_sent_in_batches_and_whole_by_its_end(tmp_path, monkey
     from ablate.tracking.store import Tracker, read_units
 
     monkeypatch.setattr(curves, "METRICS_PER_BATCH", 7)  # a final request over the limit is cut
-    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp")
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp", artifact_root=tmp_path / "artifacts")
     parent = tracker.study_run("study", {}, {})
     requests = []
     real = tracker.client.log_batch
