@@ -25,28 +25,7 @@ from torch.func import functional_call
 from torch.utils._pytree import tree_leaves, tree_map
 
 from ablate import fastpaths
-from ablate.training.stacked import quiet_fallbacks, stack_weights
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Whether two forward inputs are equal: tensors element for element, dataclasses field by
-    field, sequences and mappings item by item, anything else by ``==``."""
-    if isinstance(a, Tensor) or isinstance(b, Tensor):
-        return (
-            isinstance(a, Tensor)
-            and isinstance(b, Tensor)
-            and (a.shape, a.dtype, a.device) == (b.shape, b.dtype, b.device)
-            and torch.equal(a, b)
-        )
-    if dataclasses.is_dataclass(a) and not isinstance(a, type):
-        return type(a) is type(b) and all(
-            _same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a)
-        )
-    if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
-    if isinstance(a, dict):
-        return type(b) is dict and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    return a is b or a == b
+from ablate.training.stacked import quiet_fallbacks, same_value, stack_weights
 
 
 @dataclasses.dataclass(eq=False)  # found by identity: its outputs are tensors
@@ -116,7 +95,7 @@ class SharedForwards:
         """The oldest answer member ``j`` has not taken on an equal input (members call in the
         same order: the first one compared is the one, as a rule)."""
         for waiting in self._answers:
-            if j in waiting.waiting and _same(waiting.args, args) and _same(waiting.kwargs, kwargs):
+            if j in waiting.waiting and same_value(waiting.args, args) and same_value(waiting.kwargs, kwargs):
                 return waiting
         return None
 

@@ -79,14 +79,30 @@ def _rebuild(template: Any, fields: dict[str, Tensor]) -> Any:
     return fields[""] if "" in fields else dataclasses.replace(template, **fields)
 
 
-def _alike(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two values (batch fields, forward inputs) are equal: tensors element for element,
+    dataclasses field by field, sequences and mappings item by item, anything else by ``==``
+    (an array's elementwise answer, not one truth value: unequal)."""
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return (
+            isinstance(a, Tensor)
+            and isinstance(b, Tensor)
+            and (a.shape, a.dtype, a.device) == (b.shape, b.dtype, b.device)
+            and torch.equal(a, b)
+        )
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        return type(a) is type(b) and all(
+            same_value(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a)
+        )
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same_value, a, b))
+    if isinstance(a, dict):
+        return type(b) is dict and a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
     if a is b:
         return True
-    if isinstance(a, Tensor) or type(a) is not type(b):
-        return False
     try:
         return bool(a == b)
-    except (TypeError, ValueError):  # an array's elementwise answer: not one truth value
+    except (TypeError, ValueError):
         return False
 
 
@@ -150,7 +166,7 @@ class Stacker:
                 isinstance(v, Tensor) and v.shape == value.shape and v.dtype == value.dtype for v in values
             ):
                 stacked[name] = torch.stack(values)
-            elif not all(_alike(v, value) for v in values):
+            elif not all(same_value(v, value) for v in values):
                 if name in self.read or name == "":
                     return None
                 template[name] = _Unstacked(name)
