@@ -20,7 +20,11 @@ the database itself (``--tracking database``). The queue lock's wait and hold ar
 timed inside ``Stores.queue_lock`` (``ABLATE_QUEUE_TIMINGS``; a journal's is a file lock, a
 database's takes none: its hold is the sync and take alone) and so is each heartbeat (PostgreSQL
 only: on one host a worker is alive while it holds its lock file). Trials per minute count the
-trials completed within the window after the warm-up; the workers are then stopped (SIGTERM).
+trials completed within the window after the warm-up, and, since K workers started together finish
+their trials in step (a count in a 60-s window jumps by K), also K / the mean cycle: a worker's time
+from one trial's end to its next's, for the cycles ending in the window (ablate's from the trials'
+``worker`` attribute, Optuna's from a line each objective writes to a local file). The workers are
+then stopped (SIGTERM).
 
 PostgreSQL: the local server started as .ci/run starts it (``service postgresql start``, role
 ablate/ablate), two fresh databases per run (Optuna's queue, MLflow's runs; as the README's many
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import os
 import random
@@ -186,6 +191,8 @@ def optuna_worker(name: str, storage_of, trial_s: float, timings: Path) -> None:
             if not first:
                 first.append((timings / f"{os.getpid()}.txt").write_text(f"lock {time.time():.3f} 0 0\n"))
             time.sleep(trial_s)
+            with open(timings / f"{os.getpid()}.txt", "a") as own:  # a local file: no call to the store
+                own.write(f"done {time.time():.3f}\n")
             return random.random()
 
         study.optimize(objective)
@@ -203,11 +210,12 @@ def forked(function, *args) -> int:
     return pid
 
 
-def quantiles(values: list[float]) -> tuple[float, float]:
+def quantiles(values: list[float], upper: int = 99) -> tuple[float, float]:
+    """The median and the ``upper`` percentile."""
     if len(values) < 2:
         return (values[0], values[0]) if values else (float("nan"), float("nan"))
     cuts = statistics.quantiles(values, n=100, method="inclusive")
-    return statistics.median(values), cuts[98]
+    return statistics.median(values), cuts[upper - 1]
 
 
 def serve_proxy(url: str) -> None:
@@ -379,11 +387,21 @@ def one(system: str, k: int, args: argparse.Namespace, root: Path) -> dict:
         if t.state == optuna.trial.TrialState.COMPLETE and "seed" in t.user_attrs
     ]
     locks, beats = [], []
+    ends: dict[str, list[float]] = {}  # each worker's trials' ends, for its cycle
     for path in timings.iterdir():
         for line in path.read_text().splitlines():
             kind, when, *seconds = line.split()
-            if t0 <= float(when) <= t1:
+            if kind == "done":
+                ends.setdefault(path.stem, []).append(float(when))
+            elif t0 <= float(when) <= t1:
                 (locks if kind == "lock" else beats).append([float(s) for s in seconds])
+    for t in frozen:
+        if t.state == optuna.trial.TrialState.COMPLETE and "worker" in t.user_attrs:
+            ends.setdefault(str(t.user_attrs["worker"]), []).append(t.datetime_complete.timestamp())
+    # A worker's cycle: from one trial's end to its next's, the later in the window. Counting the
+    # window's trials is quantised (K workers started together finish 5 or 6 10-s trials in 60 s
+    # each, together), so trials per minute are also given as K / the mean cycle.
+    cycles = [b - a for times in ends.values() for a, b in itertools.pairwise(sorted(times)) if t0 <= b <= t1]
     wait = quantiles([w for w, _ in locks])
     hold = quantiles([h for _, h in locks])
     beat = quantiles([b for (b,) in beats])
@@ -404,6 +422,10 @@ def one(system: str, k: int, args: argparse.Namespace, root: Path) -> dict:
         "started": len(firsts),
         "k_finished_after_s": round(warm_s, 1),
         "trials_per_min": round(len(window) / minutes, 1),
+        "trials_per_min_by_cycle": round(k * 60 / statistics.fmean(cycles), 1) if cycles else None,
+        "cycle_s_median_p90": [round(statistics.median(cycles), 3), round(quantiles(cycles, 90)[1], 3)]
+        if cycles
+        else None,
         "ideal_per_min": round(k * 60 / args.trial_s, 1),
         "lock_wait_median_s": wait[0],
         "lock_wait_p99_s": wait[1],
