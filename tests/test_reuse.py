@@ -13,6 +13,7 @@ import sys
 import pandas as pd
 import pytest
 import yaml
+from mlflow import MlflowClient
 from tiny_study import tiny_spec
 
 import ablate
@@ -63,9 +64,20 @@ def test_reused_trials_carry_the_donors_numbers_curves_and_units(donor, write_st
         },
         name="taker.yaml",
     )
+    # The donors' conditions as another machine's: a copy carries its donor's, not this process's;
+    # one donor without a recorded CPU (an older record) leaves its copy without one.
+    donor_store = MlflowClient(f"sqlite:///{donor_dir / 'mlflow.db'}")
+    donor_runs = {
+        (v, int(s)): run_id
+        for v, s, run_id in zip(*(donor.results[c] for c in ("variant", "seed", "run_id")), strict=True)
+    }
+    for run_id in donor_runs.values():
+        donor_store.set_tag(run_id, "ablate.env.threads", "64 / 64")
+    donor_store.delete_tag(donor_runs[("mlp", 1)], "ablate.env.cpu")
     code, _, err = cli("run", taker, "--quiet", "--reuse", donor_dir)
     assert code == 0, err
     assert "reused: 4 of the study's trials were copied, not trained" in err
+    taker_store = MlflowClient(f"sqlite:///{tmp_path / 'runs/taker/mlflow.db'}")
     got = load_results(f"sqlite:///{tmp_path / 'runs/taker/mlflow.db'}", "taker")
     # The ETA reads the wall times of trials trained here, not the donors' (another machine's).
     study = load_study(taker)
@@ -85,6 +97,15 @@ def test_reused_trials_carry_the_donors_numbers_curves_and_units(donor, write_st
         assert rows[key]["run_id"] != before[key]["run_id"]  # a run of the taker's own
         for column in metrics:
             assert rows[key][column] == before[key][column], (key, column)
+        own = taker_store.get_run(rows[key]["run_id"]).data.tags
+        theirs = donor_store.get_run(before[key]["run_id"]).data.tags
+        conditions = {k: v for k, v in own.items() if k.startswith("ablate.env.")}
+        assert conditions == {k: v for k, v in theirs.items() if k.startswith("ablate.env.")}, key
+        assert conditions["ablate.env.threads"] == "64 / 64" and ("ablate.env.cpu" in conditions) == (
+            key != ("mlp", 1)
+        )
+    trained = taker_store.get_run(rows[("post-norm", 0)]["run_id"]).data.tags
+    assert trained["ablate.env.threads"] != "64 / 64" and "ablate.env.cpu" in trained  # its own
 
     def select(frame, keys):
         picked = frame[[(v, s) in keys for v, s in zip(frame["variant"], frame["seed"], strict=True)]]
@@ -149,6 +170,11 @@ def test_trial_files_outlive_the_store(donor, write_study, cli, tmp_path, monkey
     for content in written.values():  # each record keeps the settings its fingerprint hashes
         record = json.loads(gzip.decompress(content))
         assert fingerprint_of(record["trained_with"]) == record["fingerprint"]
+        # ... and the conditions it trained under, as its run recorded them
+        tags = MlflowClient(f"sqlite:///{donor_dir / 'mlflow.db'}").get_run(record["run_id"]).data.tags
+        conditions = {k: v for k, v in tags.items() if k.startswith("ablate.env.")}
+        assert "ablate.env.torch" in conditions
+        assert {k: v for k, v in record["tags"].items() if k.startswith("ablate.env.")} == conditions
     code, _, err = cli("report", donor_study, "--trials", tmp_path / "kept")  # again: the same bytes
     assert code == 0 and written == {p.name: p.read_bytes() for p in (tmp_path / "kept").iterdir()}, err
     shutil.rmtree(donor_dir)

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from ablate.drive.ledger import fingerprint_of
 from ablate.errors import first_line, warn
 from ablate.tracking.names import REUSED_TAG, flat_params
+from ablate.tracking.provenance import PREFIX as CONDITIONS_PREFIX
 from ablate.tracking.store import Tracker
 from ablate.training.trainer import TrialResult
 
@@ -79,8 +80,10 @@ class Donor(ABC):
             epochs[epoch][key] = value
         for epoch in sorted(epochs):
             tracker.log_metrics(run_id, epochs[epoch], step=epoch)
-        for tag, value in {**tags, REUSED_TAG: self.source}.items():
-            tracker.set_tag(run_id, tag, value)
+        # The run was opened with this process's conditions: a copy ran under its donor's (carried
+        # where the donor recorded them; an older record did not, and then none are claimed).
+        own = {tag for tag in tracker.provenance.keys() - tags.keys() if tag.startswith(CONDITIONS_PREFIX)}
+        tracker.set_tags(run_id, {**tags, REUSED_TAG: self.source}, removed=sorted(own))
         return result
 
 

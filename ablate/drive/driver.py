@@ -154,7 +154,7 @@ class Driver(FinalTrials):
                 summary = {**summary, "data digest (SHA-256)": self.data_digest}
             text = json.dumps(summary, default=str)
             try:
-                self.tracker.set_tag(self.parent, DATA_SUMMARY, text)
+                self.tracker.set_tags(self.parent, {DATA_SUMMARY: text})
             except Exception:
                 # Workers starting together tag the study's run with the same summary, and a
                 # database refuses the second insert: the tag being there is what matters.

@@ -304,7 +304,7 @@ class Execution:
                         checkpoint=checkpoint,
                     )
                 if result.resumed_from:
-                    self.tracker.set_tag(run_id, "ablate.resumed_from_epoch", str(result.resumed_from))
+                    self.tracker.set_tags(run_id, {"ablate.resumed_from_epoch": str(result.resumed_from)})
                 return result
             except optuna.TrialPruned as exc:
                 checkpoint.remove()
@@ -318,7 +318,7 @@ class Execution:
                     batch //= 2
                     study, _ = study.with_params(job.variant, {"train.batch_size": batch})
                     checkpoint = self.checkpoint(job, study)
-                    self.tracker.set_tag(run_id, "ablate.oom_retry", f"batch size {batch}")
+                    self.tracker.set_tags(run_id, {"ablate.oom_retry": f"batch size {batch}"})
                     trial.set_user_attr("oom_retry_batch_size", batch)
                     continue
                 reason = (
@@ -363,7 +363,7 @@ class Execution:
             return on_epoch
 
         for run_id in run_ids:
-            self.tracker.set_tag(run_id, PACK_TAG, packed_with)
+            self.tracker.set_tags(run_id, {PACK_TAG: packed_with})
         try:
             outcomes = train_packed(
                 study,
@@ -394,7 +394,7 @@ class Execution:
                 results.append(self.fail(job, trial, run_id, failure_reason(outcome)))
             else:
                 if outcome.resumed_from:
-                    self.tracker.set_tag(run_id, "ablate.resumed_from_epoch", str(outcome.resumed_from))
+                    self.tracker.set_tags(run_id, {"ablate.resumed_from_epoch": str(outcome.resumed_from)})
                 results.append(outcome)
         return results
 

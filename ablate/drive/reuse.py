@@ -40,6 +40,7 @@ from ablate.drive.ledger import trained_with
 from ablate.drive.older import find_with_older
 from ablate.errors import AblateError, first_line, parse_json, warn
 from ablate.tracking.names import OLDER_FINGERPRINT_TAG, OLDER_KINDS_TAG, REUSED_TAG, ROLE, TRAINED_WITH
+from ablate.tracking.provenance import PREFIX as CONDITIONS_PREFIX
 from ablate.tracking.store import (
     PROVENANCE_TAGS,
     Tracker,
@@ -57,6 +58,15 @@ if TYPE_CHECKING:  # pragma: no cover
 # A donor's tags that say how its numbers were made (code, resumption, batch size, kind versions), carried.
 CARRIED_TAGS = (*PROVENANCE_TAGS, "ablate.oom_retry", "ablate.resumed_from_epoch", "ablate.data_digest")
 CARRIED_TAGS += (OLDER_KINDS_TAG, OLDER_FINGERPRINT_TAG, PRECISION_TAG)
+
+
+def carried(tags: dict[str, str]) -> dict[str, str]:
+    """The tags of a donor's run that travel with its numbers: :data:`CARRIED_TAGS` and the
+    conditions it trained under (``ablate.env.*``: threads, CPU, fast paths), which are the
+    donor's, not those of the process that copies it."""
+    return {t: tags[t] for t in sorted(tags) if t in CARRIED_TAGS or t.startswith(CONDITIONS_PREFIX)}
+
+
 TRIAL_SUFFIX = ".trial.json.gz"  # <variant>-seed<k>-<fingerprint>.trial.json.gz
 TRIAL_FORMAT = 1
 RUN_SEPARATOR = ", run "  # a donor's source ends with it and the run that trained it
@@ -95,8 +105,7 @@ class StoredTrial(Donor):
 
     def read(self) -> tuple[TrialResult, dict[str, str]]:
         final, curves = trial_metrics(self.client, self.run)
-        tags = {t: self.run.data.tags[t] for t in CARRIED_TAGS if t in self.run.data.tags}
-        return _result(final, curves, read_units(self.client, self.run)), tags
+        return _result(final, curves, read_units(self.client, self.run)), carried(self.run.data.tags)
 
     def write(self, folder: Path) -> Path | None:
         """This trial as a trial file in ``folder`` (what ``--reuse folder`` reads); None where a

@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -65,10 +66,6 @@ for _name in ("mlflow", "alembic"):
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 PARENT_WAIT_S = 60  # how long a worker waits for the study run the experiment's creator makes
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def default_uri(output_dir: Path) -> str:
@@ -352,7 +349,7 @@ class Tracker:
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> None:
         """Curve points at ``step``, sent in batches (:mod:`ablate.tracking.curves`)."""
-        ts = _now_ms()
+        ts = int(time.time() * 1000)  # MLflow's time stamps: ms
         self.curves.add(run_id, [Metric(to_mlflow(k), float(v), ts, step) for k, v in metrics.items()])
 
     def finish_trial(self, run_id: str, metrics: dict[str, float], per_unit: Any) -> None:
@@ -360,7 +357,7 @@ class Tracker:
         validation metrics as ``best.valid.*``: the ``valid.*`` histories stay the curves) and its
         per-unit test metrics, and close its run."""
         final = {(BEST_PREFIX + k if k.startswith("valid.") else k): v for k, v in metrics.items()}
-        ts = _now_ms()
+        ts = int(time.time() * 1000)  # MLflow's time stamps: ms
         metrics = self.curves.take(run_id) + [Metric(to_mlflow(k), float(v), ts, 0) for k, v in final.items()]
         # A task with no per-unit results (``function``) stores no empty table; its run says so,
         # so that a reader tells that from a table lost.
@@ -385,8 +382,11 @@ class Tracker:
         self.client.set_terminated(run_id, status)
         self.artifact_uris.pop(run_id, None)
 
-    def set_tag(self, run_id: str, key: str, value: str) -> None:
-        self.client.set_tag(run_id, key, value)
+    def set_tags(self, run_id: str, tags: dict[str, str], removed: Iterable[str] = ()) -> None:
+        """``tags`` on the run in one request; the tags ``removed`` deleted."""
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        for key in removed:
+            self.client.delete_tag(run_id, key)
 
     def close_unfinished(self, variant: str, index: int, role: str = "trial", key: str = "seed") -> int:
         """Before (variant, seed) — or (variant, search slot) — is trained again: mark its runs
