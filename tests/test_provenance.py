@@ -167,3 +167,11 @@ def test_the_conditions_are_said_of_the_trials_they_were_recorded_for():
         partly.startswith("The 4 trial(s) trained in this study reproduce bit for bit")
         and "the 2 copied in" in partly
     )
+    # The copies' own conditions, grouped as their sources recorded them; a source without them says so.
+    groups = [[3, [["torch", "2.12.0+cpu"], ["CPU", "Intel Xeon"]]], [1, []]]
+    elements = software_elements({"conditions": [("torch", "2.13.0+cpu")], "copied_conditions": groups})
+    listed = [e.items for e in elements if e.kind == "list"][-1]
+    assert listed == [
+        "3 trial(s): torch: 2.12.0+cpu; CPU: Intel Xeon",
+        "1 trial(s): not recorded by their source",
+    ]

@@ -121,6 +121,12 @@ def test_reused_trials_carry_the_donors_numbers_curves_and_units(donor, write_st
     report = (tmp_path / "runs" / "taker" / "report" / "report.md").read_text()
     assert "4 trial(s) were copied, not trained in this study (ablate run --reuse)" in report
     assert "base seed 0, base seed 1, mlp seed 0, mlp seed 1 from donor in sqlite:///" in report
+    # ... and the conditions they trained under, as their donors recorded them: 3 with a CPU, 1 without.
+    assert "The copied trials' conditions, as their sources recorded them:" in report
+    groups = [line for line in report.splitlines() if line.startswith("- ") and " trial(s): " in line]
+    assert [line.split(" trial(s)")[0] for line in groups] == ["- 3", "- 1"], groups
+    assert all("threads (intra-op / inter-op): 64 / 64" in line for line in groups)
+    assert "CPU: " in groups[0] and "CPU: " not in groups[1]
 
 
 def test_a_trial_trained_differently_is_not_reused(donor, write_study, cli, tmp_path):

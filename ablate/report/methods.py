@@ -87,6 +87,11 @@ def software_elements(meta: dict) -> list[Element]:
             Element("p", conditions_text(len(meta.get("reused", [])), meta.get("trained_here"))),
             Element("list", items=conditions_items(meta["conditions"])),
         ]
+    if meta.get("copied_conditions"):
+        elements += [
+            Element("p", "The copied trials' conditions, as their sources recorded them:"),
+            Element("list", items=[copied_conditions_item(n, c) for n, c in meta["copied_conditions"]]),
+        ]
     if meta.get("reused"):
         elements.append(Element("p", reuse_text(meta["reused"])))
     if meta.get("older_kinds"):
@@ -133,6 +138,13 @@ def conditions_text(copied: int, trained_here: int | None) -> str:
         "version changes the float rounding, and rounding moves ranking metrics where two items' scores "
         "nearly tie."
     )
+
+
+def copied_conditions_item(count: int, conditions: list[list[str]]) -> str:
+    """``3 trial(s): torch: 2.13.0; CPU: …``; a source that recorded none (a trial file written
+    before trial files carried them) says so."""
+    said = "; ".join(f"{label}: {value}" for label, value in conditions)
+    return f"{count} trial(s): {said or 'not recorded by their source'}"
 
 
 def conditions_items(conditions: list[tuple[str, str]]) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import tempfile
 import warnings
+from collections import Counter
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from ablate.errors import AblateError
 from ablate.stats import ReportSettings
 from ablate.tasks import BASELINES_ARTIFACT
 from ablate.tracking.names import OLDER_KINDS_TAG, REUSED_TAG
+from ablate.tracking.provenance import described
 from ablate.tracking.store import Tracker, read_units, trial_metrics
 from ablate.training.trainer import PRECISION_TAG
 
@@ -93,6 +95,7 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
     runs = tracker.trial_runs(status="FINISHED")
     rows, unit_frames, curve_rows = [], [], []
     seen: dict[tuple[str, int], int] = {}
+    conditions: dict[tuple[str, int], tuple] = {}  # a copied trial's, as its source recorded them
     for run in runs:
         stopping.check()  # a safe point per trial: hundreds of them read took 30 s deaf to SIGTERM
         tags = run.data.tags
@@ -122,6 +125,8 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
             continue
         seen[(variant, seed)] = len(rows)
         rows.append(row)
+        if REUSED_TAG in tags:
+            conditions[(variant, seed)] = tuple(described(tags))
         try:
             units = read_units(tracker.client, run)
             units.insert(0, "seed", seed)
@@ -150,11 +155,11 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
         units=pd.concat(unit_frames, ignore_index=True) if unit_frames else pd.DataFrame(),
         curves=pd.DataFrame(curve_rows, columns=["variant", "seed", "epoch", "metric", "value"]),
         settings=_stored_settings(tracker),
-        meta=_meta(tracker, results),
+        meta=_meta(tracker, results, conditions),
     )
 
 
-def _meta(tracker: Tracker, results: pd.DataFrame) -> dict:
+def _meta(tracker: Tracker, results: pd.DataFrame, conditions: dict[tuple[str, int], tuple]) -> dict:
     meta = tracker.study_meta()
     measured_cpu = "cpu_s" in results and results["cpu_s"].notna().any()
     passive = any("OMP_WAIT_POLICY=PASSIVE" in value for _, value in meta.get("conditions", []))
@@ -166,6 +171,9 @@ def _meta(tracker: Tracker, results: pd.DataFrame) -> dict:
         copied = results[results["reused_from"].notna()]
         meta["reused"] = list(zip(copied["variant"], copied["seed"], copied["reused_from"], strict=True))
         meta["trained_here"] = len(results) - len(copied)  # the conditions (ablate.env.*) are theirs
+        # The copies' own, grouped: [count, [[label, value], ...]], most trials first.
+        groups = Counter(conditions.values()).most_common()
+        meta["copied_conditions"] = [[n, [list(item) for item in group]] for group, n in groups]
     if "trained_under" in results:  # copied under --reuse-older-kinds
         older = results[results["trained_under"].notna()]
         meta["older_kinds"] = list(zip(older["variant"], older["seed"], older["trained_under"], strict=True))
