@@ -175,3 +175,46 @@ def test_the_conditions_are_said_of_the_trials_they_were_recorded_for():
         "3 trial(s): torch: 2.12.0+cpu; CPU: Intel Xeon",
         "1 trial(s): not recorded by their source",
     ]
+
+
+def test_trials_trained_under_different_conditions_are_listed_by_group(ran, tmp_path):
+    """A study resumed on another machine, or workers on several hosts: the Methods lists the trained
+    trials' own conditions (shared ones once, the rest by group with their counts), and the study
+    run's, which are the last process's, do not speak for trials that process did not train."""
+    import shutil
+
+    from ablate.report.methods import software_elements
+    from ablate.tracking.results import load_results
+
+    folder, _, _ = ran
+    store = tmp_path / "prov"
+    shutil.copytree(folder / "runs" / "prov", store)
+    uri = f"sqlite:///{store / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("prov").experiment_id])
+    study = next(r for r in runs if r.data.tags["ablate.role"] == "study")
+    trials = sorted((r for r in runs if r.data.tags["ablate.role"] == "trial"), key=lambda r: r.info.run_id)
+    recorded = described(trials[0].data.tags)
+
+    # The study run resumed on another host that trained nothing: the trials' own conditions stand.
+    client.set_tag(study.info.run_id, PREFIX + "cpu", "Other CPU (64 logical cores)")
+    meta = load_results(uri, "prov").meta
+    assert meta["conditions"] == recorded and "trained_conditions" not in meta
+
+    # Two of the six trained on that host, at 4 threads.
+    for run in trials[:2]:
+        client.set_tag(run.info.run_id, PREFIX + "cpu", "Other CPU (64 logical cores)")
+        client.set_tag(run.info.run_id, PREFIX + "threads", "4 / 4")
+    meta = load_results(uri, "prov").meta
+    assert [n for n, _ in meta["trained_conditions"]] == [4, 2]
+    elements = software_elements(meta)
+    said = [e.text for e in elements if e.kind == "p"]
+    assert said[1].startswith("The 6 trial(s) trained in this study ran under 2 different sets of conditions")
+    lists = [e.items for e in elements if e.kind == "list"]
+    assert lists[0][0] == f"torch: {dict(recorded)['torch']}"  # shared by all, said once
+    assert not any(item.startswith(("CPU:", "threads")) for item in lists[0])
+    own = dict(recorded)
+    assert lists[1] == [
+        f"4 trial(s): CPU: {own['CPU']}; threads (intra-op / inter-op): {own['threads (intra-op / inter-op)']}",
+        "2 trial(s): CPU: Other CPU (64 logical cores); threads (intra-op / inter-op): 4 / 4",
+    ]

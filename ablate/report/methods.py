@@ -5,9 +5,10 @@ the software and resolved configuration that produced the study.
 ``meta`` is what the tracking store recorded beside the trials (``Results.meta``): keys
 ``ablate_version``, ``git_commit`` (None: not in a repository), ``git_dirty``, ``data_summary``
 (label → value), ``resolved_study`` (YAML text), ``cost_note``, ``conditions`` ((label, value) of the
-machine's conditions, :func:`ablate.tracking.provenance.described`), ``reused`` ((variant, seed, source)
-of trials copied from another study's store or trial files). Each part renders only when its
-key is present."""
+machine's conditions, :func:`ablate.tracking.provenance.described`), ``trained_conditions`` and
+``copied_conditions`` (the trained and the copied trials' conditions by group where they differ:
+[count, [[label, value], ...]]), ``reused`` ((variant, seed, source) of trials copied from another
+study's store or trial files). Each part renders only when its key is present."""
 
 from __future__ import annotations
 
@@ -82,7 +83,9 @@ def software_elements(meta: dict) -> list[Element]:
             else "no commit recorded (the study file is not in a git repository)"
         )
     elements = [Element("p", "Built with " + "; ".join(said) + ".")] if said else []
-    if meta.get("conditions"):
+    if meta.get("trained_conditions"):
+        elements += trained_conditions_elements(meta["trained_conditions"], len(meta.get("reused", [])))
+    elif meta.get("conditions"):
         elements += [
             Element("p", conditions_text(len(meta.get("reused", [])), meta.get("trained_here"))),
             Element("list", items=conditions_items(meta["conditions"])),
@@ -138,6 +141,37 @@ def conditions_text(copied: int, trained_here: int | None) -> str:
         "version changes the float rounding, and rounding moves ranking metrics where two items' scores "
         "nearly tie."
     )
+
+
+def trained_conditions_elements(groups: list, copied: int) -> list[Element]:
+    """The trained trials' conditions where they differ between trials (a study resumed on another
+    machine, workers on several hosts): what all share, then each group's own, with its count."""
+    sets = [dict(map(tuple, items)) for _, items in groups]
+    labels = list(dict.fromkeys(label for conditions in sets for label in conditions))
+    shared = [label for label in labels if len({c.get(label) for c in sets}) == 1]
+    differing = [label for label in labels if label not in shared]
+    trained = sum(n for n, _ in groups)
+    copies = f"; the {copied} copied in (below) under their sources'" if copied else ""
+    text = (
+        f"The {trained} trial(s) trained in this study ran under {len(groups)} different sets of conditions "
+        "(a study resumed on another machine, or workers on several hosts), as their runs recorded them "
+        "(MLflow tags ablate.env.*): each reproduces bit for bit with this code and study file under its "
+        f"own — the same torch build, thread count, CPU instruction set and fast paths{copies}. Another "
+        "thread count, CPU, BLAS or torch version changes the float rounding, and rounding moves ranking "
+        "metrics where two items' scores nearly tie. Times (wall, CPU, tokens per second) compare only "
+        "between trials of one set."
+    )
+    differs = [
+        f"{n} trial(s): " + "; ".join(f"{label}: {c.get(label, 'not recorded')}" for label in differing)
+        for (n, _), c in zip(groups, sets, strict=True)
+    ]
+    elements = [Element("p", text)]
+    if shared:
+        elements += [
+            Element("p", "Shared by all of them:"),
+            Element("list", items=[f"{x}: {sets[0][x]}" for x in shared]),
+        ]
+    return [*elements, Element("p", "Where they differ:"), Element("list", items=differs)]
 
 
 def copied_conditions_item(count: int, conditions: list[list[str]]) -> str:

@@ -95,7 +95,8 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
     runs = tracker.trial_runs(status="FINISHED")
     rows, unit_frames, curve_rows = [], [], []
     seen: dict[tuple[str, int], int] = {}
-    conditions: dict[tuple[str, int], tuple] = {}  # a copied trial's, as its source recorded them
+    # Each trial's conditions, as its run recorded them (a copied trial's: its source's).
+    conditions: dict[tuple[str, int], tuple] = {}
     for run in runs:
         stopping.check()  # a safe point per trial: hundreds of them read took 30 s deaf to SIGTERM
         tags = run.data.tags
@@ -125,8 +126,7 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
             continue
         seen[(variant, seed)] = len(rows)
         rows.append(row)
-        if REUSED_TAG in tags:
-            conditions[(variant, seed)] = tuple(described(tags))
+        conditions[(variant, seed)] = tuple(described(tags))
         try:
             units = read_units(tracker.client, run)
             units.insert(0, "seed", seed)
@@ -161,19 +161,30 @@ def load_results(tracking_uri: str, experiment: str, curves: bool = True) -> Res
 
 def _meta(tracker: Tracker, results: pd.DataFrame, conditions: dict[tuple[str, int], tuple]) -> dict:
     meta = tracker.study_meta()
-    measured_cpu = "cpu_s" in results and results["cpu_s"].notna().any()
-    passive = any("OMP_WAIT_POLICY=PASSIVE" in value for _, value in meta.get("conditions", []))
-    cpu_note = PASSIVE_CPU_NOTE if passive else CPU_NOTE
-    meta["cost_note"] = f"{WALL_NOTE}; {cpu_note}" if measured_cpu else WALL_NOTE
-    if "train_gflop" in results and results["train_gflop"].notna().any():
-        meta["cost_note"] += f"; {FLOP_NOTE}"
     if "reused_from" in results:
         copied = results[results["reused_from"].notna()]
         meta["reused"] = list(zip(copied["variant"], copied["seed"], copied["reused_from"], strict=True))
         meta["trained_here"] = len(results) - len(copied)  # the conditions (ablate.env.*) are theirs
         # The copies' own, grouped: [count, [[label, value], ...]], most trials first.
-        groups = Counter(conditions.values()).most_common()
-        meta["copied_conditions"] = [[n, [list(item) for item in group]] for group, n in groups]
+        copied_keys = set(zip(copied["variant"], copied["seed"], strict=True))
+        meta["copied_conditions"] = _grouped(c for key, c in conditions.items() if key in copied_keys)
+        conditions = {key: c for key, c in conditions.items() if key not in copied_keys}
+    # The trained trials' own (their runs'; runs from before trial runs carried them: none). One set:
+    # what the Methods lists, whatever the study run says (its tags are the last process's, which may
+    # have trained nothing); several (a study resumed on another machine, workers on several hosts):
+    # each group with its count.
+    trained = _grouped(c for c in conditions.values() if c)
+    if len(trained) == 1:
+        meta["conditions"] = [tuple(item) for item in trained[0][1]]
+    elif trained:
+        meta["trained_conditions"] = trained
+    measured_cpu = "cpu_s" in results and results["cpu_s"].notna().any()
+    sets = [group for _, group in trained] or [meta.get("conditions", [])]
+    passive = all(any("OMP_WAIT_POLICY=PASSIVE" in value for _, value in group) for group in sets)
+    cpu_note = PASSIVE_CPU_NOTE if passive else CPU_NOTE
+    meta["cost_note"] = f"{WALL_NOTE}; {cpu_note}" if measured_cpu else WALL_NOTE
+    if "train_gflop" in results and results["train_gflop"].notna().any():
+        meta["cost_note"] += f"; {FLOP_NOTE}"
     if "trained_under" in results:  # copied under --reuse-older-kinds
         older = results[results["trained_under"].notna()]
         meta["older_kinds"] = list(zip(older["variant"], older["seed"], older["trained_under"], strict=True))
@@ -185,6 +196,11 @@ def _meta(tracker: Tracker, results: pd.DataFrame, conditions: dict[tuple[str, i
             local = tracker.client.download_artifacts(parent.info.run_id, BASELINES_ARTIFACT, tmp)
             meta["reference"] = json.loads(Path(local).read_text(encoding="utf-8"))
     return meta
+
+
+def _grouped(conditions) -> list:
+    """Conditions grouped: [count, [[label, value], ...]], most trials first."""
+    return [[n, [list(item) for item in group]] for group, n in Counter(conditions).most_common()]
 
 
 def _stored_settings(tracker: Tracker) -> ReportSettings | None:
