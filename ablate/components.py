@@ -30,6 +30,7 @@ from ablate.kernels.draws import (  # noqa: F401
     dropout_keys,
     keep_lanes,
     keep_mask,
+    key_source,
     lanes_dropout,
     thread_dropout_generator,
 )
@@ -68,8 +69,15 @@ _is_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", lambda
 def values_readable(x: Tensor) -> bool:
     """Whether a component may read ``x``'s values in Python (a range check, a shortcut taken when
     every row is alike): not under ``vmap``, where a pack's members are stacked
-    (:mod:`ablate.training.stacked`) and the general path must run."""
-    return not _is_wrapped(x)
+    (:mod:`ablate.training.stacked`), nor while ``torch.compile`` traces the forward
+    (``train.compile``: a read would split its graph); there the general path must run."""
+    return not (torch.compiler.is_compiling() or _is_wrapped(x))
+
+
+def padded() -> Padded:
+    """A fresh :class:`~ablate.jagged.Padded` layout, :class:`TokenContext`'s default: a function,
+    as dynamo does not trace a class called as a dataclass's default factory (``train.compile``)."""
+    return Padded()
 
 
 class Options(Strict):
@@ -134,7 +142,7 @@ class TokenContext:
     rotations: list[Callable[[Tensor, Tensor, TokenContext], tuple[Tensor, Tensor]]] = field(
         default_factory=list
     )
-    layout: Padded | Jagged = field(default_factory=Padded)
+    layout: Padded | Jagged = field(default_factory=padded)
     # Values computed once per forward and read by every block (a shared table's dropped lookups);
     # each backbone forward starts it empty.
     memo: dict[str, Any] = field(default_factory=dict, repr=False)

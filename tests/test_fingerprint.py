@@ -87,6 +87,7 @@ def test_a_changed_default_or_version_changes_it(write_study, monkeypatch):
         {"model": {"norm": {"placement": "post"}}},
         {"train": {"lr": 0.001}},
         {"train": {"micro_batches": 2}},
+        {"train": {"compile": "default"}},
         {"train": {"loss": {"kind": "softmax"}}},
         {"task": {"max_len": 12}},
         {"metrics": {"also": []}},

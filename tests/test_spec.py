@@ -144,6 +144,7 @@ BAD = [
     ({"name": "x" * 260}, ["name: String should have at most 100 characters"]),
     # micro-batching is the training step's: an old study file is told where it went.
     ({"task": {"micro_batches": 4}}, ["task.micro_batches: moved to train.micro_batches"]),
+    ({"train": {"compile": "fast"}}, ["train.compile", "'off', 'default' or 'reduce-overhead'"]),
 ]
 
 
@@ -158,6 +159,16 @@ def test_bad_study_one_line_exit_2(write_study, cli, patch, fragments):
     assert lines[0].startswith(f"error: {path}")
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
+
+
+def test_reduce_overhead_without_cuda_is_a_warning(write_study, cli, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, _, err = cli("validate", write_study({"train": {"compile": "reduce-overhead"}}))
+    assert code == 0, err
+    assert "train.compile: reduce-overhead replays the compiled step as CUDA graphs" in err
+    assert "on cpu it compiles as default" in err
+    code, _, err = cli("validate", write_study({"train": {"compile": "default"}}, name="default.yaml"))
+    assert code == 0 and "train.compile" not in err
 
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:1", "mps"])

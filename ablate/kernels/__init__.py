@@ -20,7 +20,8 @@ exactly the same entries.
 
 Each op here is the one function its callers call: it runs the kernel where one applies (CPU
 tensors of a dtype it has, the library built, the ``kernels`` fast path on:
-:mod:`ablate.fastpaths`) and its torch form (:mod:`.unfused`) otherwise. The library is
+:mod:`ablate.fastpaths`, not inside a ``torch.compile`` trace) and its torch form
+(:mod:`.unfused`) otherwise. The library is
 compiled on first use with ``$CC`` or ``cc`` and cached in a private folder under
 :func:`ablate.cache.cache_dir` (where parsed data sets are cached too); whatever keeps it from
 being built or loaded, the torch forms run, after one warning line (:mod:`.build`).
@@ -64,8 +65,11 @@ def _built() -> ctypes.CDLL | None:
 
 
 def library() -> ctypes.CDLL | None:
-    """The compiled kernels, or None (the ``kernels`` fast path off, or no library: no working C
-    compiler, an unsafe cache folder, ...). Built on the first call that wants it."""
+    """The compiled kernels, or None (the ``kernels`` fast path off, no library: no working C
+    compiler, an unsafe cache folder, ..., or while ``torch.compile`` traces: ctypes calls cannot be
+    traced, the torch forms are, with the same draws). Built on the first call that wants it."""
+    if torch.compiler.is_compiling():
+        return None
     return _built() if fastpaths.enabled("kernels") else None
 
 

@@ -28,8 +28,24 @@ def dropout_key() -> int | Tensor:
     keys = getattr(_DROPOUT, "keys", None)
     if keys is not None:
         return next(keys)
-    generator = thread_dropout_generator()
+    return _draw(thread_dropout_generator())
+
+
+def _draw(generator: torch.Generator | None) -> int:
     return int(torch.empty((), dtype=torch.int64).random_(-(2**63), None, generator=generator))
+
+
+def key_source() -> Iterator[int | Tensor]:
+    """The keys :func:`dropout_key` would return here from now on, one per ``next``: the keys
+    supplied (:func:`dropout_keys`), else this thread's generator's draws. For a caller that
+    draws a block's keys itself and supplies them (a compiled forward: ``train.compile``)."""
+    keys = getattr(_DROPOUT, "keys", None)
+    return keys if keys is not None else _draws(thread_dropout_generator())
+
+
+def _draws(generator: torch.Generator | None) -> Iterator[int]:
+    while True:
+        yield _draw(generator)
 
 
 def lanes_dropout(device: torch.device) -> bool:

@@ -22,6 +22,11 @@ def _shift_right(z: Tensor, bits: int) -> Tensor:
 
 def _draws(counters: Tensor, key: int) -> Tensor:
     """splitmix64's output for int64 ``counters`` under ``key``, as int64."""
+    if torch.compiler.is_compiling():
+        # Inductor carries integer arithmetic on indices as exact sympy expressions, and splitmix's
+        # products of a strided index overflow its int64 code; it does not carry an XOR, after which
+        # the counters are plain values again (the same numbers).
+        counters = counters ^ 0
     z = (counters + 1) * _GOLDEN + key
     z = (z ^ _shift_right(z, 30)) * _MIX1
     z = (z ^ _shift_right(z, 27)) * _MIX2

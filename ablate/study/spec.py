@@ -43,6 +43,12 @@ MatchableSlot = Literal[tuple(slot for slot in COMPONENT_SLOTS if slot != "bias"
 Precision = Literal["auto", "fp32", "bf16"]
 
 
+# `train.compile`: the training step's forward under torch.compile (ablate.training.compiled): off
+# (eager), default (inductor's kernels), reduce-overhead (those replayed as CUDA graphs; CUDA only:
+# elsewhere as default).
+Compile = Literal["off", "default", "reduce-overhead"]
+
+
 # `train.pack`: seeds of a variant trained as one pack (ablate.training.packed): ``auto`` lets the
 # driver choose (ablate.drive.packing), ``off`` trains each alone, a number packs up to that many.
 def _pack(value: Any) -> Any:
@@ -149,6 +155,9 @@ class TrainSpec(Strict):
     # backpropagated before the next part's forward, then one optimiser step: the whole batch's
     # mean loss with less padding, one part's graph held at a time, parts in parallel CPU streams.
     micro_batches: int = Field(1, ge=1)
+    # The training step's forward under torch.compile (ablate.training.compiled): its float rounding
+    # moves, so a compiled trial is fingerprinted apart from an eager one (off: as before it existed).
+    compile: Compile = "off"
     # Final trials of a variant trained together in one process, each exactly as alone; not part
     # of what a trial trains (its fingerprint leaves it out).
     pack: Pack = "auto"
@@ -160,7 +169,9 @@ class TrainSpec(Strict):
         "param_groups",
         "second_stage",
         "micro_batches",
+        "compile",
     )
+    ADDED_LATER: ClassVar[dict[str, Any]] = {"compile": "off"}
 
     def later_options_at_default(self) -> set[str]:
         """The :attr:`LATER_OPTIONS` a fingerprint may leave out."""

@@ -8,7 +8,8 @@ batch's real tokens; the trial's figure is that count per token × the tokens it
 is counted is matrix products and convolutions, softmax attention included (torch has no formula
 for its fused CPU form: registered here with torch's own SDPA counts); elementwise work, the
 optimiser and evaluation are not. The step runs with ablate's fused kernels in their torch forms
-(:func:`~ablate.fastpaths.fast_paths` off: the counter sees torch operators only) and on one
+(:func:`~ablate.fastpaths.fast_paths` off: the counter sees torch operators only), eager (a
+trial under ``train.compile`` counts what its eager self would) and on one
 thread (a dispatch mode sees only its own thread's operators; micro-batches run in threads),
 on the CPU whatever device the trial trains on: on an H100 the same tiny study counted 3.3–3.9 %
 more on CUDA (2026-11-26), where attention runs through SDPA's fused kernels and their formulas
@@ -17,6 +18,7 @@ count flash attention's recomputed product; on the CPU a figure is the same on e
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -36,6 +38,7 @@ class Stepping(Protocol):
     """A trainer as :func:`flops_per_token` uses one (:class:`ablate.training.trainer.Trainer`)."""
 
     tokens: int  # real tokens the last step trained on
+    compiled: Any  # the context its step's forward runs in (train.compile)
 
     def step(self, batch: Any) -> Any: ...
 
@@ -78,5 +81,7 @@ def flops_per_token(probe: Stepping, batches: Iterable[Any]) -> float:
     """One training step's FLOPs per real token, on ``probe`` (a trainer built for this only: the
     step moves its weights) and the first of ``batches``."""
     batch = next(iter(batches))
+    # Counted eager: compiled (train.compile), dropout is drawn as lanes, with other ops around it.
+    probe.compiled = contextlib.nullcontext()
     flops = counted_flops(lambda: probe.step(batch))
     return flops / probe.tokens if probe.tokens else 0.0

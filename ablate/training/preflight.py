@@ -71,6 +71,11 @@ def check_device(study: Study) -> None:
             "emulates them, 6–9× slower than fp32 for SASRec on an AVX2 CPU (benchmarks/RESULTS.md); "
             "fp32 (or auto) trains faster here"
         )
+    if device.type != "cuda" and study.spec.train.compile == "reduce-overhead":
+        warn(
+            "train.compile: reduce-overhead replays the compiled step as CUDA graphs, which need a "
+            f"CUDA device: on {device.type} it compiles as default (inductor's kernels, no graphs)"
+        )
 
 
 def cpu_has_bf16() -> bool:

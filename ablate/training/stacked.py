@@ -16,7 +16,8 @@ What stays each member's own, so that it is the trial it would have been alone:
   the member's slice of the stacked parameters;
 - its update: its gradients are its slices of the stacked gradients (a loss that is not finite
   ends that member alone), then its own trainer's clipping, optimiser and schedule.
-The forward runs the kernels' torch forms (the fused CPU kernels cannot run under ``vmap``). A
+The forward runs the kernels' torch forms (the fused CPU kernels cannot run under ``vmap``); with
+``train.compile`` the ``vmap`` forward is compiled whole (:mod:`ablate.training.compiled`). A
 model stacks where a probe step on copies runs: padded layouts (not fbgemm's jagged ops), no
 auxiliary losses, no epoch or stage hooks, no random draw other than dropout's in the forward;
 elsewhere :func:`stacker` says why not and the pack's members take turns. A member steps on its
@@ -41,6 +42,7 @@ from ablate import fastpaths
 from ablate.components import Component, dropout_generator, dropout_key, dropout_keys, has_auxiliary_losses
 from ablate.errors import first_line
 from ablate.tasks import Task
+from ablate.training.compiled import compiled, torch_mode
 from ablate.training.randomness import GlobalStates
 from ablate.training.trainer import Trainer, TrialRun
 
@@ -114,6 +116,13 @@ class FieldNotStacked(RuntimeError):
         self.name = name
 
 
+def _field_read(exc: BaseException | None) -> FieldNotStacked | None:
+    """The :class:`FieldNotStacked` behind ``exc`` (dynamo wraps one raised in a compiled forward)."""
+    while exc is not None and not isinstance(exc, FieldNotStacked):
+        exc = exc.__cause__ or exc.__context__
+    return exc
+
+
 class _Unstacked:
     """A batch field that differs between the members, in the stacked forward's input in its place:
     any use of it raises :class:`FieldNotStacked` (the step then runs in turns), so a forward that
@@ -145,8 +154,10 @@ class Stacker:
     """The stacked step of a pack's members (built by :func:`stacker`); ``keys``: the dropout
     keys one member's forward takes."""
 
-    def __init__(self, skeleton: nn.Module, keys: int):
+    def __init__(self, skeleton: nn.Module, keys: int, mode: str | None = None):
         self.skeleton, self.keys = skeleton, keys
+        # train.compile: torch.compile's mode around the vmap (ablate.training.compiled); None: eager.
+        self.forward = compiled(stacked_forward, mode, str(skeleton)) if mode else stacked_forward
         self.steps = {"stacked": 0, "in turns": 0}  # the pack's steps, by how they ran
         self.error: Exception | None = None  # why the last stacked forward could not run
         self.finite: list[bool | None] = []  # each member's loss finite in the last step (None: unread)
@@ -183,18 +194,9 @@ class Stacker:
     ) -> Tensor:
         """The members' model outputs ``[k, ...]`` from one forward under ``vmap``; ``aliases``:
         every parameter's name → the name it is stacked under."""
-        template, fields = stacked
-
-        def forward(params, buffers, fields, keys):
-            # Tied names expanded inside vmap: one tensor object under every name (the shared
-            # tables' per-forward memo is keyed by it).
-            named = {alias: params[name] for alias, name in aliases.items()}
-            with dropout_keys(keys[i] for i in range(self.keys)):
-                return functional_call(self.skeleton, (named, buffers), (_rebuild(template, fields),))
-
         self.skeleton.train()
         with fastpaths.fast_paths(kernels=False), quiet_fallbacks():
-            return torch.vmap(forward)(params, buffers, fields, keys)
+            return self.forward(self.skeleton, aliases, self.keys, params, buffers, stacked, keys)
 
     def _in_turns(self, runs: Sequence[TrialRun], states: Sequence[GlobalStates], batches: Sequence[Any]):
         self.finite = [None] * len(runs)  # each run's own step reads its loss
@@ -224,8 +226,9 @@ class Stacker:
             with autocast:
                 outputs = self.outputs(params, aliases, buffers, stacked, key_tensor)
         except Exception as exc:  # noqa: BLE001 - a forward vmap cannot run (found by the probe, else here)
-            if isinstance(exc, FieldNotStacked):
-                self.read.add(exc.name)
+            read = _field_read(exc)
+            if read is not None:
+                self.read.add(read.name)
             self.error = exc
             self.steps["stacked"] -= 1
             self.steps["in turns"] += 1
@@ -263,6 +266,29 @@ class Stacker:
             elif isinstance(loss, Tensor):
                 losses[j] = loss.detach()
         return losses
+
+
+def stacked_forward(
+    skeleton: nn.Module,
+    aliases: dict[str, str],
+    count: int,
+    params: dict[str, Tensor],
+    buffers: dict[str, Tensor],
+    stacked: tuple[Any, dict],
+    keys: Tensor,
+) -> Tensor:
+    """:meth:`Stacker.outputs`' ``vmap`` of ``skeleton``'s forward (what ``train.compile`` compiles
+    whole); ``count``: the dropout keys a member's forward takes."""
+    template, fields = stacked
+
+    def forward(params, buffers, fields, keys):
+        # Tied names expanded inside vmap: one tensor object under every name (the shared
+        # tables' per-forward memo is keyed by it).
+        named = {alias: params[name] for alias, name in aliases.items()}
+        with dropout_keys(keys[i] for i in range(count)):
+            return functional_call(skeleton, (named, buffers), (_rebuild(template, fields),))
+
+    return torch.vmap(forward)(params, buffers, fields, keys)
 
 
 def stack_weights(
@@ -333,7 +359,8 @@ def _probe(run: TrialRun) -> tuple[Stacker | None, str]:
     copies[0].model.train()
     with torch.no_grad(), dropout_keys(counted()), fastpaths.fast_paths(kernels=False):
         copies[0].model(batch)
-    found = Stacker(copy.deepcopy(model).to("meta"), len(drawn))
+    mode = torch_mode(run.study.spec.train.compile, run.device)
+    found = Stacker(copy.deepcopy(model).to("meta"), len(drawn), mode)
     probes = [_Probe(trainer, run) for trainer in copies]
     results = found.step(probes, [GlobalStates.capture() for _ in copies], [batch, batch])
     failed = [r for r in results if isinstance(r, Exception)] + ([found.error] if found.error else [])

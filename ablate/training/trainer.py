@@ -10,6 +10,7 @@ measurements (parameters, training tokens/s, peak memory, wall and CPU time).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
@@ -29,6 +30,7 @@ from ablate.model.variant import Variant
 from ablate.optim.schedules import LR_SCHEDULES, build_optimizer
 from ablate.study.load import Study
 from ablate.training.checkpoints import CHECKPOINT_ENV, Checkpoint, checkpoint_interval, checkpoint_summaries  # noqa: F401 - their home was here
+from ablate.training.compiled import CompiledForward, torch_mode
 from ablate.training.flops import flops_per_token
 from ablate.training.memory import PeakMemory
 from ablate.training.parts import backward_parts
@@ -124,8 +126,9 @@ def training_autocast(precision: str, device: torch.device) -> torch.autocast:
 class Trainer:
     """ablate's one training step and the state it carries from step to step: the model, the
     optimiser ``train:`` describes (kind, betas, weight decay, parameter groups), its per-epoch
-    learning-rate schedule, bf16 autocast, gradient clipping, micro-batches, the batch generator
-    and the random states. :func:`train_trial`, the GPU memory probe (:mod:`ablate.commands.gpus`) and the
+    learning-rate schedule, bf16 autocast, gradient clipping, micro-batches, its forward compiled
+    (``train.compile``: :mod:`ablate.training.compiled`), the batch generator and the random
+    states. :func:`train_trial`, the GPU memory probe (:mod:`ablate.commands.gpus`) and the
     benchmarks all step through it, so what they measure is what a trial runs."""
 
     def __init__(self, study: Study, model: nn.Module, generator: torch.Generator, device: torch.device):
@@ -136,6 +139,8 @@ class Trainer:
         self.autocast = training_autocast(self.train.precision, device)
         self.tokens = 0  # real tokens stepped on, for the tokens/s cost column
         self.grad_norm: Tensor | None = None  # the last step's gradient norm before clipping
+        mode = torch_mode(self.train.compile, device)  # train.compile: the step's forward compiled
+        self.compiled = CompiledForward(model, mode) if mode else contextlib.nullcontext()
 
     @classmethod
     def start(cls, study: Study, variant: Variant, seed: int, data: Any, device: torch.device) -> Trainer:
@@ -151,15 +156,9 @@ class Trainer:
         is returned before any parameter moves (the caller decides what a diverged trial is)."""
         batch = batch.to(self.device)
         self.optimizer.zero_grad(set_to_none=True)
-        loss = backward_parts(
-            self.study.task,
-            self.model,
-            batch,
-            self.study.loss,
-            self.generator,
-            self.autocast,
-            self.train.micro_batches,
-        )
+        parts = (self.study.loss, self.generator, self.autocast, self.train.micro_batches)
+        with self.compiled:
+            loss = backward_parts(self.study.task, self.model, batch, *parts)
         if not torch.isfinite(loss):
             return loss
         self.update(batch)
