@@ -2,7 +2,8 @@
 studies' configurations, one trial at a time vs k trials at once on one GPU.
 
     python benchmarks/gpu.py [--configs sasrec hstu fuxi] [--k 1 2 4 8] [--steps 100] [--warmup 10]
-                             [--precision auto|fp32|bf16] [--gpu 0] [--packed] [--note "..."] [--no-write]
+                             [--precision auto|fp32|bf16] [--gpu 0] [--packed | --packed-only]
+                             [--override KEY=VALUE ...] [--note "..."] [--no-write]
 
 Each of the k trials is its own process, as ``ablate run --gpus`` starts them, running the trial's
 own training loop (the study's batches, model, loss parts, optimiser and precision: ``train.precision``
@@ -20,8 +21,15 @@ out, so the ratio to one trial at a time (the last column) is the figure to read
 
 With ``--packed`` each k > 1 is timed a second way: one process training seeds 0..k-1 as one pack
 (:mod:`ablate.training.packed`, as ``train.pack: k`` trains them: on a GPU their steps stacked,
-one ``vmap`` forward for all, :mod:`ablate.training.stacked`; on the CPU in streams or turns;
-CUDA graphs are not used). The row says how the pack stepped.
+one ``vmap`` forward for all, :mod:`ablate.training.stacked`; on the CPU in streams or turns). The
+row says how the pack stepped; ``--packed-only`` times each k > 1 as a pack only.
+
+``--override`` sets study keys for every trial of the call, as ``ablate run``'s overrides do, e.g.
+``train.compile=reduce-overhead`` (the step's forward compiled and replayed as CUDA graphs:
+"packed + graphs" with ``--packed-only``; :mod:`ablate.training.compiled`) with
+``train.micro_batches=1`` (each part's width is a shape of its own, and CUDA graphs are recorded
+per shape). A compiled trial compiles in its warm-up: give it an epoch's steps (SASRec: 48), so
+that the last batch's shape is met there too. The rows say what was set.
 
 Written to benchmarks/RESULTS.md (section "GPU: trials per GPU") with the device's name. Without
 CUDA it prints one line and exits with status 2, measuring nothing; ``--device cpu`` runs the
@@ -76,8 +84,9 @@ CONFIGS = {
 NO_CUDA = "benchmarks/gpu.py: no CUDA device here (torch {version}); nothing measured"
 
 
-def load(config: Config, precision: str | None) -> Study:
-    return load_study(config.study, overrides=[f"train.precision={precision}"] if precision else ())
+def load(config: Config, precision: str | None, overrides: list[str] = ()) -> Study:
+    precisions = [f"train.precision={precision}"] if precision else []
+    return load_study(config.study, overrides=[*overrides, *precisions])
 
 
 def train_steps(
@@ -237,7 +246,7 @@ def child(args: argparse.Namespace) -> None:
         wait_for(barrier / "go")
 
     config = config_of(args)
-    study = load(config, args.precision)
+    study = load(config, args.precision, args.override)
     device = torch.device(args.device)
     if args.pack > 1:
         row = packed_steps(study, config.variant, args.pack, args.steps, args.warmup, device, ready_then_go)
@@ -263,6 +272,7 @@ def together(
     study: Path | None = None,
     variant: str = "base",
     packed: bool = False,
+    overrides: list[str] = (),
 ) -> dict:
     """k trial processes of configuration ``name`` (or ``study``'s ``variant``) at once on one GPU
     (``device cpu``: on the CPU, to check the machinery), or with ``packed`` one process training
@@ -274,6 +284,7 @@ def together(
         cmd += ["--device", device, "--barrier", folder, "--pack", str(pack)]
         cmd += ["--precision", precision] if precision else []
         cmd += ["--study", str(study), "--variant", variant] if study else []
+        cmd += [f"--override={override}" for override in overrides]
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
         procs = [
@@ -296,7 +307,7 @@ def together(
     rows = [json.loads(o.strip().splitlines()[-1]) for o in outputs]
     # A pack's one row stands for each of its k members (step_s: one lockstep step of them all).
     how = {"how": "packed", "stepped": rows[0]["stepped"]} if packed else {"how": "processes"}
-    return {**summarise(name, k, rows * k if packed else rows), **how}
+    return {**summarise(name, k, rows * k if packed else rows), **how, "set": ", ".join(overrides)}
 
 
 def summarise(name: str, k: int, trials: list[dict]) -> dict:
@@ -347,6 +358,7 @@ def table(rows: list[dict], steps: int, warmup: int, note: str = "") -> str:
     for r in with_speedups(rows):
         speedup = f"{r['speedup']:.2f}×" if r["speedup"] is not None else "—"
         how = f"one pack, {r['stepped']}" if r.get("how") == "packed" else "processes"
+        how += f"; {r['set']}" if r.get("set") else ""
         out.append(
             f"| {CONFIGS[r['config']].label if r['config'] in CONFIGS else r['config']} | {r['precision']} "
             f"| {how} | {r['k']} | {r['step_s'] * 1e3:.1f} | {r['epoch_s']:.2f} | {r['tokens_per_s']:,.0f} "
@@ -376,6 +388,8 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also time each k > 1 as one process training the k seeds as a pack",
     )
+    p.add_argument("--packed-only", action="store_true", help="time each k > 1 as a pack only")
+    p.add_argument("--override", action="append", default=[], help="KEY=VALUE set in every trial's study")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--pack", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -395,32 +409,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in names:
         for k in args.k:
-            row = together(
-                name,
-                k,
-                args.steps,
-                args.warmup,
-                args.device,
-                args.precision,
-                args.gpu,
-                args.study,
-                args.variant,
-            )
-            rows.append(row)
-            print({key: round(v, 4) if isinstance(v, float) else v for key, v in row.items()}, flush=True)
-            if args.packed and k > 1:
-                row = together(
-                    name,
-                    k,
-                    args.steps,
-                    args.warmup,
-                    args.device,
-                    args.precision,
-                    args.gpu,
-                    args.study,
-                    args.variant,
-                    packed=True,
-                )
+            packs = [True] if args.packed_only else [False, True] if args.packed else [False]
+            for packed in packs if k > 1 else [False]:
+                settings = (args.device, args.precision, args.gpu, args.study, args.variant, packed)
+                row = together(name, k, args.steps, args.warmup, *settings, args.override)
                 rows.append(row)
                 print({key: round(v, 4) if isinstance(v, float) else v for key, v in row.items()}, flush=True)
     section = table(rows, args.steps, args.warmup, args.note)

@@ -213,13 +213,16 @@ def test_gpu_benchmark_steps_and_table(write_study):
 @pytest.mark.heavy
 def test_gpu_benchmark_runs_k_processes_together_on_the_cpu(write_study, capsys):
     """The whole machinery (k child processes, the ready/go barrier, the JSON they print) on the
-    CPU, and ``--packed``: the k seeds as one pack in one process."""
+    CPU, ``--packed``: the k seeds as one pack in one process, and ``--override``: set in every
+    trial, said in every row."""
     path = write_study({"name": "bench"}, name="bench.yaml")
     args = ["--device", "cpu", "--study", str(path), "--k", "1", "2", "--steps", "2", "--warmup", "1"]
-    assert bench.main([*args, "--packed"]) == 0
+    assert bench.main([*args, "--packed", "--override", "train.lr=0.01"]) == 0
     out = capsys.readouterr().out
-    assert "| bench | fp32 | processes | 1 |" in out and "| bench | fp32 | processes | 2 |" in out
-    assert re.search(r"\| bench \| fp32 \| one pack, (streams|turns) \| 2 \|", out) and "| 1.00× |" in out
+    for k in (1, 2):
+        assert f"| bench | fp32 | processes; train.lr=0.01 | {k} |" in out
+    assert re.search(r"\| bench \| fp32 \| one pack, (streams|turns); train.lr=0.01 \| 2 \|", out)
+    assert "| 1.00× |" in out
 
 
 def test_gpu_benchmark_packed_steps_every_member(write_study):

@@ -21,9 +21,10 @@ eager rest and the optimiser run around it. So that the graph draws nothing and 
   range check runs at the first, eager call, and inductor's own bounds checks stop a later index
   outside its table.
 
-Dynamo keeps at most 8 graphs per function (shapes, autocast, …): one compiled function per mode
-and model structure, so each structure has its own 8, and a later trial of a structure this process
-compiled before compiles nothing.
+Dynamo keeps at most 8 graphs per function (shapes, autocast, …): one compiled function per mode,
+model structure and torch thread count (inductor's CPU kernels are made for the count they are
+compiled under: a micro-batched step's parts run single-threaded, :mod:`ablate.training.parts`), so
+each has its own 8, and a later trial of a structure this process compiled before compiles nothing.
 """
 
 from __future__ import annotations
@@ -48,10 +49,15 @@ def torch_mode(setting: str, device: torch.device) -> str | None:
     return setting if torch.device(device).type == "cuda" else "default"
 
 
-@cache
 def compiled(function: Callable, mode: str, structure: str) -> Callable:
-    """``torch.compile(function, mode=mode)`` for models of one ``structure`` (their text):
-    a copy of ``function``'s code of its own, so that dynamo's graphs for it are its own."""
+    """``torch.compile(function, mode=mode)`` for models of one ``structure`` (their text) at this
+    thread's torch thread count: a copy of ``function``'s code of its own, so that dynamo's graphs
+    for it are its own."""
+    return _compiled(function, mode, structure, torch.get_num_threads())
+
+
+@cache
+def _compiled(function: Callable, mode: str, structure: str, threads: int) -> Callable:
     code = function.__code__.replace()  # dynamo keeps its graphs on the code object
     own = types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__)
     return torch.compile(own, mode=mode)
@@ -78,7 +84,7 @@ class CompiledForward:
         self.mode = mode
         self.backbones = [m for m in model.modules() if isinstance(m, Backbone)]
         self.keys: dict[int, int] = {}  # keys a forward takes, by backbone (id)
-        self.functions: dict[int, Callable] = {}  # its compiled function, by backbone (id)
+        self.functions: dict[tuple[int, int], Callable] = {}  # by backbone (id) and thread count
 
     def __enter__(self) -> CompiledForward:
         if self.mode == "reduce-overhead":
@@ -103,8 +109,9 @@ class CompiledForward:
                 return out
             drawn = [int(next(source)) for _ in range(count)]
             keys = torch.tensor(drawn, dtype=torch.int64, device=args[0].device)  # args[0]: the tokens x
-            if id(backbone) not in self.functions:
-                self.functions[id(backbone)] = compiled(_keyed, self.mode, str(backbone))
-            return self.functions[id(backbone)](backbone, keys, args, kwargs)
+            which = (id(backbone), torch.get_num_threads())  # parts in streams: 1 thread each
+            if which not in self.functions:
+                self.functions[which] = compiled(_keyed, self.mode, str(backbone))
+            return self.functions[which](backbone, keys, args, kwargs)
 
         return forward

@@ -158,6 +158,7 @@ class Stacker:
         self.skeleton, self.keys = skeleton, keys
         # train.compile: torch.compile's mode around the vmap (ablate.training.compiled); None: eager.
         self.forward = compiled(stacked_forward, mode, str(skeleton)) if mode else stacked_forward
+        self.graphs = mode == "reduce-overhead"  # CUDA graphs: each step's replay begins anew
         self.steps = {"stacked": 0, "in turns": 0}  # the pack's steps, by how they ran
         self.error: Exception | None = None  # why the last stacked forward could not run
         self.finite: list[bool | None] = []  # each member's loss finite in the last step (None: unread)
@@ -195,6 +196,8 @@ class Stacker:
         """The members' model outputs ``[k, ...]`` from one forward under ``vmap``; ``aliases``:
         every parameter's name → the name it is stacked under."""
         self.skeleton.train()
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs are spent
         with fastpaths.fast_paths(kernels=False), quiet_fallbacks():
             return self.forward(self.skeleton, aliases, self.keys, params, buffers, stacked, keys)
 
