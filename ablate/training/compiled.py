@@ -29,6 +29,7 @@ each has its own 8, and a later trial of a structure this process compiled befor
 
 from __future__ import annotations
 
+import hashlib
 import types
 from collections.abc import Callable, Iterator
 from functools import cache
@@ -58,8 +59,13 @@ def compiled(function: Callable, mode: str, structure: str) -> Callable:
 
 @cache
 def _compiled(function: Callable, mode: str, structure: str, threads: int) -> Callable:
-    code = function.__code__.replace()  # dynamo keeps its graphs on the code object
-    own = types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__)
+    # Dynamo keeps its graphs on the code object, and which sizes it found to vary under the code's
+    # name (torch's "PGO", kept on disk too): a copy named for what it is compiled for keeps both
+    # apart (a micro-batched step's varying widths would otherwise make a plain step's graph dynamic).
+    digest = hashlib.sha256(f"{mode}|{threads}|{structure}".encode()).hexdigest()[:12]
+    name = f"{function.__name__}_{digest}"
+    code = function.__code__.replace(co_name=name, co_qualname=name)
+    own = types.FunctionType(code, function.__globals__, name, function.__defaults__)
     return torch.compile(own, mode=mode)
 
 
