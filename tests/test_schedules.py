@@ -88,7 +88,8 @@ def test_constant_logs_no_lr_and_old_fingerprints_hold(write_study):
     result = _train(default, default.task.load())
     assert not _curve(result, "train.lr") and not _curve(result, "train.stage")
     halving = load_study(write_study({"train": {"lr_schedule": "type1"}}, name="other.yaml"))
-    assert halving.spec.train.later_options_at_default() == {"param_groups", "second_stage", "micro_batches"}
+    later = {"param_groups", "second_stage", "micro_batches", "compile"}
+    assert halving.spec.train.later_options_at_default() == later
     assert fingerprint(halving, "base") != fingerprint(default, "base")
 
 
