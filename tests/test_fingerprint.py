@@ -87,7 +87,6 @@ def test_a_changed_default_or_version_changes_it(write_study, monkeypatch):
         {"model": {"norm": {"placement": "post"}}},
         {"train": {"lr": 0.001}},
         {"train": {"micro_batches": 2}},
-        {"train": {"compile": "default"}},
         {"train": {"loss": {"kind": "softmax"}}},
         {"task": {"max_len": 12}},
         {"metrics": {"also": []}},
@@ -100,9 +99,10 @@ def test_a_changed_value_changes_it(write_study, patch):
     assert fingerprint(after, "base") != fingerprint(before, "base")
 
 
-def test_device_and_evaluation_batch_size_leave_it_alone(write_study):
+def test_device_evaluation_batch_size_and_compiling_leave_it_alone(write_study):
     before = _load(write_study, "before")
-    after = _load(write_study, "after", patch={"train": {"device": "cpu", "eval_batch_size": 7}})
+    patch = {"train": {"device": "cpu", "eval_batch_size": 7, "compile": "default"}}
+    after = _load(write_study, "after", patch=patch)
     assert fingerprints(after, "base") == fingerprints(before, "base")
     assert fingerprint(before, "mlp") != fingerprint(before, "base")
 

@@ -92,6 +92,11 @@ def test_conditions_name_the_thread_count_pinned_and_the_environment(monkeypatch
         torch.set_num_threads(before)
     monkeypatch.setenv("MKL_NUM_THREADS", "3")
     assert "MKL_NUM_THREADS=3" in conditions()[PREFIX + "thread_env"]
+    # A compiled step (train.compile) is said with the fast paths; eager, the tag is as before it existed.
+    assert conditions()[PREFIX + "fast_paths"] == conditions(compiled="off")[PREFIX + "fast_paths"]
+    assert "compiled" not in conditions()[PREFIX + "fast_paths"]
+    compiled = conditions(compiled="default")[PREFIX + "fast_paths"]
+    assert compiled.endswith("; step forward compiled (train.compile: default)")
     labels = [label for label, _ in described(conditions())]
     assert labels[:5] == ["torch", "BLAS / LAPACK", "CPU", "CPU kernels", "threads (intra-op / inter-op)"]
 
@@ -214,7 +219,8 @@ def test_trials_trained_under_different_conditions_are_listed_by_group(ran, tmp_
     assert lists[0][0] == f"torch: {dict(recorded)['torch']}"  # shared by all, said once
     assert not any(item.startswith(("CPU:", "threads")) for item in lists[0])
     own = dict(recorded)
+    threads = own["threads (intra-op / inter-op)"]
     assert lists[1] == [
-        f"4 trial(s): CPU: {own['CPU']}; threads (intra-op / inter-op): {own['threads (intra-op / inter-op)']}",
+        f"4 trial(s): CPU: {own['CPU']}; threads (intra-op / inter-op): {threads}",
         "2 trial(s): CPU: Other CPU (64 logical cores); threads (intra-op / inter-op): 4 / 4",
     ]

@@ -117,8 +117,8 @@ class Driver(FinalTrials):
         served = stores.tracking_uri.startswith(("http://", "https://"))
         artifacts = None if served else stores.output_dir / "artifacts"
         tracker = Tracker(stores.tracking_uri, study.name, artifact_root=artifacts)
-        pin_threads(study.spec.train.threads)  # before the conditions are recorded
-        tracker.provenance = provenance(study.path, str(resolve_device(study.spec.train.device)))
+        pin_threads((train := study.spec.train).threads)  # before the conditions are recorded
+        tracker.provenance = provenance(study.path, str(resolve_device(train.device)), train.compile)
         parent = tracker.study_run(study.name, tags=study_tags(study), params=study_params(study))
         tracker.attach_text(parent, resolved_yaml(study), STUDY_ARTIFACT)
         self.tracker, self.parent = tracker, parent  # the study's MLflow run

@@ -86,7 +86,7 @@ def search_name(study: Study, variant: str) -> str:
 
 # Training settings that do not change what a trial trains (the device and the thread count move only
 # float rounding: the conditions its tags record), left out of its fingerprint.
-UNTRAINED = frozenset({"device", "eval_batch_size", "threads", "pack"})
+UNTRAINED = frozenset({"device", "eval_batch_size", "threads", "pack", "compile"})
 
 
 def fingerprint(study: Study, variant: str) -> str:

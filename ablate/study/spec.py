@@ -155,8 +155,10 @@ class TrainSpec(Strict):
     # backpropagated before the next part's forward, then one optimiser step: the whole batch's
     # mean loss with less padding, one part's graph held at a time, parts in parallel CPU streams.
     micro_batches: int = Field(1, ge=1)
-    # The training step's forward under torch.compile (ablate.training.compiled): its float rounding
-    # moves, so a compiled trial is fingerprinted apart from an eager one (off: as before it existed).
+    # The training step's forward under torch.compile (ablate.training.compiled): how a step runs, not
+    # what it computes (the same dropout draws on the CPU, float rounding moved ≤ 1e-6), so left out of
+    # fingerprints like threads and pack (a study resumed with it switched keeps its trials); each
+    # run's conditions record it (ablate.tracking.provenance).
     compile: Compile = "off"
     # Final trials of a variant trained together in one process, each exactly as alone; not part
     # of what a trial trains (its fingerprint leaves it out).

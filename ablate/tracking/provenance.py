@@ -77,9 +77,10 @@ def _build_info() -> dict[str, str]:
     return {"blas": text + (f"; oneDNN {onednn.group(1)}" if onednn else "")}
 
 
-def conditions(device: str = "cpu") -> dict[str, str]:
+def conditions(device: str = "cpu", compiled: str = "off") -> dict[str, str]:
     """This process's conditions as tags (``ablate.env.<name>``): see the module's note.
-    ``device``: where the trials train (``cuda`` adds the GPU, CUDA and cuDNN)."""
+    ``device``: where the trials train (``cuda`` adds the GPU, CUDA and cuDNN); ``compiled``: the
+    study's ``train.compile``, said with the fast paths where it is on."""
     import torch
 
     from ablate import fastpaths
@@ -93,7 +94,8 @@ def conditions(device: str = "cpu") -> dict[str, str]:
         "thread_env": _thread_env(),
         "deterministic": str(torch.are_deterministic_algorithms_enabled()).lower(),
         "fast_paths": ", ".join(f"{p}={'on' if fastpaths.enabled(p) else 'off'}" for p in fastpaths.PATHS)
-        + f"; fused kernels {'built' if _kernels_built() else 'not built (torch forms)'}; {_fbgemm()}",
+        + f"; fused kernels {'built' if _kernels_built() else 'not built (torch forms)'}; {_fbgemm()}"
+        + ("" if compiled == "off" else f"; step forward compiled (train.compile: {compiled})"),
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
@@ -153,7 +155,7 @@ def _git(folder: Path, *args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def provenance(study_file: Path, device: str = "cpu") -> dict[str, str]:
+def provenance(study_file: Path, device: str = "cpu", compiled: str = "off") -> dict[str, str]:
     """Tags naming what produced a run: the ablate version and, where the study file lives in a
     git repository, its commit and whether tracked files (or the study file, untracked) differ;
     and this process's :func:`conditions`."""
@@ -169,4 +171,4 @@ def provenance(study_file: Path, device: str = "cpu") -> dict[str, str]:
         tracked = _git(folder, "ls-files", "--", study_file.name)
         if changed is not None and tracked is not None:
             tags[dirty_tag] = "true" if changed or not tracked else "false"
-    return {**tags, **conditions(device)}
+    return {**tags, **conditions(device, compiled)}
