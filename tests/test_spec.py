@@ -622,3 +622,17 @@ def test_bf16_on_a_cpu_without_bf16_instructions_is_a_warning(write_study, cli, 
     fp32 = write_study({"train": {"device": "cpu", "precision": "fp32"}}, name="fp32.yaml")
     code, _, err = cli("validate", fp32)
     assert code == 0 and "bf16 instructions" not in err
+
+
+def test_off_written_bare_is_the_word_off(write_study, cli):
+    """YAML 1.1 reads a bare ``off`` as false: ``pack: off`` and ``compile: off``, as the README
+    writes them, in a study file and as overrides, are the options' ``off``."""
+    text = write_study().read_text().replace("train:\n", "train:\n  pack: off\n  compile: off\n", 1)
+    path = write_study(text=text, name="bare.yaml")
+    assert "  pack: off\n  compile: off\n" in path.read_text()
+    train = load_study(path).spec.train
+    assert (train.pack, train.compile) == ("off", "off")
+    train = load_study(write_study(), overrides=["train.pack=off", "train.compile=off"]).spec.train
+    assert (train.pack, train.compile) == ("off", "off")
+    code, _, err = cli("validate", path, "train.pack=on")  # a bare on is true: no word of these options
+    assert code == 2 and "train.pack" in err

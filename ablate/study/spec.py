@@ -43,15 +43,22 @@ MatchableSlot = Literal[tuple(slot for slot in COMPONENT_SLOTS if slot != "bias"
 Precision = Literal["auto", "fp32", "bf16"]
 
 
+def _spelt_off(value: Any) -> Any:
+    """``off`` as the option's word: YAML 1.1, which PyYAML reads, takes a bare ``off`` (in a study
+    file or a ``key=off`` override) for false."""
+    return "off" if value is False else value
+
+
 # `train.compile`: the training step's forward under torch.compile (ablate.training.compiled): off
 # (eager), default (inductor's kernels), reduce-overhead (those replayed as CUDA graphs; CUDA only:
 # elsewhere as default).
-Compile = Literal["off", "default", "reduce-overhead"]
+Compile = Annotated[Literal["off", "default", "reduce-overhead"], BeforeValidator(_spelt_off)]
 
 
 # `train.pack`: seeds of a variant trained as one pack (ablate.training.packed): ``auto`` lets the
 # driver choose (ablate.drive.packing), ``off`` trains each alone, a number packs up to that many.
 def _pack(value: Any) -> Any:
+    value = _spelt_off(value)
     if value in ("auto", "off") or (type(value) is int and value >= 1):
         return value
     raise ValueError(f"expected auto, off or a number of trials ≥ 1, got {value!r}")
