@@ -20,20 +20,24 @@ from torch import Tensor
 
 from ablate import fastpaths
 
+_PROBED: list[bool] = []  # the probe's answer, once made
+
 
 def _probe() -> bool:
     """Whether fbgemm's kernels are there; the first call imports fbgemm_gpu (registering
     torch.ops.fbgemm.*). Deferred to first use: it takes longer to import than reading a study
-    file (`ablate validate`) takes. A value assigned to ``HAVE_FBGEMM`` stands instead."""
-    if "HAVE_FBGEMM" not in globals():
+    file (`ablate validate`) takes. Kept in a list, not looked up in ``globals()``, which a
+    ``torch.compile`` trace cannot call (``train.compile``: a graph break at every jagged op)."""
+    if not _PROBED:
         try:
             import fbgemm_gpu  # noqa: F401
 
             found = hasattr(torch.ops.fbgemm, "jagged_to_padded_dense")
         except Exception:  # ImportError, or a build that does not match this torch
             found = False
-        globals()["HAVE_FBGEMM"] = found
-    return globals()["HAVE_FBGEMM"]
+        _PROBED.append(found)
+        globals()["HAVE_FBGEMM"] = found  # ``jagged.HAVE_FBGEMM`` from now on without asking
+    return _PROBED[0]
 
 
 def __getattr__(name: str) -> bool:

@@ -13,7 +13,9 @@ eager rest and the optimiser run around it. So that the graph draws nothing and 
   the order its forward takes them (:func:`~ablate.components.key_source`), so that a compiled
   trial draws the counter-based lanes of its eager self on the CPU (on a GPU, where a trial alone
   uses torch's dropout, a compiled one draws lanes, as a stacked member does). The keys a forward
-  takes are counted at its first call, which runs eager;
+  takes are counted at its first call, which runs eager. A component that draws from that
+  generator itself inside the forward (DUET's Gumbel mask) takes other draws when compiled, as
+  the keys come first: a different random stream;
 - the fused C kernels (ctypes calls, which dynamo cannot trace) give way to their torch forms inside
   the graph (:func:`ablate.kernels.library`), which draw the same lanes and which inductor fuses;
   the eager rest of the step keeps them;
