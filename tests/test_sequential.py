@@ -547,3 +547,24 @@ def test_interval_after_stopping_covers_the_effect():
     coverage, width = np.mean(covered), np.median(widths)
     print(f"\nΔ = 1 sd, interval after stopping: coverage {coverage:.1%}, median width {width:.2f}")
     assert coverage >= 0.95 - 3 * math.sqrt(0.05 * 0.95 / 200)
+
+
+def test_a_trial_seen_running_but_requeued_since_is_no_duplicates_reason():
+    """The take checks a final trial against the last sync's read: a trial of its key seen running
+    there may since have been interrupted and re-queued as the popped one (a SLURM job cancelled
+    mid-trial), so before calling the popped one a duplicate it asks the store for that trial now."""
+    from optuna.trial import TrialState, create_trial
+
+    from ablate.drive.ledger import DUPLICATE
+
+    def trial(number: int, state: TrialState):
+        made = create_trial(state=state, user_attrs={"variant": "base", "seed": 0}, value=None)
+        made.number = number
+        return made
+
+    seen = [trial(0, TrialState.RUNNING)]  # as the last sync read it
+    now = {0: trial(0, TrialState.FAIL)}  # interrupted since
+    assert drop_reason(seen, 6, ("base", 0), [("base", 0)]) == DUPLICATE
+    assert drop_reason(seen, 6, ("base", 0), [("base", 0)], stored=now.__getitem__) is None
+    now[0] = trial(0, TrialState.RUNNING)  # still running: the popped copy steps aside
+    assert drop_reason(seen, 6, ("base", 0), [("base", 0)], stored=now.__getitem__) == DUPLICATE

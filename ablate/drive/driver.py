@@ -285,9 +285,9 @@ class Driver(FinalTrials):
             trial.set_user_attr("worker", self.worker_id)
             key = key_of(trial)  # its attributes as the claim read them
             planned = self.planned if final else None
-            # A final trial's duplicates (two hosts enqueuing one key) as the last sync saw them.
-            seen = self._seen_by_key.get(key, []) if final else queue.trials()
-            drop = drop_reason(seen, trial.number, key, planned, self.possible)
+            # A final trial's duplicates (two hosts enqueuing one key) as the last sync saw them, read again.
+            seen, stored = (self._seen_by_key.get(key, []), queue.stored) if final else (queue.trials(), None)
+            drop = drop_reason(seen, trial.number, key, planned, self.possible, stored)
             if drop:
                 queue.fail(trial, drop)
                 continue

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, get_args
 
 import optuna
@@ -306,10 +306,14 @@ def drop_reason(
     key: Key | None,
     planned: Collection[Key] | None,
     possible: Collection[Key] | None = None,
+    stored: Callable[[int], FrozenTrial] | None = None,
 ) -> str | None:
     """Why the popped trial ``number`` (of ``key``) must not be trained, or None. ``planned``:
     the keys planned now (None: any key is, as every search slot within the budget);
-    ``possible``: the keys the study file may plan (a sequential design's beyond ``planned``)."""
+    ``possible``: the keys the study file may plan (a sequential design's beyond ``planned``);
+    ``stored``: trial ``n`` as the store has it now, where ``trials`` is an earlier read (a
+    trial of the key it saw waiting or running may have been interrupted since, and re-queued
+    as this one: asked before this one is called its duplicate)."""
     if key is None:  # another worker took the last queued trial; ask() made a fresh one
         return NOTHING_QUEUED
     if planned is not None and key not in planned:
@@ -318,6 +322,8 @@ def drop_reason(
         if t.number == number or key_of(t) != key:
             continue
         # Two hosts sharing a database may both enqueue a key: the higher number steps aside.
+        if stored is not None and t.state in (TrialState.WAITING, TrialState.RUNNING):
+            t = stored(t.number)  # noqa: PLW2901 - the same trial, read again
         if t.state == TrialState.COMPLETE or (
             t.state in (TrialState.WAITING, TrialState.RUNNING) and t.number < number
         ):
