@@ -93,7 +93,7 @@ def software_elements(meta: dict) -> list[Element]:
     if meta.get("copied_conditions"):
         elements += [
             Element("p", "The copied trials' conditions, as their sources recorded them:"),
-            Element("list", items=[copied_conditions_item(n, c) for n, c in meta["copied_conditions"]]),
+            Element("list", items=[conditions_group_item(n, c) for n, c in meta["copied_conditions"]]),
         ]
     if meta.get("reused"):
         elements.append(Element("p", reuse_text(meta["reused"])))
@@ -114,17 +114,21 @@ STUDY_AS_REPORTED = (
     "tables hold the store's trials of these variants."
 )
 
+# What the recorded conditions fix, and what another machine's change (said once for every case below).
+SAME_CONDITIONS = "the same torch build, thread count, CPU instruction set and fast paths"
+ROUNDING_TEXT = (
+    "Another thread count, CPU, BLAS or torch version changes the float rounding, and rounding moves "
+    "ranking metrics where two items' scores nearly tie."
+)
 CONDITIONS_TEXT = (
     "The numbers reproduce bit for bit with this code and study file under the conditions below, as "
-    "the trials recorded them (MLflow tags ablate.env.*): the same torch build, thread count, CPU "
-    "instruction set and fast paths. Another thread count, CPU, BLAS or torch version changes the "
-    "float rounding, and rounding moves ranking metrics where two items' scores nearly tie."
+    f"the trials recorded them (MLflow tags ablate.env.*): {SAME_CONDITIONS}. {ROUNDING_TEXT}"
 )
 
 
 def conditions_text(copied: int, trained_here: int | None) -> str:
-    """:data:`CONDITIONS_TEXT`, said of the trials it is true of: the conditions are the study run's
-    (its tags), so trials copied in (``--reuse``) ran under their source's, not these."""
+    """:data:`CONDITIONS_TEXT`, said of the trials it is true of: the trained trials' conditions
+    (their runs' tags), so trials copied in (``--reuse``) ran under their source's, not these."""
     if not copied:
         return CONDITIONS_TEXT
     if not trained_here:
@@ -135,11 +139,8 @@ def conditions_text(copied: int, trained_here: int | None) -> str:
         )
     return (
         f"The {trained_here} trial(s) trained in this study reproduce bit for bit with this code and study "
-        "file under the conditions below, as the run recorded them (MLflow tags ablate.env.*): the same "
-        "torch build, thread count, CPU instruction set and fast paths; the "
-        f"{copied} copied in (below) under their sources'. Another thread count, CPU, BLAS or torch "
-        "version changes the float rounding, and rounding moves ranking metrics where two items' scores "
-        "nearly tie."
+        "file under the conditions below, as their runs recorded them (MLflow tags ablate.env.*): "
+        f"{SAME_CONDITIONS}; the {copied} copied in (below) under their sources'. {ROUNDING_TEXT}"
     )
 
 
@@ -156,27 +157,26 @@ def trained_conditions_elements(groups: list, copied: int) -> list[Element]:
         f"The {trained} trial(s) trained in this study ran under {len(groups)} different sets of conditions "
         "(a study resumed on another machine, or workers on several hosts), as their runs recorded them "
         "(MLflow tags ablate.env.*): each reproduces bit for bit with this code and study file under its "
-        f"own — the same torch build, thread count, CPU instruction set and fast paths{copies}. Another "
-        "thread count, CPU, BLAS or torch version changes the float rounding, and rounding moves ranking "
-        "metrics where two items' scores nearly tie. Times (wall, CPU, tokens per second) compare only "
-        "between trials of one set."
+        f"own — {SAME_CONDITIONS}{copies}. {ROUNDING_TEXT} Times (wall, CPU, tokens per second) compare "
+        "only between trials of one set."
     )
     differs = [
-        f"{n} trial(s): " + "; ".join(f"{label}: {c.get(label, 'not recorded')}" for label in differing)
+        conditions_group_item(n, [(label, c.get(label, "not recorded")) for label in differing])
         for (n, _), c in zip(groups, sets, strict=True)
     ]
     elements = [Element("p", text)]
     if shared:
         elements += [
             Element("p", "Shared by all of them:"),
-            Element("list", items=[f"{x}: {sets[0][x]}" for x in shared]),
+            Element("list", items=conditions_items([(label, sets[0][label]) for label in shared])),
         ]
     return [*elements, Element("p", "Where they differ:"), Element("list", items=differs)]
 
 
-def copied_conditions_item(count: int, conditions: list[list[str]]) -> str:
-    """``3 trial(s): torch: 2.13.0; CPU: …``; a source that recorded none (a trial file written
-    before trial files carried them) says so."""
+def conditions_group_item(count: int, conditions: list) -> str:
+    """A group of trials' conditions, ``3 trial(s): torch: 2.13.0; CPU: …`` ((label, value) pairs); a
+    copied trial's source that recorded none (a trial file written before trial files carried
+    them) says so."""
     said = "; ".join(f"{label}: {value}" for label, value in conditions)
     return f"{count} trial(s): {said or 'not recorded by their source'}"
 
