@@ -47,7 +47,7 @@ def train(config, seed, reporter):
 STUDY = {
     "name": "on-slurm",
     "task": {"kind": "function", "callable": "train.py:train"},
-    "model": {"config": {"width": 16, "epochs": 5, "sleep": 1.0}},
+    "model": {"config": {"width": 16, "epochs": 5, "sleep": 0.5}},
     "variants": {"wider": {"config": {"width": 64}}},
     "seeds": [0, 1, 2],
     "metrics": {"primary": "acc"},
@@ -168,7 +168,7 @@ def _finished(tracking_uri: str, name: str = STUDY["name"]) -> dict:
 
 
 @pytest.mark.heavy
-def test_a_job_cancelled_mid_trial_loses_nothing(slurm, tmp_path):
+def test_a_job_cancelled_mid_trial_loses_nothing(slurm, tmp_path, cli, monkeypatch):
     study = _write(tmp_path)
     out = tmp_path / "runs" / STUDY["name"]
     command = [
@@ -227,24 +227,15 @@ def test_a_job_cancelled_mid_trial_loses_nothing(slurm, tmp_path):
     assert alone.name == f"{STUDY['name']}.sleep_0"
     assert _finished(stores.tracking_uri, alone.name) == on_slurm
 
-    status = subprocess.run(
-        [sys.executable, "-m", "ablate.commands.cli", "status", str(study)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert status.returncode == 0, status.stderr
+    monkeypatch.chdir(tmp_path)  # `status` and `cancel` in this process, from where the run was started
+    code, shown, err = cli("status", study)
+    assert code == 0, err
     for job in recorded(out):
         state = "CANCELLED" if job["id"] == victim else "COMPLETED"
-        assert f"job {job['id']}: {state}  log {job['log']}" in status.stdout
+        assert f"job {job['id']}: {state}  log {job['log']}" in shown
         assert Path(job["log"]).is_file()
-    cancelled = subprocess.run(
-        [sys.executable, "-m", "ablate.commands.cli", "cancel", str(study)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert cancelled.returncode == 0 and "cancelled 0 of 3 SLURM job(s)" in cancelled.stdout
+    code, said, _ = cli("cancel", study)
+    assert code == 0 and "cancelled 0 of 3 SLURM job(s)" in said
     assert json.loads((out / "slurm" / "jobs.json").read_text())["jobs"][0]["id"] == ids[0]
 
 

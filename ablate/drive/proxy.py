@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 PROXY_SCHEME = "grpc://"
 BEAT = "ablate.beat"  # a trial's last sign of life through a proxy (seconds since the epoch)
 DEFAULT_PORT = 13000  # Optuna's own default
+READY_S = 10.0  # how long a worker waits for the proxy to answer: one started beside it is starting
 
 
 def proxy_address(url: str) -> tuple[str, int]:
@@ -43,13 +44,14 @@ def proxy_problem(url: str) -> str | None:
     return None
 
 
-def connect_proxy(url: str, timeout_s: float = 10.0) -> optuna.storages.BaseStorage:
-    """The proxy at ``url``, once it answers (raises ``optuna``'s or grpc's error when it does not)."""
+def connect_proxy(url: str) -> optuna.storages.BaseStorage:
+    """The proxy at ``url``, once it answers within :data:`READY_S` (raises ``optuna``'s or grpc's
+    error when it does not)."""
     host, port = proxy_address(url)
     with warnings.catch_warnings():  # "experimental" since Optuna 4.2: said once, in the README
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         storage = optuna.storages.GrpcStorageProxy(host=host, port=port)
-    storage.wait_server_ready(timeout=timeout_s)
+    storage.wait_server_ready(timeout=READY_S)
     return storage
 
 
