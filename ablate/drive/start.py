@@ -34,7 +34,7 @@ def run_study(
     has a ``search:`` section), or copy it from a donor (``donors``); returns what this
     process did."""
     data = read_data_first(study, stores)
-    with stores.worker() as worker_id, frozen_before_trials():
+    with stores.worker() as worker_id, frozen_before_trials(trains_here=not study.task.runs_trials):
         driver = Driver(study, stores, reporter, retry_failed, worker_id=worker_id, donors=donors, data=data)
         try:
             summary = driver.run(wait_for_others=wait_for_others)
