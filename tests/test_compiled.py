@@ -26,7 +26,7 @@ CPU = torch.device("cpu")
 SASREC = {
     "task": {"jagged": False},
     "model": {
-        "blocks": 2,
+        "blocks": 1,  # one block: what a second would add is the same graph again, compiled twice as long
         "dropout": 0.2,
         "ffn": {"kind": "pointwise", "output_dropout": 0.2},
         "norm": {"kind": "layernorm", "placement": "pre_skip", "eps": 1.0e-8},
@@ -72,7 +72,7 @@ def test_a_trial_alones_training_forward_traces_as_one_graph(write_study):
     batch = _batches(study, data, 1)[0]
     x = model.items(batch.items) * model.scale  # the task's own forward, up to its backbone
     tokens = batch.token_context()
-    keys = torch.arange(7, dtype=torch.int64) * 7919  # attention's and the FFNs' dropout, 2 blocks
+    keys = torch.arange(4, dtype=torch.int64) * 7919  # the embedding's, attention's and the FFN's dropout
     assert _explained(_keyed, model.backbone, keys, (x, tokens), {}) == (1, 0, [])
 
 
@@ -81,10 +81,10 @@ def test_a_stacked_forward_of_two_members_traces_as_one_graph(write_study):
     data = study.task.load()
     models = [Trainer.start(study, study.variants["base"], s, data, CPU).model for s in (0, 1)]
     batches = _batches(study, data, 2)
-    stacker = stacked.Stacker(copy.deepcopy(models[0]).to("meta"), 7)
+    stacker = stacked.Stacker(copy.deepcopy(models[0]).to("meta"), 4)
     aliases, params, buffers = stacked.stack_weights(models, grad=True)
-    keys = torch.arange(14, dtype=torch.int64).reshape(2, 7) * 7919
-    inputs = (stacker.skeleton.train(), aliases, 7, params, buffers, stacker.stack(batches), keys)
+    keys = torch.arange(8, dtype=torch.int64).reshape(2, 4) * 7919
+    inputs = (stacker.skeleton.train(), aliases, 4, params, buffers, stacker.stack(batches), keys)
     assert _explained(stacked.stacked_forward, *inputs) == (1, 0, [])
 
 
@@ -143,13 +143,13 @@ def test_keys_drawn_before_the_forward_are_the_keys_it_would_draw_itself(write_s
     with forward, torch.no_grad(), dropout_generator(generator):
         model(batch)  # eager: its keys counted as drawn
         model(batch)  # the compiled function (here a stand-in): its keys drawn before
-    assert forward.keys == {id(model.backbone): 7}
+    assert forward.keys == {id(model.backbone): 4}
     reference = torch.Generator().manual_seed(3)
     draws = [
         int(torch.empty((), dtype=torch.int64).random_(-(2**63), None, generator=reference))
-        for _ in range(14)
+        for _ in range(8)
     ]
-    assert given == [draws[7:]]
+    assert given == [draws[4:]]
     assert torch.equal(generator.get_state(), reference.get_state())
     assert "forward" not in vars(model.backbone)  # the backbone's own forward again, once left
 
