@@ -146,8 +146,7 @@ def test_keys_drawn_before_the_forward_are_the_keys_it_would_draw_itself(write_s
     assert forward.keys == {id(model.backbone): 4}
     reference = torch.Generator().manual_seed(3)
     draws = [
-        int(torch.empty((), dtype=torch.int64).random_(-(2**63), None, generator=reference))
-        for _ in range(8)
+        int(torch.empty((), dtype=torch.int64).random_(-(2**63), None, generator=reference)) for _ in range(8)
     ]
     assert given == [draws[4:]]
     assert torch.equal(generator.get_state(), reference.get_state())
