@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy
 import yaml
 
-from ablate.drive import Driver, Stores, prepare, proxy
+from ablate.drive import Driver, Stores, prepare
 from ablate.drive.ledger import key_of
 from ablate.study.load import load_study
 
@@ -147,7 +147,7 @@ def test_workers_share_a_queue_through_the_grpc_proxy_and_a_killed_ones_trial_is
 
 
 def test_a_proxy_that_is_not_there_is_one_line(cli, tmp_path, monkeypatch):
-    monkeypatch.setattr(proxy, "READY_S", 1.0)  # the wait is not under test: the line after it is
+    monkeypatch.setattr("ablate.drive.proxy.READY_S", 1.0)  # the wait is not under test: the line after it is
     code, _, err = cli("worker", _study(tmp_path, 1), "--storage", f"grpc://127.0.0.1:{_free_port()}")
     assert code == 2 and "cannot reach the Optuna storage proxy grpc://127.0.0.1:" in err
     assert "ablate proxy --storage" in err and "Traceback" not in err

@@ -23,10 +23,10 @@ def frozen_before_trials(trains_here: bool = True) -> Iterator[None]:
     there for. The frozen objects go back to the collector when the trials end (``gc.unfreeze``).
     Where the trials train in this process (``trains_here``; not a task's own code, which runs in
     a child) torch._dynamo is imported first: torch's optimizers import it at their first use, and
-    its ~116,000 objects (with what it imports) left outside the freeze cost each trial's collection
-    0.1 s. Only the young generations are collected before the freeze: a full collection there took 0.2 s in
-    `ablate run` and 0.5 s in each run a long-lived process (a test process, a notebook) starts,
-    and older garbage frozen with the rest is collected after the trials, as it would have been."""
+    its ~116,000 objects (with what it imports) left outside the freeze cost each trial's
+    collection 0.1 s. Only the young generations are collected before the freeze: a full
+    collection there took 0.2 s in `ablate run` and 0.5 s in each run a long-lived process (a test
+    process, a notebook) starts; older garbage frozen with the rest is collected after the trials."""
     if trains_here:
         import torch._dynamo  # noqa: F401 - imported here to be frozen
     gc.collect(1)
