@@ -146,6 +146,39 @@ def test_workers_share_a_queue_through_the_grpc_proxy_and_a_killed_ones_trial_is
     assert "Optuna storage proxy on 127.0.0.1" in proxy.stderr.read()
 
 
+def test_one_worker_of_a_study_looks_for_dead_workers_trials_through_the_proxy(tmp_path, monkeypatch):
+    """Through the proxy a look for dead workers' trials reads every unfinished trial (its API has
+    no read by state): of three workers whose look is due at once one looks, the others skip, and
+    a trial whose mark lapsed later is found by the next look once it is due again."""
+    from ablate.drive import stores as kinds
+    from ablate.drive.proxy import BEAT, REAPED
+
+    study = load_study(_study(tmp_path, 3))
+    stores = Stores.for_study(study, storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    prepare(study, stores)
+    driver = Driver(study, stores, worker_id="w")
+    queue = driver.final
+    proxied = kinds.ProxyStores(tmp_path, "grpc://127.0.0.1:1", stores.tracking_uri, heartbeat_s=1, grace_s=4)
+    reads, read = [], kinds.unmarked_trials  # a read of every unfinished trial through the proxy
+    monkeypatch.setattr(kinds, "unmarked_trials", lambda *args: reads.append(1) or read(*args))
+    lapsed = []
+    for _ in range(2):
+        _, trial = driver._next()
+        queue.storage.set_trial_system_attr(queue.trial_id(trial.number), BEAT, time.time() - 10)
+        lapsed.append(trial.number)
+    assert [proxied.reap(queue) for _ in range(3)] == [2, 0, 0] and len(reads) == 1
+    states = {t.number: t.state for t in queue.trials()}
+    assert [states[n] for n in lapsed] == [optuna.trial.TrialState.FAIL] * 2
+    _, trial = driver._next()
+    queue.storage.set_trial_system_attr(queue.trial_id(trial.number), BEAT, time.time() - 10)
+    assert proxied.reap(queue) == 0 and len(reads) == 1  # looked 0 s ago: not due (every 2 s)
+    queue.storage.set_study_system_attr(queue.study_id, REAPED, time.time() - 3)
+    assert proxied.reap(queue) == 1 and len(reads) == 2
+    # A mark from a host whose clock is ahead is no reason to wait.
+    queue.storage.set_study_system_attr(queue.study_id, REAPED, time.time() + 3600)
+    assert proxied.reap(queue) == 0 and len(reads) == 3
+
+
 def test_a_proxy_that_is_not_there_is_one_line(cli, tmp_path, monkeypatch):
     monkeypatch.setattr("ablate.drive.proxy.READY_S", 1.0)  # the wait is not under test: the line after it is
     code, _, err = cli("worker", _study(tmp_path, 1), "--storage", f"grpc://127.0.0.1:{_free_port()}")

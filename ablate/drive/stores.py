@@ -34,7 +34,14 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate.drive.journal import check_journal
-from ablate.drive.proxy import PROXY_SCHEME, connect_proxy, mark_alive, proxy_problem, unmarked_trials
+from ablate.drive.proxy import (
+    PROXY_SCHEME,
+    connect_proxy,
+    mark_alive,
+    proxy_problem,
+    reap_due,
+    unmarked_trials,
+)
 from ablate.errors import AblateError, first_line
 from ablate.study.folders import folder_problem
 from ablate.tracking.store import default_uri, tracking_problem
@@ -335,6 +342,8 @@ class ProxyStores(SharedStores):
             ) from None
 
     def reap(self, queue: Queue) -> int:
+        if not reap_due(queue.storage, queue.study_id, self.reap_s):
+            return 0  # another worker looked lately
         gone = unmarked_trials(queue.storage, queue.study_id, self.grace_s)
         for number in gone:
             queue.interrupt(number)  # the next sync queues it again
@@ -342,7 +351,7 @@ class ProxyStores(SharedStores):
 
     @property
     def reap_s(self) -> float:
-        return self.grace_s / 2  # a read of the running trials through the proxy; half the grace suffices
+        return self.grace_s / 2  # one worker of the study looks this often (reap_due): ≤ 1.5 × grace
 
     def _beat(self, storage: optuna.storages.BaseStorage, trial_id: int) -> None:
         mark_alive(storage, trial_id)
