@@ -179,6 +179,81 @@ def test_one_worker_of_a_study_looks_for_dead_workers_trials_through_the_proxy(t
     assert proxied.reap(queue) == 0 and len(reads) == 3
 
 
+def test_final_trials_are_queued_with_their_keys_as_optuna_parameters(tmp_path):
+    """optuna-dashboard shows a final trial's (variant, seed) as its parameters: written when the
+    trial is queued (one call, not two more after each claim); a trial queued without them (by an
+    older ablate) is labelled when it is taken; a variant outside the fixed choices goes unlabelled."""
+    study = load_study(_study(tmp_path, 2))
+    stores = Stores.for_study(study, storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    prepare(study, stores)
+    queue = Driver(study, stores, worker_id="w").final
+    waiting = queue.trials()
+    assert len(waiting) == 4
+    assert all(
+        t.params == {"variant": t.user_attrs["variant"], "seed": t.user_attrs["seed"]} for t in waiting
+    )
+    assert {t.distributions["variant"].choices for t in waiting} == {("base", "other")}
+    queue.enqueue({}, {"variant": "other", "seed": 7})  # as an older ablate queued it
+    queue.enqueue_key("added", 0, {"variant": "added", "seed": 0}, ["base", "other", "added"])
+    old, added = queue.trials()[-2:]
+    assert old.params == added.params == {}  # "added" is not among the study's choices
+    trial = queue.claim(old)
+    queue.show_key(trial, "other", 7, list(study.variants))
+    assert queue.stored(old.number).params == {"variant": "other", "seed": 7}
+
+
+def test_a_take_through_the_proxy_asks_it_nothing_its_read_answered(tmp_path):
+    """Through Optuna's gRPC proxy every call is a round trip to one process all workers share:
+    a take and tell of a queued trial make no call for the trial's id (the read of the queue has
+    it) nor for its labels (queued with them): 6 calls a trial, where they were 9."""
+    pytest.importorskip("grpc", reason="grpcio is in the test extra; install '.[test]'")
+    port = _free_port()
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "ablate.commands.cli", "proxy", "--storage", f"sqlite:///{tmp_path / 'o.db'}"]
+        + ["--host", "127.0.0.1", "--port", str(port)],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        study = load_study(_study(tmp_path, 3))
+        stores = Stores.for_study(study, storage=f"grpc://127.0.0.1:{port}")
+        _wait_for(lambda: _answers(stores), 60, "the proxy")
+        prepare(study, stores)
+        driver = Driver(study, stores, worker_id="w")
+        driver.sync()
+        calls = collections.Counter()
+        storage = driver.final.storage
+        for name in (
+            "get_trial_id_from_study_id_trial_number",
+            "set_trial_param",
+            "get_trial",
+            "get_all_trials",
+            "set_trial_state_values",
+            "set_trial_user_attr",
+            "create_new_trial",
+        ):
+            real = getattr(storage, name)
+            setattr(
+                storage, name, lambda *a, _real=real, _name=name, **k: calls.update([_name]) or _real(*a, **k)
+            )
+        for _ in range(6):
+            queue, trial = driver._next()
+            queue.show_key(trial, *key_of(trial), list(study.variants))
+            queue.study.tell(trial, 0.5)
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=30)
+    # A take: the claim, its read, the worker's mark; a tell: its state and two reads.
+    assert calls == {"set_trial_state_values": 12, "get_trial": 18, "set_trial_user_attr": 6}, calls
+
+
+def _answers(stores: Stores) -> bool:
+    try:
+        stores.storage()
+        return True
+    except Exception:  # noqa: BLE001 - not listening yet
+        return False
+
+
 def test_a_proxy_that_is_not_there_is_one_line(cli, tmp_path, monkeypatch):
     monkeypatch.setattr("ablate.drive.proxy.READY_S", 1.0)  # the wait is not under test: the line after it is
     code, _, err = cli("worker", _study(tmp_path, 1), "--storage", f"grpc://127.0.0.1:{_free_port()}")

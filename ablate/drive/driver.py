@@ -227,7 +227,7 @@ class Driver(FinalTrials):
             attrs = {"variant": variant, "seed": seed, "fingerprint": fingerprint(cfg.study, variant)}
             if cfg.params:
                 attrs["params"] = json.dumps(cfg.params, sort_keys=True, default=str)
-            self.final.enqueue({}, attrs)
+            self.final.enqueue_key(variant, seed, attrs, study.variants)
             enqueued = True
         self._seen = self.final.trials() if enqueued else trials
         self._resumable = self._checkpointed(self._seen)

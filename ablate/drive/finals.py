@@ -57,7 +57,9 @@ class FinalTrials:
         if self.data_digest:
             attrs[DATA_DIGEST] = self.data_digest
             tags[f"ablate.{DATA_DIGEST}"] = self.data_digest
-        self.final.set_attrs(trial, attrs)
+        attrs = {k: v for k, v in attrs.items() if trial.user_attrs.get(k) != v}  # as the claim read them
+        if attrs:  # (the fingerprint was queued with the trial: a call saved, through a proxy a round trip)
+            self.final.set_attrs(trial, attrs)
         # A trial whose key no other trial had at the last whole read of the queue (it waited
         # there, never ran) can have left no MLflow run to supersede: no search for one.
         fresh = trial.number in self._fresh

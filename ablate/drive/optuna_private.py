@@ -5,6 +5,8 @@ journal check (:mod:`.journal`) needs both: the operations to tell a record a cr
 one Optuna would replay, the suffix to find a lock a killed writer left behind. A database's take
 (:func:`claim_first_waiting`) needs the trials table, which Optuna's schema module names. Should
 Optuna move any of them, the import fails here, by name, and ``tests/test_layout.py`` fails with it.
+A trial's storage id, which a read of the queue holds in a private field (:func:`storage_id`), is
+read here alone too; the same test checks it against the storage's public answer.
 """
 
 from __future__ import annotations
@@ -17,13 +19,20 @@ from optuna.storages import RDBStorage
 from optuna.storages._rdb.models import TrialModel, TrialUserAttributeModel
 from optuna.storages.journal._file import LOCK_FILE_SUFFIX
 from optuna.storages.journal._storage import JournalOperation
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 # What a record's op_code may be: Optuna's own operations.
 JOURNAL_OPERATIONS = frozenset(int(op) for op in JournalOperation)
+
+
+def storage_id(trial: FrozenTrial) -> int:
+    """The storage's id of a trial read from it, which Optuna keeps in a private field: asking the
+    storage for it again (``get_trial_id_from_study_id_trial_number``) is a call, through the gRPC
+    proxy a round trip, for what the read already holds."""
+    return trial._trial_id
 
 
 def claim_first_waiting(storage: RDBStorage, study_id: int) -> int | None:
@@ -83,4 +92,4 @@ def set_user_attrs(storage: RDBStorage, trial_id: int, attrs: dict[str, Any]) ->
         connection.execute(upsert)
 
 
-__all__ = ["JOURNAL_OPERATIONS", "LOCK_FILE_SUFFIX", "claim_first_waiting", "set_user_attrs"]
+__all__ = ["JOURNAL_OPERATIONS", "LOCK_FILE_SUFFIX", "claim_first_waiting", "set_user_attrs", "storage_id"]

@@ -21,7 +21,7 @@ from optuna.storages import JournalStorage, RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate.drive.ledger import INTERRUPTED, direction, search_name
-from ablate.drive.optuna_private import claim_first_waiting, set_user_attrs
+from ablate.drive.optuna_private import claim_first_waiting, set_user_attrs, storage_id
 from ablate.study.tuning import make_pruner, make_sampler
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,7 +43,7 @@ class Queue:
         self.study, self.storage, self.phase = ostudy, storage, phase
         self._study_id = storage.get_study_id_from_name(ostudy.study_name)
         self._variants: BaseDistribution | None = None  # the variant parameter's choices, once seen
-        self._ids: dict[int, int] = {}  # trial number → storage id of the trials this worker claimed
+        self._ids: dict[int, int] = {}  # trial number → storage id, of the trials read or claimed here
 
     @classmethod
     def final(cls, study: Study, storage: optuna.storages.BaseStorage) -> Queue:
@@ -75,13 +75,14 @@ class Queue:
     def trials(self, *states: TrialState) -> list[FrozenTrial]:
         """The queue's trials (only those in ``states`` if given), not copied: do not modify."""
         trials = self.study.get_trials(deepcopy=False, states=states or None)
+        self._ids.update((t.number, storage_id(t)) for t in trials)
         if not states and self._variants is None:
             labelled = (t.distributions["variant"] for t in trials if "variant" in t.distributions)
             self._variants = next(labelled, None)
         return trials
 
     def trial_id(self, number: int) -> int:
-        if number in self._ids:  # claimed here: no query
+        if number in self._ids:  # read or claimed here: no query
             return self._ids[number]
         return self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
 
@@ -91,6 +92,37 @@ class Queue:
 
     def enqueue(self, params: dict[str, Any], attrs: dict[str, Any]) -> None:
         self.study.enqueue_trial(params, user_attrs=attrs)
+
+    def enqueue_key(self, variant: str, seed: int, attrs: dict[str, Any], variants: Collection[str]) -> None:
+        """Queue a final trial with its (variant, seed) as its Optuna parameters already (what
+        :meth:`show_key` records after a claim, in two calls: through the gRPC proxy, two round
+        trips a trial), where the study's choices allow; otherwise as :meth:`enqueue` does."""
+        label = self._label(variant, seed, variants)
+        if label is not None:
+            waiting = optuna.trial.create_trial(
+                state=TrialState.WAITING,
+                params={"variant": variant, "seed": seed},
+                distributions=label,
+                user_attrs=attrs,
+                system_attrs={"fixed_params": {}},  # as enqueue_trial writes it
+            )
+            try:
+                self.study.add_trial(waiting)
+                self._variants = label["variant"]
+                return
+            except Exception:  # noqa: BLE001 - a store refused the labels (ValueError; through the proxy its
+                pass  # RpcError): the trial is queued unlabelled, as show_key leaves one
+        self.enqueue({}, attrs)
+
+    def _label(self, variant: str, seed: int, choices: Collection[str]) -> dict[str, BaseDistribution] | None:
+        """The distributions of a final trial's (variant, seed) as parameters, or None where
+        ``variant`` is not among the variant parameter's choices. A categorical's choices are fixed
+        for the study once set (as the last full read of the queue, or this worker's first label,
+        found them); an int's range may differ from trial to trial."""
+        kinds = self._variants or CategoricalDistribution(list(choices))
+        if not isinstance(kinds, CategoricalDistribution) or variant not in kinds.choices:
+            return None
+        return {"variant": kinds, "seed": IntDistribution(seed, seed)}
 
     def ask(self) -> optuna.Trial:
         """The first queued trial (or, if another worker took it meanwhile, a fresh one with no key)."""
@@ -163,20 +195,19 @@ class Queue:
 
     def show_key(self, trial: optuna.Trial, variant: str, seed: int, variants: Collection[str]) -> None:
         """Record a final trial's (variant, seed) as its Optuna parameters too, so optuna-dashboard's
-        views show them (the ledger reads the user attributes; nothing samples these). A categorical's
-        choices are fixed for the study once set (as the last full read of the queue, or this worker's
-        first label, found them): where ``variant`` is not among them (a variant added to a started
-        study), or the trial has them already (a re-queued copy), nothing is recorded."""
+        views show them (the ledger reads the user attributes; nothing samples these), where it was
+        queued without them (:meth:`enqueue_key`; a study queued before it labelled trials at
+        enqueueing). Where ``variant`` is not among the choices (:meth:`_label`: a variant added to a
+        started study), or the trial has them already, nothing is recorded."""
         if "variant" in trial.params:  # as the claim read it
             return
-        kinds = self._variants or CategoricalDistribution(list(variants))
-        if not isinstance(kinds, CategoricalDistribution) or variant not in kinds.choices:
+        label = self._label(variant, seed, variants)
+        if label is None:
             return
         trial_id = self.trial_id(trial.number)
         try:
-            self.storage.set_trial_param(trial_id, "variant", kinds.to_internal_repr(variant), kinds)
-            seeds = IntDistribution(seed, seed)  # an int's range may differ from trial to trial
-            self.storage.set_trial_param(trial_id, "seed", seeds.to_internal_repr(seed), seeds)
-            self._variants = kinds
+            for name, value in (("variant", variant), ("seed", seed)):
+                self.storage.set_trial_param(trial_id, name, label[name].to_internal_repr(value), label[name])
+            self._variants = label["variant"]
         except Exception:  # noqa: BLE001 - another worker fixed other choices first (ValueError, or
             pass  # through the gRPC proxy its RpcError): the trial goes unlabelled, a label is worth no trial
